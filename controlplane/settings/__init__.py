@@ -1,0 +1,10 @@
+"""Settings, split by concern; every value a deployment changes comes from the environment.
+
+Production differs from development only by environment variables (see docs/operations.md).
+"""
+
+from controlplane.settings.core import *  # noqa: F403
+from controlplane.settings.database import *  # noqa: F403
+from controlplane.settings.services import *  # noqa: F403
+from controlplane.settings.api import *  # noqa: F403
+from controlplane.settings.logging import *  # noqa: F403

@@ -1,0 +1,68 @@
+"""The harness itself: a private Redis, offline tiny checkpoints, torch importable."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.cache import cache
+
+
+def test_session_redis_is_private_and_real(redis_server, redis_client):
+    assert os.environ["REDIS_URL"] == redis_server.url
+    assert redis_server.port != 6379  # never the machine's shared server
+    redis_client.set("probe", "1")
+    assert redis_client.get("probe") == b"1"
+    info = redis_client.info("server")
+    assert int(info["tcp_port"]) == redis_server.port
+
+
+def test_django_cache_uses_session_redis(redis_server, redis_client):
+    cache.set("harness-key", "value", 30)
+    keys = [k.decode() for k in redis_client.keys("*harness-key*")]
+    assert keys, "Django's cache did not write to the session's Redis"
+
+
+@pytest.mark.parametrize("arch", ["llama", "llama3", "mistral", "qwen2", "qwen3"])
+def test_tiny_checkpoints_load_offline(checkpoints, arch):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = checkpoints.get(arch)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Bonjour, ça va? 日本語 🙂"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert prompt.endswith("<|im_start|>assistant\n")
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    assert tokenizer.decode(ids[0]) == prompt  # byte-level BPE round-trips any UTF-8
+    out = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == ids.shape[1] + 4 or tokenizer.eos_token_id in out[0].tolist()
+    expected = {"llama": "Llama", "llama3": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+    assert model.config.architectures == [f"{expected[arch]}ForCausalLM"]
+    assert torch.isfinite(model(ids).logits).all()
+
+
+def test_checkpoints_are_deterministic(tmp_path):
+    from engine.demo.checkpoint import make_checkpoint
+
+    a = make_checkpoint(tmp_path / "a", arch="qwen3")
+    b = make_checkpoint(tmp_path / "b", arch="qwen3")
+    for name in ["model.safetensors", "tokenizer.json", "config.json"]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_torch_uuid_redis_import_from_repo_root():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run(
+        [sys.executable, "-c", "import torch, uuid, redis, platform; print(platform.system())"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Linux"
