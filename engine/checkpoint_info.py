@@ -73,7 +73,9 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
         )
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise CheckpointError(f"{path} has no .safetensors weights (pickled .bin files are not loaded)")
+        raise CheckpointError(
+            f"{path} has no .safetensors weights (pickled .bin files are not loaded)"
+        )
     num_params = num_bytes = 0
     dtypes: dict[str, int] = {}
     for file in files:

@@ -39,7 +39,9 @@ class ChatTokenizer:
         self.path = Path(path)
         tokenizer_file = self.path / "tokenizer.json"
         if not tokenizer_file.is_file():
-            raise TokenizerError(f"{self.path} has no tokenizer.json (a fast tokenizer is required)")
+            raise TokenizerError(
+                f"{self.path} has no tokenizer.json (a fast tokenizer is required)"
+            )
         try:
             self._tok = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:
@@ -74,7 +76,9 @@ class ChatTokenizer:
     @cached_property
     def all_special_ids(self) -> frozenset[int]:
         return frozenset(
-            token_id for token_id, added in self._tok.get_added_tokens_decoder().items() if added.special
+            token_id
+            for token_id, added in self._tok.get_added_tokens_decoder().items()
+            if added.special
         )
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:

@@ -58,14 +58,22 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = [
             find_redis_server(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.workdir),
-            "--daemonize", "no",
-            "--protected-mode", "yes",
-            "--logfile", str(self.workdir / "redis.log"),
-            "--save", "60 1" if self.persist else "",
-            "--appendonly", "no",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.workdir),
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            str(self.workdir / "redis.log"),
+            "--save",
+            "60 1" if self.persist else "",
+            "--appendonly",
+            "no",
         ]
         # Its own session: a Ctrl-C in the terminal reaches the supervisor, which stops
         # children in order, rather than killing Redis under a draining engine.

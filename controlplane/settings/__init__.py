@@ -3,8 +3,8 @@
 Production differs from development only by environment variables (see docs/operations.md).
 """
 
+from controlplane.settings.api import *  # noqa: F403
 from controlplane.settings.core import *  # noqa: F403
 from controlplane.settings.database import *  # noqa: F403
-from controlplane.settings.services import *  # noqa: F403
-from controlplane.settings.api import *  # noqa: F403
 from controlplane.settings.logging import *  # noqa: F403
+from controlplane.settings.services import *  # noqa: F403

@@ -41,7 +41,13 @@ def test_tiny_checkpoints_load_offline(checkpoints, arch):
     assert tokenizer.decode(ids[0]) == prompt  # byte-level BPE round-trips any UTF-8
     out = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert out.shape[1] == ids.shape[1] + 4 or tokenizer.eos_token_id in out[0].tolist()
-    expected = {"llama": "Llama", "llama3": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+    expected = {
+        "llama": "Llama",
+        "llama3": "Llama",
+        "mistral": "Mistral",
+        "qwen2": "Qwen2",
+        "qwen3": "Qwen3",
+    }
     assert model.config.architectures == [f"{expected[arch]}ForCausalLM"]
     assert torch.isfinite(model(ids).logits).all()
 

@@ -4,29 +4,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ServedModel',
+            name="ServedModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('path', models.CharField(max_length=1000)),
-                ('architecture', models.CharField(max_length=100)),
-                ('dtype', models.CharField(default='float32', max_length=20)),
-                ('num_parameters', models.BigIntegerField(default=0)),
-                ('max_model_len', models.PositiveIntegerField(default=2048)),
-                ('is_active', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("path", models.CharField(max_length=1000)),
+                ("architecture", models.CharField(max_length=100)),
+                ("dtype", models.CharField(default="float32", max_length=20)),
+                ("num_parameters", models.BigIntegerField(default=0)),
+                ("max_model_len", models.PositiveIntegerField(default=2048)),
+                ("is_active", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
     ]

@@ -5,50 +5,71 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('deployments', '0001_initial'),
+        ("deployments", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('slug', models.SlugField(max_length=100, unique=True)),
-                ('is_active', models.BooleanField(default=True)),
-                ('cache_salt', models.CharField(editable=False, max_length=64)),
-                ('requests_per_minute', models.PositiveIntegerField(blank=True, null=True)),
-                ('tokens_per_minute', models.PositiveIntegerField(blank=True, null=True)),
-                ('max_concurrent_requests', models.PositiveIntegerField(blank=True, null=True)),
-                ('monthly_token_budget', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('allowed_models', models.ManyToManyField(blank=True, related_name='tenants', to='deployments.servedmodel')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("slug", models.SlugField(max_length=100, unique=True)),
+                ("is_active", models.BooleanField(default=True)),
+                ("cache_salt", models.CharField(editable=False, max_length=64)),
+                ("requests_per_minute", models.PositiveIntegerField(blank=True, null=True)),
+                ("tokens_per_minute", models.PositiveIntegerField(blank=True, null=True)),
+                ("max_concurrent_requests", models.PositiveIntegerField(blank=True, null=True)),
+                ("monthly_token_budget", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "allowed_models",
+                    models.ManyToManyField(
+                        blank=True, related_name="tenants", to="deployments.servedmodel"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(default='default', max_length=200)),
-                ('prefix', models.CharField(max_length=32, unique=True)),
-                ('secret_hash', models.CharField(max_length=128)),
-                ('scopes', models.JSONField(blank=True, default=list)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(default="default", max_length=200)),
+                ("prefix", models.CharField(max_length=32, unique=True)),
+                ("secret_hash", models.CharField(max_length=128)),
+                ("scopes", models.JSONField(blank=True, default=list)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_keys",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API key',
-                'ordering': ['-created_at'],
+                "verbose_name": "API key",
+                "ordering": ["-created_at"],
             },
         ),
     ]
