@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from controlplane.core.supervisor import die_with_parent
+
 
 class RedisUnavailable(RuntimeError):
     pass
@@ -78,7 +80,11 @@ class RedisServer:
         # Its own session: a Ctrl-C in the terminal reaches the supervisor, which stops
         # children in order, rather than killing Redis under a draining engine.
         self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,0 +1,257 @@
+"""``manage.py serve``: the whole platform in one command, for development and demos.
+
+Migrates the database, starts Redis (unless REDIS_URL is set), makes and registers the demo
+model when none is configured, creates the admin user and a demo tenant with a key on the first
+run, starts one engine per served model, a Celery worker and Daphne, waits until they answer,
+and prints how to reach them. Ctrl-C or SIGTERM stops every child process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.core.first_run import ensure_first_run_setup
+from controlplane.core.progress import Progress
+from controlplane.core.redis_server import RedisServer
+from controlplane.core.supervisor import Child, Supervisor
+
+DEMO_MODEL_NAME = "demo-random-llama"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop()
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+class Command(BaseCommand):
+    help = "Run the whole platform (Redis, engine, Celery, Daphne) until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--no-engine", action="store_true", help="do not start engines (API and admin only)"
+        )
+        parser.add_argument(
+            "--startup-timeout", type=float, default=180.0, help="seconds to wait for readiness"
+        )
+
+    def handle(self, *args, **opts):
+        signal.signal(signal.SIGTERM, _raise_stop)
+        signal.signal(signal.SIGINT, _raise_stop)
+        self.supervisor = Supervisor()
+        self.redis: RedisServer | None = None
+        try:
+            self._run(opts)
+        except _Stop:
+            self.stdout.write("\nStopping ...")
+        finally:
+            self._shutdown()
+
+    def _run(self, opts):
+        host, port = opts["host"], opts["port"]
+        if not _port_free(host, port):
+            raise CommandError(f"port {port} on {host} is in use; pass --port to use another")
+        var_dir = Path(settings.VAR_DIR)
+        log_dir = var_dir / "log"
+        progress = Progress(total=7)
+
+        with progress.step("Preparing the database") as st:
+            call_command("migrate", verbosity=0, interactive=False)
+            st["note"] = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+
+        with progress.step("Connecting Redis") as st:
+            if os.environ.get("REDIS_URL"):
+                st["note"] = f"using REDIS_URL {os.environ['REDIS_URL']}"
+            else:
+                self.redis = RedisServer(var_dir / "redis", persist=True).start()
+                os.environ["REDIS_URL"] = self.redis.url
+                st["note"] = f"started redis-server on port {self.redis.port}"
+        redis_url = os.environ["REDIS_URL"]
+
+        with progress.step("Checking served models") as st:
+            names = self._ensure_model(var_dir)
+            st["note"] = ", ".join(names)
+
+        with progress.step("Setting up the admin user and the demo tenant"):
+            creds = ensure_first_run_setup(
+                credentials_path=var_dir / "credentials.json", served_model_names=names
+            )
+
+        env = {"REDIS_URL": redis_url}
+        manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+        with progress.step("Starting engines, Celery and Daphne") as st:
+            if not opts["no_engine"]:
+                for name in names:
+                    self.supervisor.start(
+                        Child(
+                            f"engine:{name}",
+                            [*manage, "run_engine", "--model", name],
+                            log_dir / f"engine-{name}.log",
+                            env=env,
+                            stop_timeout=20,
+                        )
+                    )
+            self.supervisor.start(
+                Child(
+                    "celery",
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "controlplane",
+                        "worker",
+                        "--pool",
+                        "solo",
+                        "--loglevel",
+                        "info",
+                    ],
+                    log_dir / "celery.log",
+                    env=env,
+                )
+            )
+            self.supervisor.start(
+                Child(
+                    "daphne",
+                    [
+                        sys.executable,
+                        "-m",
+                        "daphne",
+                        "-b",
+                        host,
+                        "-p",
+                        str(port),
+                        "controlplane.asgi:application",
+                    ],
+                    log_dir / "daphne.log",
+                    env=env,
+                )
+            )
+            st["note"] = f"logs in {log_dir}"
+
+        base = f"http://{host}:{port}"
+        deadline = time.monotonic() + opts["startup_timeout"]
+        with progress.step("Waiting for the API to answer"):
+            self._wait(lambda: _http_ok(f"{base}/health"), deadline, "Daphne")
+        with progress.step("Waiting for the engines to load their models") as st:
+            if opts["no_engine"]:
+                st["note"] = "skipped (--no-engine)"
+            else:
+                for name in names:
+                    self._wait(lambda n=name: self._engine_live(redis_url, n), deadline, "engine")
+
+        self._banner(base, creds, names)
+        while True:
+            dead = self.supervisor.first_dead()
+            if dead is not None:
+                raise CommandError(
+                    f"{dead.name} exited with code {dead.process.returncode}; last lines of "
+                    f"{dead.log_path}:\n{dead.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def _ensure_model(self, var_dir: Path) -> list[str]:
+        from controlplane.deployments.selectors import served_model_list
+        from controlplane.deployments.services import demo_model_create, served_model_register
+
+        models = served_model_list()
+        if models:
+            return [m.name for m in models]
+        path = var_dir / "models" / DEMO_MODEL_NAME
+        if not (path / "config.json").is_file():
+            demo_model_create(path=path, arch="llama", size="small")
+        return [served_model_register(path=path, name=DEMO_MODEL_NAME).name]
+
+    def _wait(self, ready, deadline: float, what: str) -> None:
+        while not ready():
+            dead = self.supervisor.first_dead()
+            if dead is not None:
+                raise CommandError(
+                    f"{dead.name} exited during startup (code {dead.process.returncode}); "
+                    f"last lines of {dead.log_path}:\n{dead.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise CommandError(
+                    f"{what} did not become ready in time; see {settings.VAR_DIR}/log"
+                )
+            time.sleep(0.25)
+
+    @staticmethod
+    def _engine_live(redis_url: str, model: str) -> bool:
+        import redis
+
+        client = redis.Redis.from_url(redis_url)
+        try:
+            pattern = f"{settings.PLATFORM_REDIS_PREFIX}:status:{model}:*"
+            return next(iter(client.scan_iter(match=pattern, count=100)), None) is not None
+        finally:
+            client.close()
+
+    def _banner(self, base: str, creds, names: list[str]) -> None:
+        cred_file = Path(settings.VAR_DIR) / "credentials.json"
+        lines = [
+            "",
+            self.style.SUCCESS("The platform is up."),
+            f"  API (OpenAI-compatible)  {base}/v1",
+            f"  Admin                    {base}/admin/   "
+            + (
+                f"user {creds.admin_username}  password {creds.admin_password}"
+                if creds.admin_password
+                else f"(credentials in {cred_file})"
+            ),
+            f"  Playground               {base}/playground/",
+            f"  Metrics                  {base}/metrics",
+            f"  Models                   {', '.join(names)}",
+            "  Demo API key             "
+            + (creds.demo_api_key or f"(created on the first run; see {cred_file})"),
+            "",
+            "  from openai import OpenAI",
+            f'  client = OpenAI(base_url="{base}/v1", api_key="{creds.demo_api_key or "sk-..."}")',
+            f'  client.chat.completions.create(model="{names[0]}", '
+            'messages=[{"role": "user", "content": "Hello"}])',
+            "",
+            "Press Ctrl-C to stop everything.",
+        ]
+        self.stdout.write("\n".join(lines))
+
+    def _shutdown(self) -> None:
+        # A second Ctrl-C must not interrupt an orderly stop; children die with us anyway.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.supervisor.stop_all(on_stop=lambda c: self.stdout.write(f"  stopping {c.name}"))
+        if self.redis is not None:
+            self.stdout.write("  stopping redis")
+            self.redis.stop()
+        self.stdout.write("Stopped.")

@@ -1,0 +1,84 @@
+"""The README's serve command: platform up, /health answers, Ctrl-C leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from controlplane.core.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pids_with_env(marker: str) -> list[int]:
+    """Processes whose environment carries ``marker``: every descendant of the serve command."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _health(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+            return resp.status
+    except OSError:
+        return None
+
+
+@pytest.mark.slow
+def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path):
+    port = free_port()
+    var_dir = tmp_path / "var"
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
+    env["PLATFORM_VAR_DIR"] = str(var_dir)
+    marker = f"PLATFORM_VAR_DIR={var_dir}"
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            output.append(line)
+            if "Press Ctrl-C" in line:
+                break
+        text = "".join(output)
+        assert "The platform is up." in text, text
+        assert _health(port) == 200
+        api_key = next(ln.split()[-1] for ln in output if ln.strip().startswith("Demo API key"))
+        assert api_key.startswith("sk-")
+        assert "password" in text and f"http://127.0.0.1:{port}/admin/" in text
+        children = _pids_with_env(marker)
+        assert len(children) >= 4, "expected redis, engine, celery and daphne to be running"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    time.sleep(0.5)
+    assert _pids_with_env(marker) == [], "processes of the platform were left running"
+    assert _health(port) is None
