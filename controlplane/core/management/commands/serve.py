@@ -85,6 +85,7 @@ class Command(BaseCommand):
             raise CommandError(f"port {port} on {host} is in use; pass --port to use another")
         var_dir = Path(settings.VAR_DIR)
         log_dir = var_dir / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)  # SQLite cannot create its parent folder
         progress = Progress(total=7)
 
         with progress.step("Preparing the database") as st:
@@ -135,6 +136,10 @@ class Command(BaseCommand):
                         "worker",
                         "--pool",
                         "solo",
+                        # Beat inside the worker: one process runs the periodic usage flush.
+                        "--beat",
+                        "--schedule",
+                        str(var_dir / "celerybeat-schedule"),
                         "--loglevel",
                         "info",
                     ],
