@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("dashboard/", include("controlplane.dashboard.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
     path("", include("django_prometheus.urls")),
     path("", include("inference.urls")),

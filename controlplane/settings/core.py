@@ -29,6 +29,10 @@ INSTALLED_APPS = [
     "controlplane.core",
     "controlplane.tenants",
     "controlplane.deployments",
+    "controlplane.adapters",
+    "controlplane.usage",
+    "controlplane.audit",
+    "controlplane.dashboard",
     "inference",
 ]
 

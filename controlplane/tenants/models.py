@@ -2,6 +2,19 @@
 
 from django.db import models
 
+# Endpoint names a key's scopes may list; an empty scope list means every endpoint.
+# ``inference.access`` normalises a request path ("/v1/chat/completions") to these names.
+API_SCOPES = (
+    "chat.completions",
+    "completions",
+    "embeddings",
+    "models",
+    "tokenize",
+    "detokenize",
+    "playground",
+    "websocket",
+)
+
 
 class Tenant(models.Model):
     """A customer of the platform: its keys, limits, grants and a private prefix-cache salt."""
@@ -10,13 +23,28 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     is_active = models.BooleanField(default=True)
     # Secret mixed into every engine request's prefix-cache key: tenants never share KV blocks.
+    # Never shown, never sent to clients; rotate it with ``tenant_rotate_cache_salt``.
     cache_salt = models.CharField(max_length=64, editable=False)
+    cache_salt_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Limits; empty means unlimited.
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
+    # Grants. No model granted means every served model. Adapter grants live on the adapter
+    # (``Adapter.tenants``, reverse name ``tenant.allowed_adapters``), read per request by
+    # ``controlplane.adapters.selectors``; granting bumps the auth epoch like model grants do.
     allowed_models = models.ManyToManyField(
         "deployments.ServedModel", blank=True, related_name="tenants"
+    )
+    # The staff user whose browser playground this tenant serves (None for customers).
+    playground_user = models.OneToOneField(
+        "auth.User",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="playground_tenant",
+        editable=False,
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -28,17 +56,18 @@ class Tenant(models.Model):
 
 
 class ApiKey(models.Model):
-    """An API key. Only a hash of the secret is stored; the secret is shown once."""
+    """An API key. Only a keyed hash of the secret is stored; the secret is shown once."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=200, default="default")
     # The visible part ("sk-" + 8 characters) that identifies a key in lists and logs.
-    prefix = models.CharField(max_length=32, unique=True)
-    secret_hash = models.CharField(max_length=128)
+    prefix = models.CharField(max_length=32, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=128, editable=False)
     scopes = models.JSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Flushed from Redis periodically (see ``api_key_flush_last_used``), never per request.
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -47,3 +76,7 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.tenant.name}/{self.name})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

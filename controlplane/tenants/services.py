@@ -1,28 +1,65 @@
-"""Writes on tenants and API keys. The admin and the management commands call these."""
+"""Writes on tenants and API keys. The admin, the management commands and the API call these.
+
+Every write that changes what a key may do bumps the auth epoch, so cached keys in every API
+process are reloaded within seconds, and leaves an entry in the audit log.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
-from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
-from controlplane.tenants.models import ApiKey, Tenant
+from controlplane.audit.services import audit_record
+from controlplane.tenants.key_secrets import hash_secret, new_secret
+from controlplane.tenants.keycache import auth_epoch_bump
+from controlplane.tenants.models import API_SCOPES, ApiKey, Tenant
+from controlplane.tenants.redis_clients import redis_key, sync_redis
 
-KEY_PREFIX_LEN = 8
+__all__ = [
+    "CreatedKey",
+    "api_key_create",
+    "api_key_flush_last_used",
+    "api_key_revoke",
+    "hash_secret",
+    "tenant_create",
+    "tenant_get_or_create_playground",
+    "tenant_rotate_cache_salt",
+    "tenant_set_allowed_models",
+    "tenant_update",
+]
+
+_LIMIT_FIELDS = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "max_concurrent_requests",
+    "monthly_token_budget",
+)
 
 
 def _new_cache_salt() -> str:
     return secrets.token_hex(32)
 
 
-def hash_secret(secret: str) -> str:
-    """Keyed hash of an API key secret: a database leak alone does not reveal keys."""
-    return hmac.new(settings.SECRET_KEY.encode(), secret.encode(), hashlib.sha256).hexdigest()
+def _check_limits(limits: dict[str, int | None]) -> None:
+    for name, value in limits.items():
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValidationError(f"{name} must be a positive integer or empty (unlimited)")
+
+
+def _unique_slug(name: str) -> str:
+    base = slugify(name)[:90] or "tenant"
+    slug, n = base, 2
+    while Tenant.objects.filter(slug=slug).exists():
+        slug, n = f"{base}-{n}", n + 1
+    return slug
 
 
 @transaction.atomic
@@ -33,16 +70,109 @@ def tenant_create(
     tokens_per_minute: int | None = None,
     max_concurrent_requests: int | None = None,
     monthly_token_budget: int | None = None,
+    actor: Any = None,
+    actor_label: str | None = None,
 ) -> Tenant:
-    return Tenant.objects.create(
-        name=name,
-        slug=slugify(name) or secrets.token_hex(4),
-        cache_salt=_new_cache_salt(),
-        requests_per_minute=requests_per_minute,
-        tokens_per_minute=tokens_per_minute,
-        max_concurrent_requests=max_concurrent_requests,
-        monthly_token_budget=monthly_token_budget,
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError("a tenant needs a name")
+    if Tenant.objects.filter(name=name).exists():
+        raise ValidationError(f"a tenant named {name!r} already exists")
+    limits = {
+        "requests_per_minute": requests_per_minute,
+        "tokens_per_minute": tokens_per_minute,
+        "max_concurrent_requests": max_concurrent_requests,
+        "monthly_token_budget": monthly_token_budget,
+    }
+    _check_limits(limits)
+    tenant = Tenant.objects.create(
+        name=name, slug=_unique_slug(name), cache_salt=_new_cache_salt(), **limits
     )
+    audit_record(
+        actor=actor, actor_label=actor_label, action="tenant.create", target=tenant, details=limits
+    )
+    return tenant
+
+
+@transaction.atomic
+def tenant_update(
+    *, tenant: Tenant, actor: Any = None, actor_label: str | None = None, **changes: Any
+) -> Tenant:
+    """Change name, activity or limits (keyword names as on the model)."""
+    allowed = {"name", "is_active", *_LIMIT_FIELDS}
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ValidationError(f"cannot change {', '.join(sorted(unknown))} with tenant_update")
+    _check_limits({k: v for k, v in changes.items() if k in _LIMIT_FIELDS})
+    before = {k: getattr(tenant, k) for k in changes}
+    for field, value in changes.items():
+        setattr(tenant, field, value)
+    tenant.save(update_fields=list(changes) or None)
+    diff = {k: [before[k], v] for k, v in changes.items() if before[k] != v}
+    if diff:
+        audit_record(
+            actor=actor,
+            actor_label=actor_label,
+            action="tenant.update",
+            target=tenant,
+            details=diff,
+        )
+        auth_epoch_bump()
+    return tenant
+
+
+@transaction.atomic
+def tenant_set_allowed_models(
+    *, tenant: Tenant, model_names: Iterable[str], actor: Any = None, actor_label: str | None = None
+) -> Tenant:
+    """Grant exactly these served models (an empty list grants every model)."""
+    from controlplane.deployments.models import ServedModel
+
+    names = sorted(set(model_names))
+    models = list(ServedModel.objects.filter(name__in=names))
+    missing = set(names) - {m.name for m in models}
+    if missing:
+        raise ValidationError(f"unknown models: {', '.join(sorted(missing))}")
+    tenant.allowed_models.set(models)
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="tenant.grant_models",
+        target=tenant,
+        details={"models": names},
+    )
+    auth_epoch_bump()
+    return tenant
+
+
+@transaction.atomic
+def tenant_rotate_cache_salt(
+    *, tenant: Tenant, actor: Any = None, actor_label: str | None = None
+) -> Tenant:
+    """A new secret salt: the tenant's earlier prefix-cache entries are never hit again."""
+    tenant.cache_salt = _new_cache_salt()
+    tenant.cache_salt_rotated_at = timezone.now()
+    tenant.save(update_fields=["cache_salt", "cache_salt_rotated_at"])
+    audit_record(actor=actor, actor_label=actor_label, action="tenant.rotate_salt", target=tenant)
+    auth_epoch_bump()
+    return tenant
+
+
+@transaction.atomic
+def tenant_get_or_create_playground(*, user: Any) -> Tenant:
+    """The private tenant a staff user's playground session runs under (no limits, all models)."""
+    tenant = Tenant.objects.filter(playground_user=user).first()
+    if tenant is not None:
+        return tenant
+    name = f"Playground: {user.get_username()}"
+    tenant = Tenant.objects.create(
+        name=name,
+        slug=_unique_slug(f"playground-{user.get_username()}"),
+        cache_salt=_new_cache_salt(),
+        playground_user=user,
+    )
+    audit_record(actor=user, action="tenant.create_playground", target=tenant)
+    return tenant
 
 
 @dataclass(frozen=True)
@@ -51,11 +181,89 @@ class CreatedKey:
     secret: str  # shown once; never stored
 
 
+def _check_scopes(scopes: Iterable[str]) -> list[str]:
+    scopes = sorted(set(scopes))
+    unknown = [s for s in scopes if s not in API_SCOPES]
+    if unknown:
+        raise ValidationError(
+            f"unknown scopes {', '.join(unknown)}; known: {', '.join(API_SCOPES)}"
+        )
+    return scopes
+
+
 @transaction.atomic
-def api_key_create(*, tenant: Tenant, name: str = "default") -> CreatedKey:
-    prefix = "sk-" + secrets.token_hex(KEY_PREFIX_LEN // 2)
-    secret = f"{prefix}{secrets.token_urlsafe(32)}"
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str = "default",
+    scopes: Iterable[str] = (),
+    expires_at: datetime | None = None,
+    actor: Any = None,
+    actor_label: str | None = None,
+) -> CreatedKey:
+    """A new key; the returned secret is the only copy (the database keeps a keyed hash)."""
+    scopes = _check_scopes(scopes)
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError("expires_at is in the past")
+    prefix, secret = new_secret()
+    while ApiKey.objects.filter(prefix=prefix).exists():  # 32 random bits: rare, not impossible
+        prefix, secret = new_secret()
     key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=prefix, secret_hash=hash_secret(secret)
+        tenant=tenant,
+        name=name or "default",
+        prefix=prefix,
+        secret_hash=hash_secret(secret),
+        scopes=scopes,
+        expires_at=expires_at,
     )
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="api_key.create",
+        target=key,
+        details={"prefix": prefix, "name": key.name, "scopes": scopes},
+    )
+    # A negative cache entry for this prefix may exist (someone guessed it): drop it.
+    auth_epoch_bump()
     return CreatedKey(key=key, secret=secret)
+
+
+@transaction.atomic
+def api_key_revoke(*, key: ApiKey, actor: Any = None, actor_label: str | None = None) -> ApiKey:
+    """Revoke a key; every API process refuses it within seconds. Revoking twice is a no-op."""
+    key = ApiKey.objects.select_for_update().get(pk=key.pk)
+    if key.revoked_at is not None:
+        return key
+    key.revoked_at = timezone.now()
+    key.save(update_fields=["revoked_at"])
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="api_key.revoke",
+        target=key,
+        details={"prefix": key.prefix},
+    )
+    auth_epoch_bump()
+    return key
+
+
+def last_used_redis_key() -> str:
+    return redis_key("auth", "last_used")
+
+
+def api_key_flush_last_used() -> int:
+    """Copy last-use times that API processes left in Redis into the database (periodic job)."""
+    client = sync_redis()
+    pipe = client.pipeline(transaction=True)
+    pipe.hgetall(last_used_redis_key())
+    pipe.delete(last_used_redis_key())
+    stamps, _ = pipe.execute()
+    updated = 0
+    for raw_id, raw_ts in stamps.items():
+        when = datetime.fromtimestamp(float(raw_ts), tz=UTC)
+        updated += (
+            ApiKey.objects.filter(pk=int(raw_id))
+            .exclude(last_used_at__gte=when)
+            .update(last_used_at=when)
+        )
+    return updated

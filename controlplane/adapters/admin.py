@@ -1,0 +1,153 @@
+"""Admin for LoRA adapters: upload files or a zip (or register a server path), see the
+validation state and reason, grant to tenants, validate again, delete. Every write goes
+through ``controlplane.adapters.services``.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+
+from controlplane.adapters import services
+from controlplane.adapters.models import Adapter
+
+
+class AdapterAddForm(forms.ModelForm):
+    """Name, base model, grants, and the adapter itself in one of three ways."""
+
+    config_file = forms.FileField(
+        required=False, label="adapter_config.json", help_text="With the weights file below."
+    )
+    weights_file = forms.FileField(required=False, label="adapter_model.safetensors")
+    archive = forms.FileField(
+        required=False,
+        label="or a zip",
+        help_text="A zip holding both files (at its root or in one folder).",
+    )
+    server_path = forms.CharField(
+        required=False,
+        label="or a path on the server",
+        help_text="A directory the platform can read; its files stay where they are.",
+    )
+
+    class Meta:
+        model = Adapter
+        fields = ["name", "base_model", "tenants"]
+
+    def clean(self):
+        data = super().clean()
+        files = data.get("config_file"), data.get("weights_file")
+        given = [
+            any(files),
+            bool(data.get("archive")),
+            bool((data.get("server_path") or "").strip()),
+        ]
+        if sum(given) != 1:
+            raise forms.ValidationError(
+                "Give the adapter one way: both files, a zip, or a path on the server."
+            )
+        if any(files) and not all(files):
+            raise forms.ValidationError("Upload both adapter_config.json and the weights file.")
+        return data
+
+
+class AdapterChangeForm(forms.ModelForm):
+    class Meta:
+        model = Adapter
+        fields = ["tenants"]
+
+
+@admin.register(Adapter)
+class AdapterAdmin(admin.ModelAdmin):
+    list_display = ("name", "base_model", "state", "short_reason", "rank", "created_at")
+    list_filter = ("state", "base_model")
+    search_fields = ("name",)
+    filter_horizontal = ("tenants",)
+    # Django's delete_selected confirms, then calls delete_queryset (adapter_delete each).
+    actions = ["validate_again"]
+    readonly_on_change = (
+        "name",
+        "base_model",
+        "state",
+        "failure_reason",
+        "path",
+        "checksum",
+        "rank",
+        "lora_alpha",
+        "target_modules",
+        "validated_at",
+        "created_at",
+        "updated_at",
+    )
+
+    @admin.display(description="failure reason")
+    def short_reason(self, obj: Adapter) -> str:
+        return obj.failure_reason[:120]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        kwargs["form"] = AdapterChangeForm if obj is not None else AdapterAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return [
+                "name",
+                "base_model",
+                "config_file",
+                "weights_file",
+                "archive",
+                "server_path",
+                "tenants",
+            ]
+        return [*self.readonly_on_change, "tenants"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_on_change if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return  # only grants change, in save_related
+        data = form.cleaned_data
+        common = dict(
+            name=data["name"],
+            base=data["base_model"],
+            tenants=list(data.get("tenants") or ()),
+            actor=request.user,
+        )
+        if data.get("server_path"):
+            created = services.adapter_register(path=data["server_path"].strip(), **common)
+        elif data.get("archive"):
+            created = services.adapter_upload(archive=data["archive"], **common)
+        else:
+            created = services.adapter_upload(
+                files=[data["config_file"], data["weights_file"]], **common
+            )
+        for field in Adapter._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(created, field.attname))
+        obj._state.adding = False
+        obj._state.db = created._state.db
+
+    def save_related(self, request, form, formsets, change):
+        if not change:
+            return  # the upload service granted them
+        adapter = form.instance
+        wanted = set(form.cleaned_data.get("tenants") or ())
+        current = set(adapter.tenants.all())
+        for tenant in wanted - current:
+            services.adapter_grant(adapter=adapter, tenant=tenant, actor=request.user)
+        for tenant in current - wanted:
+            services.adapter_revoke_grant(adapter=adapter, tenant=tenant, actor=request.user)
+
+    def delete_model(self, request, obj):
+        services.adapter_delete(adapter=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for adapter in queryset:
+            services.adapter_delete(adapter=adapter, actor=request.user)
+
+    @admin.action(description="Validate selected adapters again")
+    def validate_again(self, request, queryset: QuerySet[Adapter]):
+        for adapter in queryset:
+            services.adapter_request_validation(adapter=adapter)
+        self.message_user(request, f"Queued validation of {queryset.count()} adapter(s).")

@@ -1,0 +1,79 @@
+"""Reads on LoRA adapters: what a tenant may call, and where a call to an adapter goes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from controlplane.adapters.models import Adapter
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRoute:
+    """Everything the API needs to send a request to an adapter, detached from the ORM.
+
+    ``base_model`` names the served model whose engines run it (its request stream); ``name``,
+    ``checksum`` and ``path`` become the request's ``AdapterRef``.
+    """
+
+    name: str
+    base_model: str
+    checksum: str
+    path: str
+    created: int  # Unix time, for /v1/models
+
+
+def _route(adapter: Adapter) -> AdapterRoute:
+    return AdapterRoute(
+        name=adapter.name,
+        base_model=adapter.base_model.name,
+        checksum=adapter.checksum,
+        path=adapter.path,
+        created=int(adapter.created_at.timestamp()),
+    )
+
+
+def adapter_list(*, base_model: str | None = None, state: str | None = None) -> QuerySet[Adapter]:
+    qs = Adapter.objects.select_related("base_model")
+    if base_model is not None:
+        qs = qs.filter(base_model__name=base_model)
+    if state is not None:
+        qs = qs.filter(state=state)
+    return qs
+
+
+def adapter_get(*, name: str) -> Adapter | None:
+    return Adapter.objects.select_related("base_model").filter(name=name).first()
+
+
+def _visible(tenant_id: int) -> QuerySet[Adapter]:
+    return Adapter.objects.select_related("base_model").filter(
+        tenants__id=tenant_id, state=Adapter.State.READY, base_model__is_active=True
+    )
+
+
+def adapters_visible_to(*, tenant_id: int) -> list[AdapterRoute]:
+    """Ready adapters granted to the tenant whose base model is served, ordered by name."""
+    return [_route(a) for a in _visible(tenant_id).order_by("name")]
+
+
+async def aadapters_visible_to(*, tenant_id: int) -> list[AdapterRoute]:
+    return [_route(a) async for a in _visible(tenant_id).order_by("name")]
+
+
+def adapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
+    """Where a call with ``model=name`` goes for this tenant; None means 404 (unknown or
+    not granted, deliberately indistinguishable so names of other tenants' adapters leak not)."""
+    adapter = _visible(tenant_id).filter(name=name).first()
+    return None if adapter is None else _route(adapter)
+
+
+async def aadapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
+    adapter = await _visible(tenant_id).filter(name=name).afirst()
+    return None if adapter is None else _route(adapter)
+
+
+def tenant_adapter_names(*, tenant_id: int) -> frozenset[str]:
+    """Names of the ready adapters granted to the tenant (for cached key records)."""
+    return frozenset(_visible(tenant_id).values_list("name", flat=True))

@@ -1,0 +1,295 @@
+"""Writes on LoRA adapters. The admin, the management commands and the Celery task call these.
+
+Registering or uploading creates an adapter in state ``uploaded`` and queues its validation;
+validation (``adapter_validate``, run by the Celery worker) moves it through ``validating`` to
+``ready`` or ``failed`` and, once ready, announces it to the base model's engines. Grants and
+deletions bump the auth epoch, so every API process sees them within seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.adapters import engine_sync
+from controlplane.adapters.models import Adapter, adapter_name_validator
+from controlplane.adapters.uploads import ADAPTER_FILES, store_upload
+from controlplane.audit.services import audit_record
+from controlplane.deployments.models import ServedModel
+from controlplane.tenants.keycache import auth_epoch_bump
+from controlplane.tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ADAPTER_FILES",
+    "adapter_delete",
+    "adapter_grant",
+    "adapter_register",
+    "adapter_request_validation",
+    "adapter_revoke_grant",
+    "adapter_upload",
+    "adapter_validate",
+]
+
+
+def _max_lora_rank() -> int:
+    """The engines' max_lora_rank: adapters above it could never be loaded."""
+    return int(getattr(settings, "ENGINE_MAX_LORA_RANK", 64))
+
+
+def _resolve_base(base: ServedModel | str) -> ServedModel:
+    if isinstance(base, ServedModel):
+        return base
+    model = ServedModel.objects.filter(name=base).first()
+    if model is None:
+        raise ValidationError(f"unknown base model {base!r}; register it with load_model first")
+    return model
+
+
+def _check_name(name: str) -> None:
+    adapter_name_validator(name)
+    if Adapter.objects.filter(name=name).exists():
+        raise ValidationError(f"an adapter named {name!r} already exists")
+    if ServedModel.objects.filter(name=name).exists():
+        raise ValidationError(f"{name!r} is already a served model's name; pick another")
+
+
+def _create(
+    *,
+    name: str,
+    base: ServedModel | str,
+    path: Path,
+    stored_by_platform: bool,
+    tenants: Iterable[Tenant],
+    actor: Any,
+    actor_label: str | None,
+    enqueue: bool,
+) -> Adapter:
+    base_model = _resolve_base(base)
+    adapter = Adapter.objects.create(
+        name=name, base_model=base_model, path=str(path), stored_by_platform=stored_by_platform
+    )
+    tenants = list(tenants)
+    if tenants:
+        adapter.tenants.add(*tenants)
+        auth_epoch_bump()
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="adapter.upload" if stored_by_platform else "adapter.register",
+        target=adapter,
+        details={"base": base_model.name, "path": str(path), "tenants": [t.slug for t in tenants]},
+    )
+    if enqueue:
+        adapter_request_validation(adapter=adapter)
+    return adapter
+
+
+@transaction.atomic
+def adapter_register(
+    *,
+    path: str | Path,
+    name: str,
+    base: ServedModel | str,
+    tenants: Iterable[Tenant] = (),
+    actor: Any = None,
+    actor_label: str | None = None,
+    enqueue: bool = True,
+) -> Adapter:
+    """Register an adapter directory the operator keeps on disk; its files are never moved."""
+    _check_name(name)
+    directory = Path(path).expanduser().resolve()
+    if not directory.is_dir():
+        raise ValidationError(f"{directory} is not a directory")
+    return _create(
+        name=name,
+        base=base,
+        path=directory,
+        stored_by_platform=False,
+        tenants=tenants,
+        actor=actor,
+        actor_label=actor_label,
+        enqueue=enqueue,
+    )
+
+
+def adapter_upload(
+    *,
+    name: str,
+    base: ServedModel | str,
+    files: Iterable[Any] = (),
+    archive: IO[bytes] | None = None,
+    tenants: Iterable[Tenant] = (),
+    actor: Any = None,
+    actor_label: str | None = None,
+    enqueue: bool = True,
+) -> Adapter:
+    """Store uploaded adapter files (the two files, or a zip holding them) and register them.
+
+    ``files`` are file objects named ``adapter_config.json`` and ``adapter_model.safetensors``
+    (Django's UploadedFile, or any object with ``name`` and ``read``).
+    """
+    _check_name(name)
+    _resolve_base(base)
+    directory = store_upload(name=name, files=files, archive=archive)
+    try:
+        with transaction.atomic():
+            return _create(
+                name=name,
+                base=base,
+                path=directory,
+                stored_by_platform=True,
+                tenants=tenants,
+                actor=actor,
+                actor_label=actor_label,
+                enqueue=enqueue,
+            )
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def adapter_request_validation(*, adapter: Adapter) -> None:
+    """Queue validation on the Celery worker once the current transaction commits."""
+    from controlplane.adapters.tasks import validate_adapter
+
+    adapter_id = adapter.pk
+
+    def enqueue() -> None:
+        try:
+            validate_adapter.delay(adapter_id)
+        except Exception as exc:
+            logger.error("could not queue validation of adapter %s: %s", adapter_id, exc)
+
+    transaction.on_commit(enqueue)
+
+
+def adapter_validate(*, adapter_id: int) -> Adapter | None:
+    """Validate the adapter's files against its base model and record the outcome.
+
+    Runs in the Celery worker (or inline from ``register_adapter``). Returns None if the
+    adapter was deleted meanwhile. A failure is a state with a reason, never an exception.
+    """
+    with transaction.atomic():
+        adapter = (
+            Adapter.objects.select_for_update()
+            .select_related("base_model")
+            .filter(pk=adapter_id)
+            .first()
+        )
+        if adapter is None:
+            return None
+        was_ready = adapter.state == Adapter.State.READY
+        adapter.state = Adapter.State.VALIDATING
+        adapter.failure_reason = ""
+        adapter.save(update_fields=["state", "failure_reason", "updated_at"])
+
+    outcome = _inspect(adapter)
+    with transaction.atomic():
+        current = Adapter.objects.select_for_update().filter(pk=adapter_id).first()
+        if current is None:
+            return None
+        if isinstance(outcome, str):
+            current.state = Adapter.State.FAILED
+            current.failure_reason = outcome
+            current.checksum = ""
+        else:
+            current.state = Adapter.State.READY
+            current.failure_reason = ""
+            current.checksum = outcome.checksum
+            current.rank = outcome.rank
+            current.lora_alpha = outcome.lora_alpha
+            current.target_modules = list(outcome.target_modules)
+        current.validated_at = timezone.now()
+        current.save()
+        audit_record(
+            action="adapter.validate",
+            target=current,
+            actor_label="validation",
+            details={"state": current.state, "reason": current.failure_reason},
+        )
+        if current.is_ready:
+            engine_sync.publish_adapter(
+                model=adapter.base_model.name,
+                ref=engine_sync.adapter_ref(
+                    name=current.name, checksum=current.checksum, path=current.path
+                ),
+            )
+        elif was_ready:
+            engine_sync.withdraw_adapter(model=adapter.base_model.name, name=current.name)
+        auth_epoch_bump()
+    return current
+
+
+def _inspect(adapter: Adapter):
+    """The AdapterSpec, or a readable failure reason."""
+    # Imported here: the worker may load engine code, API processes never import this path.
+    from engine.lora.shapes import BaseModelShape
+    from engine.lora.validation import inspect_adapter
+
+    try:
+        base = BaseModelShape.from_pretrained(adapter.base_model.path)
+    except ValueError as exc:
+        return f"base model {adapter.base_model.name}: {exc}"
+    try:
+        return inspect_adapter(adapter.path, base, max_lora_rank=_max_lora_rank())
+    except ValueError as exc:  # AdapterError is a ValueError
+        return str(exc)
+    except OSError as exc:
+        return f"could not read the adapter files: {exc}"
+    except Exception as exc:
+        logger.exception("validating adapter %s failed unexpectedly", adapter.name)
+        return f"unexpected error while validating: {exc}"
+
+
+@transaction.atomic
+def adapter_grant(
+    *, adapter: Adapter, tenant: Tenant, actor: Any = None, actor_label: str | None = None
+) -> None:
+    """Let ``tenant`` call ``adapter`` (once ready); granting twice is harmless."""
+    adapter.tenants.add(tenant)
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="adapter.grant",
+        target=adapter,
+        details={"tenant": tenant.slug},
+    )
+    auth_epoch_bump()
+
+
+@transaction.atomic
+def adapter_revoke_grant(
+    *, adapter: Adapter, tenant: Tenant, actor: Any = None, actor_label: str | None = None
+) -> None:
+    adapter.tenants.remove(tenant)
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="adapter.revoke_grant",
+        target=adapter,
+        details={"tenant": tenant.slug},
+    )
+    auth_epoch_bump()
+
+
+@transaction.atomic
+def adapter_delete(*, adapter: Adapter, actor: Any = None, actor_label: str | None = None) -> None:
+    """Delete the adapter, unload it from engines and remove files the platform stored."""
+    name, model, path = adapter.name, adapter.base_model.name, Path(adapter.path)
+    stored = adapter.stored_by_platform
+    audit_record(actor=actor, actor_label=actor_label, action="adapter.delete", target=adapter)
+    adapter.delete()
+    engine_sync.withdraw_adapter(model=model, name=name)
+    auth_epoch_bump()
+    if stored:
+        transaction.on_commit(lambda: shutil.rmtree(path, ignore_errors=True))

@@ -1,0 +1,44 @@
+"""The staff dashboard: a page, and the JSON it polls (live engines, usage per tenant)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.contrib import admin
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+
+from controlplane.dashboard.selectors import engine_status_list
+from controlplane.usage.selectors import daily_tokens_by_tenant, tokens_per_minute_by_tenant
+from controlplane.usage.services import usage_flush
+
+logger = logging.getLogger(__name__)
+
+
+@staff_member_required
+def dashboard(request: HttpRequest):
+    # The admin's context (site header, user links), so the page sits inside the admin.
+    context = {**admin.site.each_context(request), "title": "Dashboard"}
+    return render(request, "dashboard/index.html", context)
+
+
+@never_cache
+def dashboard_data(request: HttpRequest) -> JsonResponse:
+    if not (request.user.is_active and request.user.is_staff):
+        return JsonResponse({"error": "staff only"}, status=403)
+    try:
+        # The dashboard stays current even where no Celery beat drains usage.
+        usage_flush(max_batches=5)
+    except Exception:
+        logger.warning("usage flush from the dashboard failed", exc_info=True)
+    return JsonResponse(
+        {
+            "now": time.time(),
+            "engines": engine_status_list(),
+            "tokens_per_minute": tokens_per_minute_by_tenant(minutes=60),
+            "tokens_per_day": daily_tokens_by_tenant(days=14),
+        }
+    )

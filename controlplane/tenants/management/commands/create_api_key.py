@@ -1,0 +1,55 @@
+"""manage.py create_api_key --tenant NAME [--name KEYNAME] [--scope S ...] [--expires-days N].
+
+Prints the secret once, alone on the last line of stdout; only its hash is stored.
+"""
+
+from datetime import timedelta
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from controlplane.tenants.models import API_SCOPES
+from controlplane.tenants.selectors import tenant_get
+from controlplane.tenants.services import api_key_create
+
+
+class Command(BaseCommand):
+    help = "Create an API key for a tenant and print its secret (shown only this once)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", required=True, help="tenant name or slug")
+        parser.add_argument("--name", default="default", help="a label for the key")
+        parser.add_argument(
+            "--scope",
+            action="append",
+            default=[],
+            choices=API_SCOPES,
+            help="allow only this endpoint (repeatable; default: all)",
+        )
+        parser.add_argument("--expires-days", type=float, help="expire after N days")
+
+    def handle(self, *args, tenant, name, scope, expires_days, **options):
+        found = tenant_get(name_or_slug=tenant)
+        if found is None:
+            raise CommandError(f"no tenant named {tenant!r}")
+        expires_at = None
+        if expires_days is not None:
+            if expires_days <= 0:
+                raise CommandError("--expires-days must be positive")
+            expires_at = timezone.now() + timedelta(days=expires_days)
+        try:
+            created = api_key_create(
+                tenant=found,
+                name=name,
+                scopes=scope,
+                expires_at=expires_at,
+                actor_label="manage.py",
+            )
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from exc
+        self.stderr.write(
+            f"created key {created.key.prefix}… for {found.name!r}; "
+            "the secret below is shown only once:"
+        )
+        self.stdout.write(created.secret)

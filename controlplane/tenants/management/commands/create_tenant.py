@@ -1,0 +1,44 @@
+"""manage.py create_tenant NAME [--rpm N] [--tpm N] [--max-concurrent N] [--monthly-budget N]
+[--model NAME ...]."""
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.tenants.services import tenant_create, tenant_set_allowed_models
+
+
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = "Create a tenant with optional limits (unset limits are unlimited)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+        parser.add_argument("--rpm", type=positive, help="requests per minute")
+        parser.add_argument("--tpm", type=positive, help="tokens per minute")
+        parser.add_argument("--max-concurrent", type=positive, help="concurrent requests")
+        parser.add_argument("--monthly-budget", type=positive, help="tokens per calendar month")
+        parser.add_argument(
+            "--model", action="append", default=[], help="grant only this model (repeatable)"
+        )
+
+    def handle(self, *args, name, rpm, tpm, max_concurrent, monthly_budget, model, **options):
+        try:
+            tenant = tenant_create(
+                name=name,
+                requests_per_minute=rpm,
+                tokens_per_minute=tpm,
+                max_concurrent_requests=max_concurrent,
+                monthly_token_budget=monthly_budget,
+                actor_label="manage.py",
+            )
+            if model:
+                tenant_set_allowed_models(tenant=tenant, model_names=model, actor_label="manage.py")
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from exc
+        self.stdout.write(f"created tenant {tenant.name!r} (slug {tenant.slug})")

@@ -1,0 +1,252 @@
+"""Per-tenant rate limits, atomic in Redis across every API process.
+
+Requests per minute and tokens per minute are token buckets that refill continuously (capacity
+= the per-minute limit, refill = limit / 60 per second), as OpenAI's limits behave. Concurrency
+is a sorted set of in-flight tickets scored by a lease deadline, so a crashed API process's
+tickets expire instead of leaking. The monthly token budget is a counter per calendar month.
+
+Admission checks every limit and takes from every bucket in one Lua script, so no interleaving
+of processes can admit more than the limits allow (DRF's cache throttle is documented as
+racy). Tokens are reserved as prompt + max_tokens and corrected at release with the real count.
+Redis' own clock (TIME) is used, so API hosts' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from controlplane.tenants.redis_clients import redis_key
+
+_COMMON_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function level(key, limit)
+  local v = redis.call('HMGET', key, 'v', 't')
+  local lv, lt = tonumber(v[1]), tonumber(v[2])
+  if not lv then return limit end
+  return math.min(limit, lv + math.max(0, now - lt) * limit / 60.0)
+end
+local function put(key, lv)
+  redis.call('HSET', key, 'v', lv, 't', now)
+  -- an idle bucket is full again after 60 s; let Redis forget it a little later
+  redis.call('EXPIRE', key, 120)
+end
+"""
+
+# KEYS: requests bucket, tokens bucket, in-flight set, month budget counter
+# ARGV: rpm, tpm, max_concurrent, budget (-1: unlimited), cost, ticket, lease_s, budget_ttl_s
+# Returns {admitted, reason, retry_ms, req_remaining, req_reset_ms, tok_remaining, tok_reset_ms}
+_ACQUIRE_LUA = (
+    _COMMON_LUA
+    + """
+local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
+local conc, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cost, lease = tonumber(ARGV[5]), tonumber(ARGV[7])
+local rl, tl = -1, -1
+if rpm >= 0 then rl = level(KEYS[1], rpm) end
+if tpm >= 0 then tl = level(KEYS[2], tpm) end
+local reason, retry = '', 0
+if tpm >= 0 and cost > tpm then
+  reason = 'too_large'
+elseif rpm >= 0 and rl < 1 then
+  reason = 'requests'; retry = math.ceil((1 - rl) * 60000 / rpm)
+elseif tpm >= 0 and tl < cost then
+  reason = 'tokens'; retry = math.ceil((cost - tl) * 60000 / tpm)
+end
+if reason == '' and conc >= 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= conc then reason = 'concurrency'; retry = 1000 end
+end
+if reason == '' and budget >= 0 then
+  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if used + cost > budget then reason = 'budget' end
+end
+local admitted = 0
+if reason == '' then
+  admitted = 1
+  if rpm >= 0 then rl = rl - 1; put(KEYS[1], rl) end
+  if tpm >= 0 then tl = tl - cost; put(KEYS[2], tl) end
+  if conc >= 0 then
+    redis.call('ZADD', KEYS[3], now + lease, ARGV[6])
+    redis.call('EXPIRE', KEYS[3], lease)
+  end
+  if budget >= 0 then
+    redis.call('INCRBY', KEYS[4], cost)
+    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[8]))
+  end
+end
+local rr, rres, tr, tres = -1, -1, -1, -1
+if rpm >= 0 then rr = math.max(0, math.floor(rl)); rres = math.ceil((rpm - rl) * 60000 / rpm) end
+if tpm >= 0 then tr = math.max(0, math.floor(tl)); tres = math.ceil((tpm - tl) * 60000 / tpm) end
+return {admitted, reason, retry, rr, rres, tr, tres}
+"""
+)
+
+# KEYS: tokens bucket, in-flight set, month budget counter
+# ARGV: tpm (-1: unlimited), unused tokens (reserved - used; negative when it used more),
+#       ticket, budget limited (1/0)
+_RELEASE_LUA = (
+    _COMMON_LUA
+    + """
+local tpm, unused = tonumber(ARGV[1]), tonumber(ARGV[2])
+if tpm >= 0 and unused ~= 0 then put(KEYS[1], math.min(tpm, level(KEYS[1], tpm) + unused)) end
+redis.call('ZREM', KEYS[2], ARGV[3])
+if ARGV[4] == '1' and unused ~= 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('DECRBY', KEYS[3], unused)
+end
+return 1
+"""
+)
+
+REASONS = ("requests", "tokens", "too_large", "concurrency", "budget")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A tenant's limits; None means unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
+    monthly_token_budget: int | None = None
+
+    @property
+    def unlimited(self) -> bool:
+        return (
+            self.requests_per_minute is None
+            and self.tokens_per_minute is None
+            and self.max_concurrent_requests is None
+            and self.monthly_token_budget is None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What admission decided, with the numbers behind OpenAI's ``x-ratelimit-*`` headers."""
+
+    admitted: bool
+    reason: str  # "" when admitted, else one of REASONS
+    retry_after_s: float
+    remaining_requests: int | None
+    reset_requests_s: float | None
+    remaining_tokens: int | None
+    reset_tokens_s: float | None
+
+
+def _arg(value: int | None) -> int:
+    return -1 if value is None else int(value)
+
+
+def _opt(raw: int, scale: float = 1.0) -> float | None:
+    raw = int(raw)
+    return None if raw < 0 else raw / scale
+
+
+def _month_key(tenant_id: int) -> str:
+    return redis_key("rl", tenant_id, "budget", datetime.now(UTC).strftime("%Y%m"))
+
+
+def _keys(tenant_id: int) -> tuple[str, str, str]:
+    return (
+        redis_key("rl", tenant_id, "req"),
+        redis_key("rl", tenant_id, "tok"),
+        redis_key("rl", tenant_id, "inflight"),
+    )
+
+
+class RateLimiter:
+    """Acquire before a request runs, release after it ends; both are one Redis round trip.
+
+    ``lease_seconds`` bounds how long a concurrency slot outlives an API process that died
+    without releasing it.
+    """
+
+    def __init__(self, *, lease_seconds: int = 900):
+        self.lease_seconds = lease_seconds
+
+    def _acquire_args(self, tenant_id: int, limits: Limits, cost: int, ticket: str) -> list:
+        req, tok, inflight = _keys(tenant_id)
+        return [
+            _ACQUIRE_LUA,
+            4,
+            req,
+            tok,
+            inflight,
+            _month_key(tenant_id),
+            _arg(limits.requests_per_minute),
+            _arg(limits.tokens_per_minute),
+            _arg(limits.max_concurrent_requests),
+            _arg(limits.monthly_token_budget),
+            int(cost),
+            ticket,
+            self.lease_seconds,
+            40 * 86400,
+        ]
+
+    @staticmethod
+    def _decision(raw: list) -> Decision:
+        admitted, reason, retry, rr, rres, tr, tres = raw
+        return Decision(
+            admitted=bool(int(admitted)),
+            reason=reason.decode() if isinstance(reason, bytes) else reason,
+            retry_after_s=int(retry) / 1000,
+            remaining_requests=None if int(rr) < 0 else int(rr),
+            reset_requests_s=_opt(rres, 1000),
+            remaining_tokens=None if int(tr) < 0 else int(tr),
+            reset_tokens_s=_opt(tres, 1000),
+        )
+
+    async def acquire(
+        self, redis, *, tenant_id: int, limits: Limits, cost: int, ticket: str
+    ) -> Decision:
+        """Admit (and reserve ``cost`` tokens) or refuse, atomically. ``redis``: async client."""
+        return self._decision(
+            await redis.eval(*self._acquire_args(tenant_id, limits, cost, ticket))
+        )
+
+    def acquire_sync(
+        self, redis, *, tenant_id: int, limits: Limits, cost: int, ticket: str
+    ) -> Decision:
+        return self._decision(redis.eval(*self._acquire_args(tenant_id, limits, cost, ticket)))
+
+    def release_into(
+        self, pipe, *, tenant_id: int, limits: Limits, reserved: int, used: int, ticket: str
+    ) -> None:
+        """Queue the release on a pipeline (so it shares a round trip with usage recording)."""
+        _, tok, inflight = _keys(tenant_id)
+        pipe.eval(
+            _RELEASE_LUA,
+            3,
+            tok,
+            inflight,
+            _month_key(tenant_id),
+            _arg(limits.tokens_per_minute),
+            int(reserved) - int(used),
+            ticket,
+            0 if limits.monthly_token_budget is None else 1,
+        )
+
+
+def format_reset(seconds: float) -> str:
+    """OpenAI's reset format: "20ms", "1.5s", "6m0s"."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest}s"
+
+
+def ratelimit_headers(limits: Limits, decision: Decision) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers for each limited dimension (none for unlimited ones)."""
+    headers: dict[str, str] = {}
+    if limits.requests_per_minute is not None and decision.remaining_requests is not None:
+        headers["x-ratelimit-limit-requests"] = str(limits.requests_per_minute)
+        headers["x-ratelimit-remaining-requests"] = str(decision.remaining_requests)
+        headers["x-ratelimit-reset-requests"] = format_reset(decision.reset_requests_s or 0.0)
+    if limits.tokens_per_minute is not None and decision.remaining_tokens is not None:
+        headers["x-ratelimit-limit-tokens"] = str(limits.tokens_per_minute)
+        headers["x-ratelimit-remaining-tokens"] = str(decision.remaining_tokens)
+        headers["x-ratelimit-reset-tokens"] = format_reset(decision.reset_tokens_s or 0.0)
+    return headers

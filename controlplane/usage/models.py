@@ -1,0 +1,65 @@
+"""Usage: one record per API request, and daily rollups per tenant, key, model and adapter."""
+
+from django.db import models
+
+
+class UsageRecord(models.Model):
+    """One finished request, written in batches by ``usage_flush`` (never on the request path)."""
+
+    created_at = models.DateTimeField(db_index=True)  # when the request finished
+    request_id = models.CharField(max_length=64, blank=True)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="usage")
+    api_key = models.ForeignKey(
+        "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
+    )
+    key_prefix = models.CharField(max_length=32, blank=True)  # "session" for the playground
+    model = models.CharField(max_length=200)
+    adapter = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(default=0)
+    time_to_first_token = models.FloatField(null=True, blank=True)  # seconds
+    latency = models.FloatField(default=0.0)  # seconds
+    status = models.PositiveSmallIntegerField(default=200)  # HTTP status answered
+    finish_reason = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.key_prefix} {self.model}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class DailyUsage(models.Model):
+    """Totals for one day, tenant, key, model and adapter (UTC days)."""
+
+    date = models.DateField()
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="daily_usage"
+    )
+    key_prefix = models.CharField(max_length=32, blank=True)
+    model = models.CharField(max_length=200)
+    adapter = models.CharField(max_length=200, blank=True)
+    num_requests = models.PositiveIntegerField(default=0)
+    num_errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-date", "tenant_id", "model"]
+        verbose_name_plural = "daily usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["date", "tenant", "key_prefix", "model", "adapter"],
+                name="daily_usage_unique_group",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.date} {self.tenant_id} {self.key_prefix} {self.model}"

@@ -1,0 +1,112 @@
+"""Moving queued usage events from Redis into UsageRecord rows and daily rollups."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import msgspec
+from django.db import transaction
+from django.db.models import F
+
+from controlplane.tenants.models import ApiKey, Tenant
+from controlplane.tenants.redis_clients import redis_key, sync_redis
+from controlplane.tenants.services import api_key_flush_last_used
+from controlplane.usage.events import UsageEvent, decode_event, usage_queue_key
+from controlplane.usage.models import DailyUsage, UsageRecord
+
+logger = logging.getLogger(__name__)
+
+BATCH_SIZE = 1000
+
+
+def _record(event: UsageEvent, known_keys: set[int]) -> UsageRecord:
+    return UsageRecord(
+        created_at=datetime.fromtimestamp(event.finished_at, tz=UTC),
+        request_id=event.request_id[:64],
+        tenant_id=event.tenant_id,
+        api_key_id=event.key_id if event.key_id in known_keys else None,
+        key_prefix=event.key_prefix,
+        model=event.model,
+        adapter=event.adapter,
+        prompt_tokens=max(0, event.prompt_tokens),
+        completion_tokens=max(0, event.completion_tokens),
+        cached_tokens=max(0, event.cached_tokens),
+        time_to_first_token=event.time_to_first_token,
+        latency=event.latency,
+        status=event.status,
+        finish_reason=event.finish_reason,
+    )
+
+
+def _roll_up(records: list[UsageRecord]) -> None:
+    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    for r in records:
+        group = (r.created_at.date(), r.tenant_id, r.key_prefix, r.model, r.adapter)
+        t = totals[group]
+        t[0] += 1
+        t[1] += r.status >= 400
+        t[2] += r.prompt_tokens
+        t[3] += r.completion_tokens
+        t[4] += r.cached_tokens
+    for (date, tenant_id, prefix, model, adapter), t in totals.items():
+        row, _ = DailyUsage.objects.select_for_update().get_or_create(
+            date=date, tenant_id=tenant_id, key_prefix=prefix, model=model, adapter=adapter
+        )
+        DailyUsage.objects.filter(pk=row.pk).update(
+            num_requests=F("num_requests") + t[0],
+            num_errors=F("num_errors") + t[1],
+            prompt_tokens=F("prompt_tokens") + t[2],
+            completion_tokens=F("completion_tokens") + t[3],
+            cached_tokens=F("cached_tokens") + t[4],
+        )
+
+
+def _write_batch(raw_events: list[bytes]) -> int:
+    events = []
+    for raw in raw_events:
+        try:
+            events.append(decode_event(raw))
+        except msgspec.DecodeError:
+            logger.warning("dropping a malformed usage event: %r", raw[:200])
+    tenant_ids = set(
+        Tenant.objects.filter(pk__in={e.tenant_id for e in events}).values_list("pk", flat=True)
+    )
+    events = [e for e in events if e.tenant_id in tenant_ids]  # deleted tenants: nothing to bill
+    known_keys = set(
+        ApiKey.objects.filter(pk__in={e.key_id for e in events if e.key_id}).values_list(
+            "pk", flat=True
+        )
+    )
+    records = [_record(e, known_keys) for e in events]
+    with transaction.atomic():
+        UsageRecord.objects.bulk_create(records)
+        _roll_up(records)
+    return len(records)
+
+
+def usage_flush(*, max_batches: int = 100) -> int:
+    """Drain the usage queue into the database; returns how many records were written.
+
+    One flusher at a time (a Redis lock). Events leave the queue only after their batch has
+    committed, so a crash repeats a batch rather than losing it (at-least-once).
+    """
+    client = sync_redis()
+    lock = client.lock(redis_key("usage", "flush_lock"), timeout=120, blocking=False)
+    if not lock.acquire():
+        return 0
+    written = 0
+    try:
+        for _ in range(max_batches):
+            batch = client.lrange(usage_queue_key(), 0, BATCH_SIZE - 1)
+            if not batch:
+                break
+            written += _write_batch(batch)
+            client.ltrim(usage_queue_key(), len(batch), -1)
+        api_key_flush_last_used()
+    finally:
+        lock.release()
+    if written:
+        logger.info("usage flush wrote %d records", written)
+    return written

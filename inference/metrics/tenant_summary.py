@@ -1,0 +1,149 @@
+"""Per-tenant figures for the admin dashboard: prefix-cache hit rate and TTFT percentiles.
+
+vLLM's prefix-cache counters are per engine, and engines serve every tenant, so neither vLLM
+nor the Grafana anchors show these per tenant. They are read here from the same Redis hashes
+/metrics renders, summed over every model (or one), since the metrics store began.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from inference.metrics import definitions as d
+from inference.metrics.store import MetricKeys, StoredSeries, parse_series_member
+
+
+@dataclass(frozen=True, slots=True)
+class TenantMetrics:
+    tenant: str
+    num_requests: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    # cached / prompt tokens; None before the tenant's first prompt token.
+    prefix_cache_hit_rate: float | None
+    # Estimated from the TTFT histogram as Prometheus's histogram_quantile does.
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+
+
+def histogram_quantile(q: float, cumulative: list[tuple[float, float]]) -> float | None:
+    """The q-quantile of a histogram given as (upper bound, cumulative count), +Inf last.
+
+    Linear interpolation inside the bucket that holds the rank, like PromQL's
+    histogram_quantile; a rank in the +Inf bucket answers the highest finite bound.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    if not cumulative or cumulative[-1][1] <= 0:
+        return None
+    rank = q * cumulative[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for upper_bound, count in cumulative:
+        if count >= rank:
+            if math.isinf(upper_bound):
+                return lower_bound
+            if count == lower_count:
+                return upper_bound
+            return lower_bound + (upper_bound - lower_bound) * (rank - lower_count) / (
+                count - lower_count
+            )
+        lower_bound, lower_count = upper_bound, count
+    return lower_bound
+
+
+@dataclass(slots=True)
+class _Totals:
+    num_requests: int = 0
+    prompt_tokens: float = 0.0
+    cached: int = 0
+    ttft: list[int] | None = None
+
+
+def summarize(series: list[tuple[tuple[str, str], StoredSeries]]) -> list[TenantMetrics]:
+    """Fold stored label sets (model, tenant) into one TenantMetrics per tenant."""
+    totals: dict[str, _Totals] = {}
+    for (_model, tenant), stored in series:
+        t = totals.setdefault(tenant, _Totals())
+        t.num_requests += sum(stored.labelled_counter(d.REQUEST_SUCCESS.field).values())
+        t.cached += stored.counter(d.PROMPT_TOKENS_CACHED.field)
+        prompts = stored.histogram(d.REQUEST_PROMPT_TOKENS)
+        if prompts is not None:
+            t.prompt_tokens += prompts.total
+        ttft = stored.histogram(d.TIME_TO_FIRST_TOKEN)
+        if ttft is not None:
+            counts = [count for _, count in ttft.cumulative]
+            t.ttft = (
+                counts if t.ttft is None else [a + b for a, b in zip(t.ttft, counts, strict=True)]
+            )
+    bounds = [*d.TIME_TO_FIRST_TOKEN.buckets, math.inf]
+    result = []
+    for tenant in sorted(totals):
+        t = totals[tenant]
+        cumulative = list(zip(bounds, t.ttft, strict=True)) if t.ttft else []
+        prompt_tokens = round(t.prompt_tokens)
+        result.append(
+            TenantMetrics(
+                tenant=tenant,
+                num_requests=t.num_requests,
+                prompt_tokens=prompt_tokens,
+                cached_prompt_tokens=t.cached,
+                prefix_cache_hit_rate=(t.cached / prompt_tokens) if prompt_tokens else None,
+                ttft_p50_s=histogram_quantile(0.5, cumulative),
+                ttft_p95_s=histogram_quantile(0.95, cumulative),
+            )
+        )
+    return result
+
+
+def _keys() -> MetricKeys:
+    from django.conf import settings
+
+    return MetricKeys(settings.PLATFORM_REDIS_PREFIX)
+
+
+def _filter(members: list[str], model: str | None) -> list[str]:
+    members = sorted(members)
+    if model is None:
+        return members
+    return [m for m in members if parse_series_member(m)[0] == model]
+
+
+def tenant_metrics_summary(*, model: str | None = None) -> list[TenantMetrics]:
+    """Per tenant (sorted by name): requests, prefix-cache hit rate, TTFT p50/p95."""
+    import redis
+    from django.conf import settings
+
+    keys = _keys()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        members = _filter([m.decode() for m in client.smembers(keys.request_series)], model)
+        with client.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.hgetall(keys.request_hash(member))
+            hashes = pipe.execute() if members else []
+    finally:
+        client.close()
+    return summarize(
+        [(parse_series_member(m), StoredSeries(h)) for m, h in zip(members, hashes, strict=True)]
+    )
+
+
+async def atenant_metrics_summary(*, model: str | None = None) -> list[TenantMetrics]:
+    """tenant_metrics_summary for async views."""
+    import redis.asyncio as aioredis
+    from django.conf import settings
+
+    keys = _keys()
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        members = _filter([m.decode() for m in await client.smembers(keys.request_series)], model)
+        async with client.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.hgetall(keys.request_hash(member))
+            hashes = await pipe.execute() if members else []
+    finally:
+        await client.aclose()
+    return summarize(
+        [(parse_series_member(m), StoredSeries(h)) for m, h in zip(members, hashes, strict=True)]
+    )

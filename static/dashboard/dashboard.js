@@ -1,0 +1,96 @@
+/* The dashboard page: polls data.json, renders live engines and the three charts. */
+(function () {
+  "use strict";
+  const root = document.getElementById("dashboard");
+  const source = root.dataset.source;
+  const interval = Number(root.dataset.intervalMs) || 2000;
+  const MAX_POINTS = 150; // five minutes of live throughput at 2 s per poll
+  const throughput = { labels: [], series: {} };
+
+  function cell(row, text, className) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (className) td.className = className;
+    row.appendChild(td);
+    return td;
+  }
+
+  function renderEngines(engines) {
+    const body = root.querySelector("#engines tbody");
+    body.replaceChildren();
+    if (!engines.length) {
+      const row = body.insertRow();
+      row.className = "empty";
+      const td = cell(row, "No live engine. Start one with: python manage.py run_engine --model NAME");
+      td.colSpan = 10;
+      return;
+    }
+    for (const e of engines) {
+      const row = body.insertRow();
+      row.className = "engine";
+      row.dataset.engineId = e.engine_id;
+      cell(row, e.model);
+      cell(row, e.engine_id);
+      const kv = cell(row, "", "num");
+      const pct = Math.round((e.kv_cache_usage || 0) * 1000) / 10;
+      const bar = document.createElement("span");
+      bar.className = "bar";
+      const fill = document.createElement("span");
+      fill.style.width = Math.min(100, pct) + "%";
+      bar.appendChild(fill);
+      kv.append(bar, " " + pct + "%");
+      cell(row, String(e.num_running), "num");
+      cell(row, String(e.num_waiting), "num");
+      cell(row, (e.tokens_per_s || 0).toFixed(1), "num");
+      cell(row, Math.round((e.prefix_cache_hit_rate || 0) * 100) + "%", "num");
+      cell(row, String(e.num_preemptions), "num");
+      cell(row, (e.adapters || []).join(", ") || "–");
+      cell(row, e.draining ? "draining" : "serving", e.draining ? "draining" : "");
+    }
+  }
+
+  function recordThroughput(engines) {
+    const perModel = {};
+    for (const e of engines) perModel[e.model] = (perModel[e.model] || 0) + (e.tokens_per_s || 0);
+    throughput.labels.push(new Date().toLocaleTimeString());
+    const length = throughput.labels.length;
+    for (const model of Object.keys(perModel)) {
+      if (!throughput.series[model]) throughput.series[model] = new Array(length - 1).fill(0);
+    }
+    for (const model of Object.keys(throughput.series)) {
+      throughput.series[model].push(perModel[model] || 0);
+    }
+    if (length > MAX_POINTS) {
+      throughput.labels.shift();
+      for (const model of Object.keys(throughput.series)) throughput.series[model].shift();
+    }
+  }
+
+  function shortTime(iso) { return iso.slice(11, 16); }
+
+  async function poll() {
+    try {
+      const response = await fetch(source, { credentials: "same-origin" });
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      const data = await response.json();
+      renderEngines(data.engines);
+      recordThroughput(data.engines);
+      document.getElementById("engines-updated").textContent =
+        "updated " + new Date(data.now * 1000).toLocaleTimeString();
+      const charts = window.PlatformCharts;
+      charts.drawLineChart(document.getElementById("chart-throughput"),
+        throughput.labels, throughput.series);
+      charts.drawLineChart(document.getElementById("chart-tenant-minutes"),
+        data.tokens_per_minute.minutes.map(shortTime), data.tokens_per_minute.series);
+      charts.drawLineChart(document.getElementById("chart-tenant-days"),
+        data.tokens_per_day.days, data.tokens_per_day.series);
+      root.dataset.loaded = "true";
+    } catch (error) {
+      document.getElementById("engines-updated").textContent = "update failed: " + error.message;
+    } finally {
+      setTimeout(poll, interval);
+    }
+  }
+
+  poll();
+})();

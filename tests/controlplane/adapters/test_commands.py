@@ -1,0 +1,68 @@
+"""register_adapter and grant_adapter: the command-line contract of DESIGN.md section 13."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from controlplane.adapters import selectors
+from controlplane.adapters.models import Adapter
+
+pytestmark = pytest.mark.django_db
+
+
+def test_register_with_tenants_validates_and_grants(base_model, adapter_dir, make_tenant, capsys):
+    tenant = make_tenant("Acme")
+    call_command(
+        "register_adapter",
+        str(adapter_dir),
+        "--name",
+        "acme-bot",
+        "--base",
+        "tiny-llama",
+        "--tenant",
+        "Acme",
+    )
+    out = capsys.readouterr().out
+    assert (
+        "adapter acme-bot is ready on tiny-llama (rank 8, q_proj, v_proj; granted to acme)" in out
+    )
+    assert [r.name for r in selectors.adapters_visible_to(tenant_id=tenant.pk)] == ["acme-bot"]
+
+
+def test_register_reports_a_failed_validation(base_model, wrong_shape_dir):
+    with pytest.raises(CommandError, match=r"failed validation: layer 0 q_proj\.lora_A has shape"):
+        call_command(
+            "register_adapter", str(wrong_shape_dir), "--name", "w", "--base", "tiny-llama"
+        )
+    assert Adapter.objects.get(name="w").state == Adapter.State.FAILED
+
+
+def test_register_refuses_unknown_tenants_and_bases(base_model, adapter_dir):
+    with pytest.raises(CommandError, match="unknown tenant 'ghost'"):
+        call_command(
+            "register_adapter",
+            str(adapter_dir),
+            "--name",
+            "a",
+            "--base",
+            "tiny-llama",
+            "--tenant",
+            "ghost",
+        )
+    with pytest.raises(CommandError, match="unknown base model 'nope'"):
+        call_command("register_adapter", str(adapter_dir), "--name", "a", "--base", "nope")
+    assert not Adapter.objects.exists()
+
+
+def test_grant_and_revoke(base_model, adapter_dir, make_tenant, capsys):
+    tenant = make_tenant("Beta")
+    call_command("register_adapter", str(adapter_dir), "--name", "b", "--base", "tiny-llama")
+    call_command("grant_adapter", "b", "--tenant", "beta")
+    assert "adapter b granted to beta" in capsys.readouterr().out
+    assert selectors.tenant_adapter_names(tenant_id=tenant.pk) == {"b"}
+    call_command("grant_adapter", "b", "--tenant", "Beta", "--revoke")
+    assert selectors.tenant_adapter_names(tenant_id=tenant.pk) == frozenset()
+    with pytest.raises(CommandError, match="unknown adapter 'zzz'"):
+        call_command("grant_adapter", "zzz", "--tenant", "beta")

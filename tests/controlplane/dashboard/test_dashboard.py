@@ -1,0 +1,100 @@
+"""The staff dashboard: live engines from Redis status records, usage charts, staff only."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.urls import reverse
+
+from controlplane.dashboard.selectors import engine_status_list
+from controlplane.tenants.redis_clients import redis_key
+from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
+
+pytestmark = pytest.mark.django_db
+
+
+def _publish(redis_client, model, engine_id, **fields):
+    record = {"engine_id": engine_id, "model": model, **fields}
+    redis_client.set(redis_key("status", model, engine_id), json.dumps(record), ex=5)
+
+
+def test_engine_status_tolerates_missing_fields_and_skips_garbage(redis_client):
+    _publish(
+        redis_client,
+        "tiny",
+        "e1",
+        kv_cache_usage=0.25,
+        num_running=3,
+        tokens_per_s=120.5,
+        prefix_cache_queries=10,
+        prefix_cache_hits=4,
+    )
+    _publish(redis_client, "tiny", "e0")  # an engine that writes only its identity
+    redis_client.set(redis_key("status", "tiny", "broken"), b"{not json", ex=5)
+    engines = engine_status_list()
+    assert [e["engine_id"] for e in engines] == ["e0", "e1"]
+    assert engines[0]["num_waiting"] == 0 and engines[0]["adapters"] == []
+    assert engines[1]["num_running"] == 3 and engines[1]["prefix_cache_hit_rate"] == 0.4
+
+
+def test_dashboard_is_staff_only(client, django_user_model, redis_client):
+    assert client.get(reverse("dashboard:index")).status_code == 302  # to the admin login
+    assert client.get(reverse("dashboard:data")).status_code == 403
+    user = django_user_model.objects.create_user("plain", password="pw-123456")
+    client.force_login(user)
+    assert client.get(reverse("dashboard:data")).status_code == 403
+
+
+def test_dashboard_data_has_engines_and_tenant_usage(admin_client, redis_client, make_tenant):
+    tenant = make_tenant("Acme")
+    _publish(
+        redis_client,
+        "tiny",
+        "e1",
+        kv_cache_usage=0.5,
+        num_running=2,
+        num_waiting=1,
+        tokens_per_s=42.0,
+    )
+    event = UsageEvent(
+        finished_at=time.time(),
+        request_id="r1",
+        tenant_id=tenant.pk,
+        key_id=0,
+        key_prefix="session",
+        model="tiny",
+        adapter="",
+        prompt_tokens=30,
+        completion_tokens=12,
+        cached_tokens=0,
+        time_to_first_token=0.1,
+        latency=0.5,
+        status=200,
+        finish_reason="stop",
+    )
+    redis_client.rpush(usage_queue_key(), encode_event(event))
+
+    page = admin_client.get(reverse("dashboard:index")).content.decode()
+    assert "dashboard/chart.js" in page and 'id="chart-tenant-minutes"' in page
+
+    data = admin_client.get(reverse("dashboard:data")).json()
+    assert data["engines"][0]["model"] == "tiny" and data["engines"][0]["num_waiting"] == 1
+    assert sum(data["tokens_per_minute"]["series"]["Acme"]) == 42
+    assert data["tokens_per_day"]["series"]["Acme"][-1] == 42
+
+
+def test_chart_assets_are_served_by_the_project(admin_client, redis_client):
+    page = admin_client.get(reverse("dashboard:index")).content.decode()
+    assert 'src="http' not in page and 'href="http' not in page  # nothing from elsewhere
+    expected = {
+        "dashboard/chart.js": b"drawLineChart",
+        "dashboard/dashboard.js": b"renderEngines",
+        "dashboard/dashboard.css": b"#dashboard",
+    }
+    for name, marker in expected.items():
+        assert f"/static/{name}" in page
+        response = admin_client.get(f"/static/{name}")
+        assert response.status_code == 200, name
+        assert marker in b"".join(response.streaming_content)

@@ -1,0 +1,107 @@
+"""Acceptance 5: the admin in headless Chromium. Log in, create a tenant and a key, see the
+secret once, use it, revoke it (the API refuses it within seconds), and watch the live engine
+on the dashboard. Screenshots go to test-artifacts/controlplane/."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import httpx
+import pytest
+
+from tests.controlplane.e2e.conftest import ADMIN_PASSWORD, MODEL
+from tests.controlplane.support.shared_database import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ARTIFACTS = ROOT / "test-artifacts" / "controlplane"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def page():
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        yield context.new_page()
+        browser.close()
+
+
+def _models_status(base_url: str, secret: str) -> int:
+    response = httpx.get(
+        f"{base_url}/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=10
+    )
+    return response.status_code
+
+
+def test_admin_key_lifecycle_and_dashboard(live_platform, page):
+    base = live_platform.base_url
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", ADMIN_PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+
+    page.goto(f"{base}/admin/tenants/tenant/add/")
+    page.fill("#id_name", "Browser Co")
+    page.fill("#id_requests_per_minute", "100")
+    page.click("input[name=_save]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Browser Co" in page.inner_text("#result_list")
+
+    page.goto(f"{base}/admin/tenants/apikey/add/")
+    page.select_option("#id_tenant", label="Browser Co")
+    page.fill("#id_name", "browser-key")
+    page.click("input[name=_save]")
+    secret = page.inner_text("#api-key-secret").strip()
+    page.screenshot(path=str(ARTIFACTS / "1-key-created.png"), full_page=True)
+    assert secret.startswith("sk-")
+    prefix = secret[:11]
+    assert _models_status(base, secret) == 200
+    completion = httpx.post(
+        f"{base}/v1/completions",
+        headers={"Authorization": f"Bearer {secret}"},
+        json={"model": MODEL, "prompt": "Hello there", "max_tokens": 8},
+        timeout=60,
+    )
+    assert completion.status_code == 200, completion.text
+    assert completion.headers["x-ratelimit-limit-requests"] == "100"
+
+    page.goto(f"{base}/admin/tenants/apikey/")
+    assert secret not in page.content()  # shown once only
+    row = page.locator("#result_list tr", has_text=prefix)
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "revoke")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Revoked 1 key(s)" in page.inner_text("ul.messagelist")
+    page.screenshot(path=str(ARTIFACTS / "2-key-revoked.png"), full_page=True)
+    deadline = time.monotonic() + 5
+    while _models_status(base, secret) != 401:
+        assert time.monotonic() < deadline, "the API still accepts the revoked key"
+        time.sleep(0.2)
+
+    page.goto(f"{base}/dashboard/")
+    engine_row = page.wait_for_selector(f"#engines tr.engine:has-text('{MODEL}')", timeout=15000)
+    cells = engine_row.inner_text()
+    assert "serving" in cells and "%" in cells
+    page.wait_for_selector("#dashboard[data-loaded=true]")
+    data = page.evaluate("fetch('/dashboard/data.json').then(r => r.json())")
+    assert sum(data["tokens_per_minute"]["series"]["Browser Co"]) > 0  # the usage charted
+    page.wait_for_timeout(2500)  # a second poll, so the live throughput chart has a line
+    page.screenshot(path=str(ARTIFACTS / "3-dashboard.png"), full_page=True)

@@ -1,0 +1,81 @@
+"""A migrated file database and helpers to run manage.py and stand-in API processes on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class FileDatabase:
+    """A SQLite file every subprocess (commands, workers, Daphne) can share."""
+
+    def __init__(self, path: Path, redis_url: str):
+        self.path = path
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{path}",
+            "REDIS_URL": redis_url,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"manage.py {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    def migrate(self) -> FileDatabase:
+        self.manage("migrate", "--noinput", "-v0")
+        return self
+
+    def create_key(self, tenant: str, *extra: str) -> str:
+        return self.manage("create_api_key", "--tenant", tenant, *extra).stdout.splitlines()[-1]
+
+
+class ApiWorker:
+    """One stand-in API process (tests/controlplane/support/api_worker.py)."""
+
+    def __init__(self, db: FileDatabase):
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("api_worker.py"))],
+            cwd=ROOT,
+            env=db.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def send(self, **cmd) -> None:
+        self.process.stdin.write(json.dumps(cmd) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise AssertionError(f"worker exited with {self.process.wait()}")
+        return json.loads(line)
+
+    def call(self, **cmd) -> dict:
+        self.send(**cmd)
+        return self.receive()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,81 @@
+"""finish() hands usage recording to a background task: a slow or broken Redis delays no
+response and raises into no view."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from controlplane.tenants.ratelimit import Limits
+from controlplane.tenants.redis_clients import redis_key
+from controlplane.usage.events import usage_queue_key
+from inference import access
+from inference.access import Principal
+
+PRINCIPAL = Principal(
+    key_id=1,
+    key_prefix="sk-test0000",
+    tenant_id=7,
+    tenant_slug="t",
+    cache_salt="salt",
+    allowed_models=None,
+    limits=Limits(max_concurrent_requests=5),
+)
+
+
+async def _finish(admission):
+    await access.finish(
+        admission,
+        prompt_tokens=3,
+        completion_tokens=4,
+        cached_tokens=0,
+        status=200,
+        finish_reason="stop",
+        time_to_first_token=None,
+        latency=0.01,
+    )
+
+
+class _SlowPipeline:
+    def __init__(self, pipe, delay: float, fail: bool):
+        self._pipe, self._delay, self._fail = pipe, delay, fail
+
+    def __getattr__(self, name):
+        return getattr(self._pipe, name)
+
+    async def execute(self):
+        await asyncio.sleep(self._delay)
+        if self._fail:
+            raise ConnectionError("redis went away")
+        return await self._pipe.execute()
+
+
+def _slow_redis(monkeypatch, *, delay: float, fail: bool = False):
+    real = access.async_redis
+
+    class Client:
+        def pipeline(self, **kwargs):
+            return _SlowPipeline(real().pipeline(**kwargs), delay, fail)
+
+    monkeypatch.setattr(access, "async_redis", lambda: Client())
+    return real
+
+
+async def test_finish_returns_before_redis_answers(redis_client, monkeypatch):
+    admission = await access.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
+    _slow_redis(monkeypatch, delay=0.5)
+    start = time.monotonic()
+    await _finish(admission)
+    assert time.monotonic() - start < 0.1
+    assert redis_client.llen(usage_queue_key()) == 0  # not written yet...
+    await access.finish_pending()
+    assert redis_client.llen(usage_queue_key()) == 1  # ...but written, and the slot released
+    assert redis_client.zcard(redis_key("rl", 7, "inflight")) == 0
+
+
+async def test_a_failing_redis_is_logged_not_raised(redis_client, monkeypatch, caplog):
+    admission = await access.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
+    _slow_redis(monkeypatch, delay=0.0, fail=True)
+    await _finish(admission)
+    await access.finish_pending()
+    assert "could not record usage" in caplog.text

@@ -1,0 +1,98 @@
+"""deploy/compose.yaml: every service has what it needs to start and find the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+PLATFORM_ROLES = ("migrate", "web", "engine", "celery")
+
+
+def split_mount(volume: str) -> tuple[str, str]:
+    """``source:target[:mode]`` -> (source, target); sources may hold ``${VAR:-default}``."""
+    if volume.endswith((":ro", ":rw")):
+        volume = volume[:-3]
+    source, _, target = volume.rpartition(":")
+    return source, target
+
+
+@pytest.fixture(scope="module")
+def services() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+
+
+def test_every_part_of_the_platform_is_a_service(services):
+    expected = {"redis", "postgres", "web", "engine", "celery", "prometheus", "grafana"}
+    assert expected <= set(services)
+
+
+@pytest.mark.parametrize("role", PLATFORM_ROLES)
+def test_platform_roles_share_one_image_and_point_at_postgres_and_redis(services, role):
+    service = services[role]
+    assert service["image"] == "llm-platform"
+    assert isinstance(service["command"], list) and service["command"]
+    env = service["environment"]
+    assert env["DATABASE_URL"].startswith("postgresql://")
+    assert "@postgres:5432/" in env["DATABASE_URL"]
+    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["DJANGO_DEBUG"] == "0"
+    assert "DJANGO_SECRET_KEY" in env
+
+
+def test_roles_run_the_commands_of_their_role(services):
+    assert services["web"]["command"][:1] == ["daphne"]
+    assert services["web"]["command"][-1] == "controlplane.asgi:application"
+    assert services["engine"]["command"][:3] == ["python", "manage.py", "run_engine"]
+    assert services["celery"]["command"][:3] == ["celery", "-A", "controlplane"]
+    assert services["migrate"]["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    assert "build" in services["migrate"]  # the one service that builds the shared image
+
+
+def test_the_engine_reserves_a_gpu_and_reports_readiness(services):
+    engine = services["engine"]
+    devices = engine["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
+    assert engine["healthcheck"]["test"][1:4] == ["python", "-m", "inference.metrics.engine_ready"]
+    assert engine["stop_grace_period"]  # SIGTERM drains: give it time
+
+
+def test_web_and_engine_read_the_same_checkpoints(services):
+    def models_mount(role):
+        return [v for v in services[role]["volumes"] if split_mount(v)[1] == "/models"]
+
+    assert models_mount("web") and models_mount("web") == models_mount("engine")
+
+
+def test_platform_waits_for_its_database_and_redis(services):
+    for role in ("web", "engine", "celery"):
+        depends = services[role]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully"
+        assert depends["redis"]["condition"] == "service_healthy"
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "healthcheck" in services["redis"] and "healthcheck" in services["postgres"]
+
+
+def test_prometheus_scrapes_the_api_metrics(services):
+    (mount,) = services["prometheus"]["volumes"]
+    source, target = split_mount(mount)
+    assert target == "/etc/prometheus/prometheus.yml"
+    config = yaml.safe_load((DEPLOY / source).read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    job = jobs["llm-platform"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == ["web:8000"]
+
+
+def test_grafana_provisions_the_datasource_and_the_dashboard(services):
+    sources = {
+        target: source for source, target in map(split_mount, services["grafana"]["volumes"])
+    }
+    provisioning = DEPLOY / sources["/etc/grafana/provisioning"]
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((provisioning / "dashboards" / "platform.yml").read_text())
+    dashboards_dir = provider["providers"][0]["options"]["path"]
+    assert (DEPLOY / sources[dashboards_dir] / "platform.json").is_file()

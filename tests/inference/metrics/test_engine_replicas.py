@@ -1,0 +1,68 @@
+"""Two engine replicas of one model share its request stream: load spreads, nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from tests.inference.conftest import _spawn, _stop, _wait_for
+
+pytestmark = pytest.mark.slow
+
+NUM_REQUESTS = 100
+MAX_TOKENS = 4
+
+
+def _generated_per_engine(platform) -> dict[str, int]:
+    return {s["engine_id"]: s["generation_tokens_total"] for s in platform.engine_status()}
+
+
+@pytest.fixture
+def second_engine(platform):
+    """Another engine process for the platform's chat model, on the same Redis."""
+    log = platform.checkpoint.parent / "engine-replica.log"
+    args = ["--model-path", str(platform.checkpoint), "--model-name", platform.chat_model]
+    process = _spawn(
+        [sys.executable, "-m", "engine", *args, "--redis-url", platform.redis_url],
+        platform.env,
+        log,
+    )
+    try:
+        _wait_for(
+            lambda: len(platform.engine_status()) >= 2,
+            timeout=120,
+            what="second engine",
+            process=process,
+            log=log,
+        )
+        yield process
+    finally:
+        _stop(process)
+
+
+async def test_two_replicas_share_100_requests_and_lose_none(platform, second_engine):
+    platform.wait_engine_idle()
+    before = _generated_per_engine(platform)
+    assert len(before) == 2
+    sdk = platform.async_sdk(timeout=120)
+
+    async def one(i: int) -> int:
+        done = await sdk.completions.create(
+            model=platform.chat_model,
+            prompt=f"replica request {i}",
+            max_tokens=MAX_TOKENS,
+            extra_body={"ignore_eos": True},
+        )
+        return done.usage.completion_tokens
+
+    completions = await asyncio.gather(*(one(i) for i in range(NUM_REQUESTS)))
+    await sdk.close()
+
+    assert completions == [MAX_TOKENS] * NUM_REQUESTS  # every request answered in full
+    platform.wait_engine_idle()
+    after = _generated_per_engine(platform)
+    served = {engine: (after[engine] - before[engine]) // MAX_TOKENS for engine in before}
+    assert sum(served.values()) == NUM_REQUESTS, served
+    assert all(count >= 20 for count in served.values()), served
