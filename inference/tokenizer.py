@@ -46,6 +46,10 @@ class ChatTokenizer:
             self._tok = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:
             raise TokenizerError(f"tokenizer.json cannot be loaded: {exc}") from exc
+        # Some tokenizer.json files pad or truncate every input (MiniLM pads to 128), which
+        # would corrupt prompt token counts.
+        self._tok.no_padding()
+        self._tok.no_truncation()
         config_file = self.path / "tokenizer_config.json"
         self.config: dict[str, Any] = (
             json.loads(config_file.read_text()) if config_file.is_file() else {}

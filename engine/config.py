@@ -1,0 +1,81 @@
+"""EngineConfig: the one configuration object of an engine, validated when it is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """What to load and how to size the scheduler and the paged KV cache.
+
+    ``num_gpu_blocks`` fixes the number of KV blocks; when it is None the engine sizes the
+    cache itself: from ``gpu_memory_utilization`` on CUDA, from ``cpu_kv_cache_bytes`` on CPU.
+    ``max_model_len`` defaults to the checkpoint's ``max_position_embeddings``.
+    """
+
+    model: str
+    dtype: str = "auto"
+    device: str = "auto"
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    max_loras: int = 4
+    max_lora_rank: int = 64
+    seed: int = 0
+    # Fields below are additions to the shared contract; all have defaults.
+    scheduling_policy: str = "fcfs"  # "fcfs" or "priority" (lower value runs first)
+    cpu_kv_cache_bytes: int = 1 << 30  # KV budget on CPU when num_gpu_blocks is None
+    attention_backend: str = "auto"  # "auto" or "torch"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError("model must be a non-empty path to a Hugging Face checkpoint")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        if self.device not in _DEVICES:
+            raise ValueError(f"device must be one of {', '.join(_DEVICES)}, got {self.device!r}")
+        _positive_int("block_size", self.block_size)
+        if self.num_gpu_blocks is not None:
+            _positive_int("num_gpu_blocks", self.num_gpu_blocks)
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.max_model_len is not None:
+            _positive_int("max_model_len", self.max_model_len)
+        _positive_int("max_num_seqs", self.max_num_seqs)
+        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_num_batched_tokens < self.max_num_seqs and not self.enable_chunked_prefill:
+            # Without chunking a step must fit one whole prompt; fewer tokens than sequences
+            # would also starve decodes. Mirrors vLLM's check.
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                f"max_num_seqs ({self.max_num_seqs}) when chunked prefill is disabled"
+            )
+        _positive_int("max_loras", self.max_loras)
+        _positive_int("max_lora_rank", self.max_lora_rank)
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(
+                f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
+            )
+        _positive_int("cpu_kv_cache_bytes", self.cpu_kv_cache_bytes)
+        if self.attention_backend not in ("auto", "torch"):
+            raise ValueError(
+                f"attention_backend must be 'auto' or 'torch', got {self.attention_backend!r}"
+            )
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

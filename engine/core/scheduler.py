@@ -1,0 +1,251 @@
+"""Continuous-batching scheduler with chunked prefill and preemption by recompute.
+
+Every step shares one token budget (``max_num_batched_tokens``) between running requests
+(decodes and unfinished prefill chunks, served first) and waiting requests (admitted in queue
+order while budget, sequence slots and KV blocks last). When a running request cannot get a
+block, the lowest-ranked running request is preempted: its blocks are freed and it goes back to
+the waiting queue to be recomputed later (its full blocks usually survive in the prefix cache).
+A request alone always fits, because the KV cache holds at least ``max_model_len`` tokens, so
+the scheduler never deadlocks and never drops a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from engine.core.block_hash import update_block_hashes
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.request_queue import make_queue
+from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+
+logger = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        num_blocks: int,
+        max_model_len: int,
+        eos_token_ids: Iterable[int] = (),
+    ) -> None:
+        if num_blocks * config.block_size < max_model_len:
+            raise ValueError(
+                f"the KV cache ({num_blocks} blocks of {config.block_size} tokens) cannot hold "
+                f"one sequence of max_model_len={max_model_len} tokens; raise num_gpu_blocks "
+                "or lower max_model_len"
+            )
+        if not config.enable_chunked_prefill and config.max_num_batched_tokens < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be at least "
+                f"max_model_len ({max_model_len}) when chunked prefill is disabled, or long "
+                "prompts could never be scheduled"
+            )
+        self.config = config
+        self.block_size = config.block_size
+        self.max_model_len = max_model_len
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.waiting = make_queue(config.scheduling_policy)
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.num_preemptions = 0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # -- admission and removal -------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in the scheduler")
+        if self.config.enable_prefix_caching:
+            update_block_hashes(request, self.block_size)
+        request.status = RequestStatus.WAITING
+        request.timestamps.queued = time.monotonic()
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def finish_requests(self, request_ids: Iterable[str], status: RequestStatus) -> list[Request]:
+        """End waiting or running requests now (abort); their blocks are freed at once."""
+        finished = []
+        for rid in request_ids:
+            request = self.requests.get(rid)
+            if request is None or request.is_finished:
+                continue
+            if request.status == RequestStatus.RUNNING:
+                self.running.remove(request)
+            else:
+                self.waiting.remove(request)
+            request.status = status
+            self._free(request)
+            finished.append(request)
+        return finished
+
+    def _free(self, request: Request) -> None:
+        self.kv_cache.free(request)
+        del self.requests[request.request_id]
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        num_tokens = out.num_scheduled_tokens
+
+        # Running requests first: decodes and the next chunk of unfinished prefills.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            budget += self._make_room(request, num_new, out)
+            if request.status != RequestStatus.RUNNING:
+                break  # it was the lowest-ranked request itself: nothing after it fits either
+            out.running_requests.append(request)
+            num_tokens[request.request_id] = num_new
+            budget -= num_new
+            i = self.running.index(request) + 1 if out.preempted_requests else i + 1
+
+        # Then waiting requests, unless this step already had to preempt (no room to grow).
+        if not out.preempted_requests:
+            budget = self._admit_waiting(out, budget)
+
+        out.total_num_scheduled_tokens = self.config.max_num_batched_tokens - budget
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "scheduled %d tokens: %d running, %d new, %d preempted, %d waiting",
+                out.total_num_scheduled_tokens,
+                len(out.running_requests),
+                len(out.new_requests),
+                len(out.preempted_requests),
+                len(self.waiting),
+            )
+        return out
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
+        now = time.monotonic()
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting.peek()
+            hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
+            num_new = request.num_tokens - num_hit_tokens
+            if num_new > budget:
+                if not self.config.enable_chunked_prefill:
+                    break  # whole prompts only: wait for a step with enough budget
+                num_new = budget
+            if self.kv_cache.allocate_slots(request, num_new, hits) is None:
+                break
+            self.waiting.pop()
+            if request.num_cached_tokens < 0:  # first admission, not a resume
+                request.num_cached_tokens = num_hit_tokens
+                self.prefix_cache_queries += request.num_tokens
+                self.prefix_cache_hits += num_hit_tokens
+                self.prompt_tokens_total += request.num_prompt_tokens
+            if request.timestamps.scheduled is None:
+                request.timestamps.scheduled = now
+            request.num_computed_tokens = num_hit_tokens
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            out.new_requests.append(request)
+            out.num_scheduled_tokens[request.request_id] = num_new
+            budget -= num_new
+        return budget
+
+    def _make_room(self, request: Request, num_new: int, out: SchedulerOutput) -> int:
+        """Allocate slots for ``request``, preempting others until it fits or is preempted.
+
+        Returns the token budget given back by preempted requests already scheduled this step.
+        """
+        refund = 0
+        while self.kv_cache.allocate_slots(request, num_new) is None:
+            victim = self._pick_victim()
+            refund += self._preempt(victim, out)
+            if victim is request:
+                break
+        return refund
+
+    def _pick_victim(self) -> Request:
+        if self.config.scheduling_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.timestamps.arrival or 0.0))
+        return self.running[-1]
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> int:
+        self.running.remove(request)
+        refund = out.num_scheduled_tokens.pop(request.request_id, 0)
+        if refund:  # already scheduled earlier in this step (priority policy): undo it
+            out.running_requests.remove(request)
+            self.kv_cache.free(request, num_written_tokens=request.num_computed_tokens)
+        else:
+            self.kv_cache.free(request)
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.PREEMPTED
+        self.waiting.prepend(request)
+        self.num_preemptions += 1
+        out.preempted_requests.append(request)
+        logger.debug("preempted %s", request.request_id)
+        return refund
+
+    # -- after the forward pass --------------------------------------------------------------
+
+    def update_from_output(
+        self, out: SchedulerOutput, model_out: ModelRunnerOutput
+    ) -> list[Request]:
+        """Advance counters, append sampled tokens, finish stopped requests.
+
+        Returns the requests with something to report this step (new tokens or finished).
+        """
+        sampled = model_out.sampled_token_ids
+        updated: list[Request] = []
+        caching = self.config.enable_prefix_caching
+        now = time.monotonic()
+        for request in out.scheduled_requests:
+            rid = request.request_id
+            n = out.num_scheduled_tokens[rid]
+            request.num_computed_tokens += n
+            if rid in model_out.prompt_logprobs and request.prompt_logprobs is not None:
+                request.prompt_logprobs.extend(model_out.prompt_logprobs[rid])
+            token = sampled.get(rid)
+            if token is None:
+                continue
+            request.append_output_token(token)
+            self.generation_tokens_total += 1
+            if request.pending_logprobs is not None and rid in model_out.logprobs:
+                request.pending_logprobs.append(model_out.logprobs[rid])
+            if request.timestamps.first_token is None:
+                request.timestamps.first_token = now
+            request.timestamps.last_token = now
+            if caching:
+                update_block_hashes(request, self.block_size)
+            status = self._check_stop(request, token)
+            if status is not None:
+                request.status = status
+                self.running.remove(request)
+                self._free(request)
+            updated.append(request)
+        return updated
+
+    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
+        params = request.sampling_params
+        if request.num_output_tokens >= params.min_tokens:
+            if token in params.stop_token_set:
+                request.stop_reason = token
+                return RequestStatus.FINISHED_STOPPED
+            if not params.ignore_eos and token in self.eos_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+        if request.num_output_tokens >= request.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if request.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None

@@ -1,0 +1,44 @@
+"""What one scheduler step decided, handed to the model runner and back to the scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.request import Request
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """Requests to run this step and how many tokens of each.
+
+    ``new_requests`` start (or restart after preemption) this step; ``running_requests`` were
+    already running and continue a prefill or decode. ``num_scheduled_tokens`` covers both.
+    """
+
+    new_requests: list[Request] = field(default_factory=list)
+    running_requests: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    total_num_scheduled_tokens: int = 0
+    preempted_requests: list[Request] = field(default_factory=list)
+
+    @property
+    def scheduled_requests(self) -> list[Request]:
+        return self.running_requests + self.new_requests
+
+    @property
+    def is_empty(self) -> bool:
+        return self.total_num_scheduled_tokens == 0
+
+
+@dataclass(slots=True)
+class ModelRunnerOutput:
+    """Per request that reached the end of its known tokens: the sampled token and logprobs.
+
+    Requests in the middle of a chunked prefill sample nothing and do not appear here.
+    """
+
+    sampled_token_ids: dict[str, int] = field(default_factory=dict)
+    logprobs: dict[str, object] = field(default_factory=dict)  # request id -> TokenLogprobs
+    prompt_logprobs: dict[str, list] = field(default_factory=dict)  # request id -> new entries

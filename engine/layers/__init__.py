@@ -1,0 +1,1 @@
+"""Model building blocks in plain PyTorch (the CPU path; kernels/ holds the Triton versions)."""

@@ -1,0 +1,222 @@
+"""LLMEngine: add requests, call ``step()``, get per-request token deltas. No threads, no I/O.
+
+The service loop (engine/service/) and the offline ``LLM`` both drive this class. A request
+with ``n`` samples runs as ``n`` sequences; with prefix caching on, samples 1..n-1 wait until
+sample 0 has computed the prompt, then start from its cached blocks instead of recomputing.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Iterable
+
+import torch
+
+from engine.adapters import AdapterIdentity
+from engine.config import EngineConfig
+from engine.core.scheduler import Scheduler
+from engine.model_config import ModelConfig
+from engine.outputs import EngineStats, RequestOutputDelta
+from engine.request import Request, RequestStatus
+from engine.sampling_params import SamplingParams
+from engine.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was requested but no CUDA GPU is available")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device, checkpoint_dtype: str) -> torch.dtype:
+    if name != "auto":
+        return getattr(torch, name)
+    if device.type == "cpu":
+        return torch.float32  # CPU matmuls in half precision are slow and inexact
+    if checkpoint_dtype in ("bfloat16", "float16"):
+        return getattr(torch, checkpoint_dtype)
+    return torch.bfloat16
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model_config = ModelConfig.from_pretrained(config.model, config.max_model_len)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device, self.model_config.checkpoint_dtype)
+        self.runner = ModelRunner(config, self.model_config, device=self.device, dtype=self.dtype)
+        self.scheduler = Scheduler(
+            config,
+            num_blocks=self.runner.num_blocks,
+            max_model_len=self.model_config.max_model_len,
+            eos_token_ids=self.model_config.eos_token_ids,
+        )
+        self._samples: dict[str, list[Request]] = {}  # user request id -> its live samples
+        self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
+        self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
+
+    # -- requests in ---------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        cache_salt: str | None = None,
+        adapter: AdapterIdentity | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        """Queue a request; raises ValueError (and changes nothing) if it cannot be served."""
+        max_tokens = self._validate(request_id, prompt_token_ids, params)
+        arrival = arrival_time if arrival_time is not None else time.monotonic()
+        samples = [
+            Request(
+                f"{i}:{request_id}",
+                prompt_token_ids,
+                params,
+                max_tokens=max_tokens,
+                external_id=request_id,
+                index=i,
+                cache_salt=cache_salt,
+                adapter=adapter,
+                priority=priority,
+                arrival_time=arrival,
+            )
+            for i in range(params.n)
+        ]
+        self._samples[request_id] = samples
+        for sample in samples:
+            self.runner.add_request(sample)
+        if len(samples) > 1 and self.config.enable_prefix_caching:
+            self.scheduler.add_request(samples[0])
+            self._held[samples[0].request_id] = (samples[0], samples[1:])
+        else:
+            for sample in samples:
+                self.scheduler.add_request(sample)
+
+    def _validate(self, request_id: str, prompt: list[int], params: SamplingParams) -> int:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError("request_id must be a non-empty string")
+        if request_id in self._samples:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        if not prompt:
+            raise ValueError("the prompt is empty: at least one token is needed")
+        vocab = self.model_config.vocab_size
+        if not all(type(t) is int for t in prompt) or min(prompt) < 0 or max(prompt) >= vocab:
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        max_len = self.model_config.max_model_len
+        if len(prompt) >= max_len:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens; max_model_len is {max_len}, which must "
+                "also leave room for at least one generated token"
+            )
+        if params.max_tokens is None:
+            return max_len - len(prompt)
+        if len(prompt) + params.max_tokens > max_len:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len ({max_len})"
+            )
+        return params.max_tokens
+
+    def abort_request(self, request_ids: Iterable[str]) -> None:
+        """End requests whether waiting or running; blocks are freed now, deltas come next step."""
+        if isinstance(request_ids, str):
+            request_ids = [request_ids]
+        for request_id in request_ids:
+            samples = self._samples.pop(request_id, None)
+            if samples is None:
+                continue
+            live = [s.request_id for s in samples]
+            self.scheduler.finish_requests(live, RequestStatus.FINISHED_ABORTED)
+            self._held.pop(samples[0].request_id, None)
+            for sample in samples:
+                if not sample.is_finished or sample.status == RequestStatus.FINISHED_ABORTED:
+                    if not sample.is_finished:  # held back, never reached the scheduler
+                        sample.status = RequestStatus.FINISHED_ABORTED
+                    self.runner.remove_request(sample.request_id)
+                    self._pending.append(self._delta(sample))
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutputDelta]:
+        outputs, self._pending = self._pending, []
+        sched_out = self.scheduler.schedule()
+        if sched_out.is_empty:
+            return outputs
+        model_out = self.runner.execute(sched_out, self.scheduler.kv_cache.get_block_ids)
+        for request in self.scheduler.update_from_output(sched_out, model_out):
+            outputs.append(self._delta(request))
+            if request.is_finished:
+                self._on_finished(request)
+        if self._held:
+            self._release_held()
+        return outputs
+
+    def _on_finished(self, request: Request) -> None:
+        self.runner.remove_request(request.request_id)
+        samples = self._samples.get(request.external_id)
+        if samples is not None and all(s.is_finished for s in samples):
+            del self._samples[request.external_id]
+
+    def _release_held(self) -> None:
+        for first_id, (first, others) in list(self._held.items()):
+            if first.is_prefill_done or first.is_finished:
+                del self._held[first_id]
+                for sample in others:
+                    self.scheduler.add_request(sample)
+
+    def _delta(self, request: Request) -> RequestOutputDelta:
+        new_tokens = request.output_token_ids[request.num_delivered_tokens :]
+        request.num_delivered_tokens = request.num_output_tokens
+        new_logprobs = None
+        if request.pending_logprobs is not None:
+            new_logprobs, request.pending_logprobs = request.pending_logprobs, []
+        prompt_logprobs = None
+        if request.prompt_logprobs is not None and not request.prompt_logprobs_delivered:
+            prompt_logprobs = request.prompt_logprobs
+            request.prompt_logprobs_delivered = True
+        return RequestOutputDelta(
+            request_id=request.external_id,
+            index=request.index,
+            new_token_ids=new_tokens,
+            new_logprobs=new_logprobs,
+            prompt_logprobs=prompt_logprobs,
+            finished=request.is_finished,
+            finish_reason=request.status.finish_reason,
+            stop_reason=request.stop_reason,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_cached_tokens=max(request.num_cached_tokens, 0),
+            timestamps=copy.copy(request.timestamps),
+        )
+
+    # -- introspection ---------------------------------------------------------------------------
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.scheduler.num_unfinished or self._held or self._pending)
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        kv = s.kv_cache
+        return EngineStats(
+            num_running=len(s.running),
+            num_waiting=len(s.waiting) + sum(len(o) for _, o in self._held.values()),
+            kv_cache_usage=kv.usage,
+            num_free_blocks=kv.num_free_blocks,
+            num_total_blocks=kv.num_total_blocks,
+            prefix_cache_queries=s.prefix_cache_queries,
+            prefix_cache_hits=s.prefix_cache_hits,
+            num_preemptions=s.num_preemptions,
+            prompt_tokens_total=s.prompt_tokens_total,
+            generation_tokens_total=s.generation_tokens_total,
+        )

@@ -1,0 +1,167 @@
+"""One decoder implementation for the Llama family, with per-architecture switches.
+
+Llama 2/3 and Mistral share the plain block; Qwen2 adds q/k/v biases; Qwen3 adds an RMSNorm
+over each head of q and k before rotary. Projections that read the same input are fused at
+load time (q|k|v, gate|up) so a layer runs two big matmuls instead of five.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.attention.backend import AttentionBackend, AttentionMetadata
+from engine.layers.activation import silu_and_mul
+from engine.layers.layernorm import add_rms_norm, rms_norm
+from engine.layers.rotary import RotaryEmbedding
+from engine.model_config import ModelConfig
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, hidden]
+    qkv_bias: torch.Tensor | None
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    o_proj: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # [2 * intermediate, hidden]
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+
+
+class DecoderLM:
+    """Forward pass over a flattened batch of tokens with paged KV caches."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        *,
+        dtype: torch.dtype,
+        device: torch.device,
+        backend: AttentionBackend,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.dtype = dtype
+        self.device = device
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.eps = config.rms_norm_eps
+        take = _WeightTaker(weights, dtype, device)
+        self.embed_tokens = take("model.embed_tokens.weight")
+        self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
+        self.norm = take("model.norm.weight")
+        if config.tie_word_embeddings and "lm_head.weight" not in weights:
+            self.lm_head = self.embed_tokens
+        else:
+            self.lm_head = take("lm_head.weight")
+        take.check_all_used()
+        self.rotary = RotaryEmbedding(
+            self.head_dim,
+            config.rope_theta,
+            config.rope_scaling,
+            config.max_model_len,
+            dtype=torch.float32 if dtype == torch.float32 else dtype,
+            device=device,
+        )
+
+    def _layer(self, take: _WeightTaker, i: int) -> LayerWeights:
+        p = f"model.layers.{i}."
+        attn, mlp, cfg = p + "self_attn.", p + "mlp.", self.config
+        return LayerWeights(
+            input_norm=take(p + "input_layernorm.weight"),
+            qkv=take.cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+            qkv_bias=take.cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias")
+            if cfg.qkv_bias
+            else None,
+            q_norm=take(attn + "q_norm.weight") if cfg.qk_norm else None,
+            k_norm=take(attn + "k_norm.weight") if cfg.qk_norm else None,
+            o_proj=take(attn + "o_proj.weight"),
+            o_bias=take(attn + "o_proj.bias") if cfg.o_bias else None,
+            post_norm=take(p + "post_attention_layernorm.weight"),
+            gate_up=take.cat(mlp + "gate_proj.weight", mlp + "up_proj.weight"),
+            gate_up_bias=take.cat(mlp + "gate_proj.bias", mlp + "up_proj.bias")
+            if cfg.mlp_bias
+            else None,
+            down=take(mlp + "down_proj.weight"),
+            down_bias=take(mlp + "down_proj.bias") if cfg.mlp_bias else None,
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [num_tokens]
+        positions: torch.Tensor,  # [num_tokens]
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        metadata: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Hidden states after the final norm, [num_tokens, hidden]."""
+        hidden = F.embedding(input_ids, self.embed_tokens)
+        num_tokens = hidden.shape[0]
+        q_size = self.num_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
+        residual = hidden
+        x = None
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+            if x is None:
+                x = rms_norm(hidden, layer.input_norm, self.eps)
+            else:
+                x, residual = add_rms_norm(x, residual, layer.input_norm, self.eps)
+            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
+            q = q.view(num_tokens, self.num_heads, self.head_dim)
+            k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+            v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+            if layer.q_norm is not None:
+                q = rms_norm(q, layer.q_norm, self.eps)
+                k = rms_norm(k, layer.k_norm, self.eps)
+            q, k = self.rotary(positions, q, k)
+            self.backend.write_kv(k, v, k_cache, v_cache, metadata)
+            attn = self.backend.attend(q, k, v, k_cache, v_cache, metadata, self.scale)
+            x = F.linear(attn.reshape(num_tokens, q_size), layer.o_proj, layer.o_bias)
+            x, residual = add_rms_norm(x, residual, layer.post_norm, self.eps)
+            x = F.linear(
+                silu_and_mul(F.linear(x, layer.gate_up, layer.gate_up_bias)),
+                layer.down,
+                layer.down_bias,
+            )
+        x, _ = add_rms_norm(x, residual, self.norm, self.eps)
+        return x
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[n, hidden] -> fp32 logits [n, vocab]."""
+        return F.linear(hidden, self.lm_head).float()
+
+
+class _WeightTaker:
+    """Hands out checkpoint tensors in the engine's dtype and device; reports leftovers."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], dtype: torch.dtype, device) -> None:
+        self.weights = weights
+        self.dtype = dtype
+        self.device = device
+        self.used: set[str] = set()
+
+    def __call__(self, name: str) -> torch.Tensor:
+        if name not in self.weights:
+            raise ValueError(f"checkpoint is missing weight {name!r}")
+        self.used.add(name)
+        return self.weights[name].to(device=self.device, dtype=self.dtype).contiguous()
+
+    def cat(self, *names: str) -> torch.Tensor:
+        return torch.cat([self(n) for n in names], dim=0).contiguous()
+
+    def check_all_used(self) -> None:
+        unused = [n for n in self.weights if n not in self.used and "rotary_emb" not in n]
+        if unused:
+            raise ValueError(
+                f"checkpoint has {len(unused)} weights this model does not use, e.g. {unused[:3]}"
+            )

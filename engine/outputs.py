@@ -1,0 +1,98 @@
+"""What the engine hands back: per-step deltas, engine stats, and the offline API's outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(slots=True)
+class TokenLogprobs:
+    """Logprob of one chosen token, and the ``top`` most likely tokens at that position.
+
+    Logprobs are those of the model's raw distribution (log_softmax of the logits, before
+    penalties and temperature), as vLLM reports by default. ``rank`` is 1 for the argmax.
+    """
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RequestTimestamps:
+    """Engine-side times of one request, all ``time.monotonic()`` seconds (None until reached)."""
+
+    arrival: float | None = None
+    queued: float | None = None
+    scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+
+
+@dataclass(slots=True)
+class RequestOutputDelta:
+    """New tokens of one sample of one request since its previous delta.
+
+    A request appears in ``LLMEngine.step()``'s result when it produced tokens or finished in
+    that step (abort included). ``prompt_logprobs`` (one entry per prompt token, None for the
+    first) comes on the first delta only.
+    """
+
+    request_id: str
+    index: int
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprobs] | None
+    prompt_logprobs: list[TokenLogprobs | None] | None
+    finished: bool
+    finish_reason: FinishReason | None
+    stop_reason: int | None
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    timestamps: RequestTimestamps
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_free_blocks: int
+    num_total_blocks: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    """One sample of an offline request, shaped like vLLM's ``CompletionOutput``."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, float]] | None
+    finish_reason: FinishReason | None
+    stop_reason: int | str | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """All samples of one offline request, shaped like vLLM's ``RequestOutput``."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    prompt_logprobs: list[dict[int, float] | None] | None
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int

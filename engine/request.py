@@ -1,0 +1,141 @@
+"""Request state inside the engine: status enum, token lists, progress counters.
+
+One ``Request`` is one sequence. A user request with ``n`` samples becomes ``n`` Requests that
+share the user's id and differ by ``index``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import TYPE_CHECKING
+
+from engine.outputs import FinishReason, RequestTimestamps, TokenLogprobs
+
+if TYPE_CHECKING:
+    from engine.adapters import AdapterIdentity
+    from engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered: every finished state sorts after every live one, so ``is_finished`` is one test."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH = 4
+    FINISHED_ABORTED = 5
+
+    @property
+    def is_finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return _FINISH_REASONS.get(self)
+
+
+_FINISH_REASONS: dict[RequestStatus, FinishReason] = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+class Request:
+    __slots__ = (
+        "adapter",
+        "all_token_ids",
+        "block_hashes",
+        "cache_salt",
+        "external_id",
+        "index",
+        "max_tokens",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_delivered_tokens",
+        "num_prompt_tokens",
+        "output_token_ids",
+        "pending_logprobs",
+        "priority",
+        "prompt_logprobs",
+        "prompt_logprobs_delivered",
+        "request_id",
+        "sampling_params",
+        "status",
+        "stop_reason",
+        "timestamps",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams,
+        *,
+        max_tokens: int,
+        external_id: str | None = None,
+        index: int = 0,
+        cache_salt: str | None = None,
+        adapter: AdapterIdentity | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.external_id = external_id if external_id is not None else request_id
+        self.index = index
+        self.sampling_params = sampling_params
+        self.max_tokens = max_tokens
+        self.cache_salt = cache_salt
+        self.adapter = adapter
+        self.priority = priority
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.num_computed_tokens = 0
+        # -1 until first scheduled: then the prompt tokens found in the prefix cache.
+        self.num_cached_tokens = -1
+        self.num_delivered_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | None = None
+        self.block_hashes: list[bytes] = []
+        self.pending_logprobs: list[TokenLogprobs] | None = (
+            [] if sampling_params.logprobs is not None else None
+        )
+        self.prompt_logprobs: list[TokenLogprobs | None] | None = (
+            [None] if sampling_params.prompt_logprobs is not None else None
+        )
+        self.prompt_logprobs_delivered = False
+        now = time.monotonic()
+        self.timestamps = RequestTimestamps(arrival=arrival_time if arrival_time else now)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.all_token_ids[: self.num_prompt_tokens]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    @property
+    def is_prefill_done(self) -> bool:
+        return self.num_computed_tokens >= self.num_prompt_tokens
+
+    def append_output_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"tokens={self.num_tokens}, computed={self.num_computed_tokens})"
+        )

@@ -1,0 +1,104 @@
+"""SamplingBatch: the sampling parameters of one step's rows, as tensors, built once per step.
+
+Built from plain values so the sampler can be tested with hand-made logits and no model.
+Flags (``all_greedy``, ``needs_top_k`` ...) let the sampler skip whole stages; a step of
+greedy requests without penalties or logprobs costs one argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from engine.request import Request
+
+
+@dataclass(slots=True)
+class SamplingBatch:
+    temperature: torch.Tensor  # [B] float; 1.0 on greedy rows
+    greedy: torch.Tensor  # [B] bool
+    all_greedy: bool
+    any_greedy: bool
+    top_k: torch.Tensor | None  # [B] long, vocab size where disabled; None if no row uses it
+    top_p: torch.Tensor | None  # [B] float; None if no row uses it
+    min_p: torch.Tensor | None  # [B] float; None if no row uses it
+    generators: list[torch.Generator | None]  # per-row seeded generator, or None
+    # Penalties: None when no row has any.
+    presence_penalty: torch.Tensor | None = None  # [B]
+    frequency_penalty: torch.Tensor | None = None  # [B]
+    repetition_penalty: torch.Tensor | None = None  # [B]
+    prompt_token_ids: list[list[int]] = field(default_factory=list)
+    output_token_ids: list[list[int]] = field(default_factory=list)
+    # (row, token ids) that must not be sampled yet (stop tokens before min_tokens)
+    banned_tokens: list[tuple[int, list[int]]] = field(default_factory=list)
+    num_logprobs: list[int | None] = field(default_factory=list)  # per row, None: no logprobs
+
+    @property
+    def max_num_logprobs(self) -> int | None:
+        wanted = [k for k in self.num_logprobs if k is not None]
+        return max(wanted) if wanted else None
+
+    @classmethod
+    def from_requests(
+        cls,
+        requests: list[Request],
+        *,
+        generators: dict[str, torch.Generator],
+        eos_token_ids: frozenset[int],
+        vocab_size: int,
+        device: torch.device,
+    ) -> SamplingBatch:
+        params = [r.sampling_params for r in requests]
+        greedy_list = [p.is_greedy for p in params]
+        all_greedy = all(greedy_list)
+        banned = []
+        for row, (r, p) in enumerate(zip(requests, params, strict=True)):
+            if r.num_output_tokens < p.min_tokens:
+                stops = set(p.stop_token_ids or ())
+                if not p.ignore_eos:
+                    stops |= eos_token_ids
+                if stops:
+                    banned.append((row, sorted(stops)))
+        batch = cls(
+            temperature=torch.tensor(
+                [1.0 if g else p.temperature for g, p in zip(greedy_list, params, strict=True)],
+                dtype=torch.float32,
+                device=device,
+            ),
+            greedy=torch.tensor(greedy_list, dtype=torch.bool, device=device),
+            all_greedy=all_greedy,
+            any_greedy=any(greedy_list),
+            top_k=None,
+            top_p=None,
+            min_p=None,
+            generators=[generators.get(r.request_id) for r in requests],
+            banned_tokens=banned,
+            num_logprobs=[p.logprobs for p in params],
+        )
+        if not all_greedy:
+            if any(p.top_k > 0 for p in params):
+                batch.top_k = torch.tensor(
+                    [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params],
+                    dtype=torch.long,
+                    device=device,
+                )
+            if any(p.top_p < 1.0 for p in params):
+                batch.top_p = torch.tensor([p.top_p for p in params], device=device)
+            if any(p.min_p > 0.0 for p in params):
+                batch.min_p = torch.tensor([p.min_p for p in params], device=device)
+        if any(p.has_penalties for p in params):
+            batch.presence_penalty = torch.tensor(
+                [p.presence_penalty for p in params], device=device
+            )
+            batch.frequency_penalty = torch.tensor(
+                [p.frequency_penalty for p in params], device=device
+            )
+            batch.repetition_penalty = torch.tensor(
+                [p.repetition_penalty for p in params], device=device
+            )
+            batch.prompt_token_ids = [r.prompt_token_ids for r in requests]
+            batch.output_token_ids = [r.output_token_ids for r in requests]
+        return batch

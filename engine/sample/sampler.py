@@ -1,0 +1,130 @@
+"""The sampler: one batched pass from logits to token ids (and logprobs) for a whole step.
+
+Order, as in vLLM: logprobs are read from the raw logits; then banned stop tokens (min_tokens),
+penalties, greedy argmax; for the other rows temperature, top-k, top-p, min-p and a draw.
+The draw is ``argmax(probs / q)`` with ``q ~ Exponential(1)``, which picks token i with
+probability ``probs[i]``; a seeded request draws its ``q`` from its own generator, so its
+tokens do not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.outputs import TokenLogprobs
+from engine.sample.metadata import SamplingBatch
+
+
+@dataclass(slots=True)
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs | None]
+
+
+class Sampler:
+    def __init__(self, generator: torch.Generator | None = None) -> None:
+        # Shared source of randomness for rows without their own seed.
+        self.generator = generator
+
+    def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
+        """logits: [B, vocab] fp32 (modified in place)."""
+        logprobs = None
+        if batch.max_num_logprobs is not None:
+            logprobs = torch.log_softmax(logits, dim=-1)
+        for row, token_ids in batch.banned_tokens:
+            logits[row, token_ids] = float("-inf")
+        if batch.repetition_penalty is not None:
+            apply_penalties(logits, batch)
+        if batch.all_greedy:
+            sampled = logits.argmax(dim=-1)
+        else:
+            sampled = self._sample(logits, batch)
+            if batch.any_greedy:
+                sampled = torch.where(batch.greedy, logits.argmax(dim=-1), sampled)
+        token_ids = sampled.tolist()
+        if logprobs is None:
+            return SamplerOutput(token_ids, [None] * len(token_ids))
+        return SamplerOutput(token_ids, gather_logprobs(logprobs, sampled, batch.num_logprobs))
+
+    def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        logits = logits / batch.temperature[:, None]
+        if batch.top_k is not None or batch.top_p is not None:
+            logits = apply_top_k_top_p(logits, batch.top_k, batch.top_p)
+        probs = torch.softmax(logits, dim=-1)
+        if batch.min_p is not None:
+            top = probs.max(dim=-1, keepdim=True).values
+            probs = probs.masked_fill(probs < batch.min_p[:, None] * top, 0.0)
+        q = torch.empty_like(probs)
+        own = [i for i, g in enumerate(batch.generators) if g is not None]
+        if len(own) < len(batch.generators):
+            q.exponential_(generator=self.generator)
+        for i in own:
+            q[i].exponential_(generator=batch.generators[i])
+        return probs.div_(q).argmax(dim=-1)
+
+
+def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> None:
+    """vLLM's penalties, in place: repetition over prompt and output, presence/frequency over output."""
+    num_rows, vocab = logits.shape
+    device = logits.device
+    counts = _token_counts(batch.output_token_ids, num_rows, vocab, device)
+    in_prompt = _token_counts(batch.prompt_token_ids, num_rows, vocab, device) > 0
+    seen = in_prompt | (counts > 0)
+    rep = batch.repetition_penalty[:, None].expand_as(logits)
+    penalized = torch.where(logits > 0, logits / rep, logits * rep)
+    logits.copy_(torch.where(seen, penalized, logits))
+    logits -= batch.frequency_penalty[:, None] * counts
+    logits -= batch.presence_penalty[:, None] * (counts > 0).to(logits.dtype)
+
+
+def _token_counts(rows: list[list[int]], num_rows: int, vocab: int, device) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    if width == 0:
+        return torch.zeros(num_rows, vocab, device=device)
+    # Pad with an extra column (index ``vocab``) that is dropped after counting.
+    padded = torch.full((num_rows, width), vocab, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            padded[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    counts = torch.zeros(num_rows, vocab + 1, device=device)
+    counts.scatter_add_(1, padded.to(device), torch.ones(num_rows, width, device=device))
+    return counts[:, :vocab]
+
+
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor:
+    """Mask everything outside each row's top-k and nucleus (top-p); at least one token stays."""
+    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)
+    if top_k is not None:
+        ranks = torch.arange(logits.shape[-1], device=logits.device)
+        sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf"))
+    if top_p is not None:
+        probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the tokens before it already hold top_p of the mass.
+        before = probs.cumsum(dim=-1) - probs
+        sorted_logits = sorted_logits.masked_fill(before > top_p[:, None], float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, sorted_idx, sorted_logits)
+
+
+def gather_logprobs(
+    logprobs: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]
+) -> list[TokenLogprobs | None]:
+    """Per row: the sampled token's logprob and rank, and the row's top-k alternatives."""
+    k = max(n for n in num_logprobs if n is not None)
+    chosen = logprobs.gather(1, sampled[:, None])  # [B, 1]
+    ranks = (logprobs > chosen).sum(dim=-1) + 1
+    top_lp, top_ids = logprobs.topk(k, dim=-1) if k > 0 else (None, None)
+    chosen_l, ranks_l, sampled_l = chosen.squeeze(1).tolist(), ranks.tolist(), sampled.tolist()
+    top_lp_l = top_lp.tolist() if top_lp is not None else None
+    top_ids_l = top_ids.tolist() if top_ids is not None else None
+    out: list[TokenLogprobs | None] = []
+    for row, n in enumerate(num_logprobs):
+        if n is None:
+            out.append(None)
+            continue
+        top = list(zip(top_ids_l[row][:n], top_lp_l[row][:n], strict=True)) if n else []
+        out.append(TokenLogprobs(sampled_l[row], chosen_l[row], ranks_l[row], top))
+    return out

@@ -1,0 +1,224 @@
+"""Model runner: builds the flattened varlen batch of a step, runs the model, samples.
+
+Per step it gathers each scheduled request's new tokens, positions and block table (O(batch)
+Python, the rest in tensor ops), orders decodes before prefill chunks as the attention
+backends expect, computes logits only where a token is sampled (the end of a request's known
+tokens) plus prompt positions of requests that asked for prompt logprobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+from engine.attention import AttentionMetadata, get_attention_backend
+from engine.config import EngineConfig
+from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.model_config import ModelConfig
+from engine.models import load_model
+from engine.outputs import TokenLogprobs
+from engine.request import Request
+from engine.sample import Sampler, SamplingBatch
+from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
+
+logger = logging.getLogger(__name__)
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model_config: ModelConfig,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        self.config = config
+        self.model_config = model_config
+        self.device = device
+        self.dtype = dtype
+        self.block_size = config.block_size
+        self.eos_token_ids = frozenset(model_config.eos_token_ids)
+        self.backend = get_attention_backend(device, config.attention_backend)
+        self.model = load_model(model_config, dtype=dtype, device=device, backend=self.backend)
+        free_bytes = self._profile_free_bytes() if device.type == "cuda" else None
+        self.num_blocks = num_blocks_for(config, model_config, dtype, device, free_bytes)
+        self.kv_caches = allocate_kv_caches(
+            model_config, self.num_blocks, self.block_size, dtype, device
+        )
+        generator = torch.Generator(device=device)
+        generator.manual_seed(config.seed)
+        self.sampler = Sampler(generator)
+        self.generators: dict[str, torch.Generator] = {}
+
+    # -- per-request state -------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        seed = request.sampling_params.seed
+        if seed is not None:
+            generator = torch.Generator(device=self.device)
+            # Sample i of an n-sample request gets seed + i: seeded, yet not n identical copies.
+            generator.manual_seed(seed + request.index)
+            self.generators[request.request_id] = generator
+
+    def remove_request(self, request_id: str) -> None:
+        self.generators.pop(request_id, None)
+
+    # -- one step ----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute(
+        self, out: SchedulerOutput, block_ids_of: Callable[[str], list[int]]
+    ) -> ModelRunnerOutput:
+        counts = out.num_scheduled_tokens
+        requests = out.scheduled_requests
+        decodes = [r for r in requests if counts[r.request_id] == 1]
+        # Similar lengths side by side: the attention backend pads decodes per group.
+        decodes.sort(key=lambda r: r.num_computed_tokens)
+        prefills = [r for r in requests if counts[r.request_id] != 1]
+        ordered = decodes + prefills
+
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        query_start_loc = [0]
+        tables: list[list[int]] = []
+        sample_rows: list[Request] = []
+        sample_index: list[int] = []
+        for r in ordered:
+            start = r.num_computed_tokens
+            n = counts[r.request_id]
+            end = start + n
+            table = block_ids_of(r.request_id)
+            if n == 1:
+                input_ids.append(r.all_token_ids[start])
+                positions.append(start)
+                slots.append(table[start // bs] * bs + start % bs)
+            else:
+                input_ids.extend(r.all_token_ids[start:end])
+                positions.extend(range(start, end))
+                slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
+            seq_lens.append(end)
+            query_start_loc.append(query_start_loc[-1] + n)
+            tables.append(table)
+            if end == r.num_tokens:
+                sample_rows.append(r)
+                sample_index.append(query_start_loc[-1] - 1)
+
+        device = self.device
+        max_blocks = max(len(t) for t in tables)
+        block_tables = torch.tensor(
+            [t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long
+        ).to(device)
+        positions_t = torch.tensor(positions, dtype=torch.long).to(device)
+        slot_mapping = torch.tensor(slots, dtype=torch.long).to(device)
+        metadata = AttentionMetadata(
+            slot_mapping=slot_mapping,
+            seq_lens=torch.tensor(seq_lens, dtype=torch.long).to(device),
+            block_tables=block_tables,
+            seq_lens_list=seq_lens,
+            query_start_loc=query_start_loc,
+            num_decodes=len(decodes),
+            block_size=bs,
+        )
+        self.backend.prepare(metadata)
+        input_t = torch.tensor(input_ids, dtype=torch.long).to(device)
+        hidden = self.model.forward(input_t, positions_t, self.kv_caches, metadata)
+
+        result = ModelRunnerOutput()
+        for i, r in enumerate(ordered):
+            if r.prompt_logprobs is not None and r.num_computed_tokens < r.num_prompt_tokens - 1:
+                start = query_start_loc[i]
+                result.prompt_logprobs[r.request_id] = self._prompt_logprobs(
+                    r, hidden[start : query_start_loc[i + 1]], counts[r.request_id]
+                )
+        if not sample_rows:
+            return result
+        logits = self.model.compute_logits(hidden[sample_index])
+        batch = SamplingBatch.from_requests(
+            sample_rows,
+            generators=self.generators,
+            eos_token_ids=self.eos_token_ids,
+            vocab_size=self.model_config.vocab_size,
+            device=device,
+        )
+        sampled = self.sampler(logits, batch)
+        for r, token, lp in zip(sample_rows, sampled.token_ids, sampled.logprobs, strict=True):
+            result.sampled_token_ids[r.request_id] = token
+            if lp is not None:
+                result.logprobs[r.request_id] = lp
+        return result
+
+    def _prompt_logprobs(
+        self, request: Request, hidden: torch.Tensor, num_new: int
+    ) -> list[TokenLogprobs]:
+        """Logprob of each next prompt token at this chunk's positions (skipping known ones)."""
+        start = request.num_computed_tokens
+        first = max(start, len(request.prompt_logprobs) - 1)  # positions already reported
+        last = min(
+            start + num_new, request.num_prompt_tokens - 1
+        )  # the last position predicts nothing
+        if last <= first:
+            return []
+        logprobs = torch.log_softmax(
+            self.model.compute_logits(hidden[first - start : last - start]), -1
+        )
+        targets = torch.tensor(request.all_token_ids[first + 1 : last + 1], device=self.device)
+        chosen = logprobs.gather(1, targets[:, None])
+        ranks = ((logprobs > chosen).sum(-1) + 1).tolist()
+        k = request.sampling_params.prompt_logprobs
+        top_lp, top_ids = (
+            logprobs.topk(k, dim=-1) if k else (logprobs[:, :0], targets[:, None][:, :0])
+        )
+        chosen_l, top_lp_l, top_ids_l = (
+            chosen.squeeze(1).tolist(),
+            top_lp.tolist(),
+            top_ids.tolist(),
+        )
+        return [
+            TokenLogprobs(
+                request.all_token_ids[first + 1 + j],
+                chosen_l[j],
+                ranks[j],
+                list(zip(top_ids_l[j], top_lp_l[j], strict=True)),
+            )
+            for j in range(last - first)
+        ]
+
+    # -- memory profiling (CUDA) ---------------------------------------------------------------
+
+    def _profile_free_bytes(self) -> int:
+        """Bytes left for the KV cache under gpu_memory_utilization, after a peak-size forward."""
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        num_tokens = min(self.config.max_num_batched_tokens, self.model_config.max_model_len)
+        num_blocks = -(-num_tokens // self.block_size)
+        caches = allocate_kv_caches(
+            self.model_config, num_blocks, self.block_size, self.dtype, self.device
+        )
+        metadata = AttentionMetadata(
+            slot_mapping=torch.arange(num_tokens, device=self.device),
+            seq_lens=torch.tensor([num_tokens], device=self.device),
+            block_tables=torch.arange(num_blocks, device=self.device)[None, :],
+            seq_lens_list=[num_tokens],
+            query_start_loc=[0, num_tokens],
+            num_decodes=0,
+            block_size=self.block_size,
+        )
+        self.backend.prepare(metadata)
+        with torch.inference_mode():
+            ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+            hidden = self.model.forward(
+                ids, torch.arange(num_tokens, device=self.device), caches, metadata
+            )
+            self.model.compute_logits(hidden[-min(num_tokens, self.config.max_num_seqs) :])
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        del caches, hidden
+        torch.cuda.empty_cache()
+        _, total = torch.cuda.mem_get_info(self.device)
+        return int(total * self.config.gpu_memory_utilization) - peak

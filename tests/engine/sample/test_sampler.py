@@ -1,0 +1,146 @@
+"""Sampler on hand-made logits: greedy, filters, penalties, seeds, logprobs (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.request import Request
+from engine.sample import Sampler, SamplingBatch
+from engine.sampling_params import SamplingParams
+
+VOCAB = 8
+
+
+def batch_for(params_list, outputs=None, generators=None, eos=frozenset({0})):
+    requests = []
+    for i, params in enumerate(params_list):
+        req = Request(f"r{i}", [5, 6], params, max_tokens=params.max_tokens or 16)
+        for tok in (outputs or {}).get(i, []):
+            req.append_output_token(tok)
+        requests.append(req)
+    return SamplingBatch.from_requests(
+        requests,
+        generators=generators or {},
+        eos_token_ids=eos,
+        vocab_size=VOCAB,
+        device=torch.device("cpu"),
+    )
+
+
+def logits_rows(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_greedy_picks_the_argmax_per_row():
+    logits = logits_rows([0, 1, 5, 2, 0, 0, 0, 0], [9, 1, 5, 2, 0, 0, 0, 0])
+    out = Sampler()(logits, batch_for([SamplingParams(temperature=0)] * 2))
+    assert out.token_ids == [2, 0]
+    assert out.logprobs == [None, None]
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy_even_at_high_temperature():
+    logits = logits_rows([0, 1, 5, 2, 0, 0, 0, 0]).repeat(2, 1)
+    params = [SamplingParams(temperature=5.0, top_k=1), SamplingParams(temperature=5.0, top_p=0.01)]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        assert Sampler(gen)(logits.clone(), batch_for(params)).token_ids == [2, 2]
+
+
+def test_top_k_keeps_sampling_inside_the_k_best():
+    logits = logits_rows([0, 3, 5, 4, 0, 0, 0, 0])
+    gen = torch.Generator().manual_seed(0)
+    seen = {
+        Sampler(gen)(
+            logits.clone(), batch_for([SamplingParams(top_k=2, temperature=10)])
+        ).token_ids[0]
+        for _ in range(200)
+    }
+    assert seen == {2, 3}
+
+
+def test_min_p_drops_tokens_far_below_the_best():
+    logits = logits_rows([0, math.log(0.5), 0, math.log(0.01), -50, -50, -50, -50])
+    gen = torch.Generator().manual_seed(0)
+    seen = {
+        Sampler(gen)(logits.clone(), batch_for([SamplingParams(min_p=0.1)])).token_ids[0]
+        for _ in range(300)
+    }
+    assert seen == {0, 1, 2}
+
+
+def test_sampling_follows_the_distribution():
+    probs = torch.tensor([0.1, 0.6, 0.3, 0, 0, 0, 0, 0])
+    logits = torch.log(probs.clamp_min(1e-30))[None, :]
+    gen = torch.Generator().manual_seed(1)
+    counts = torch.zeros(VOCAB)
+    for _ in range(2000):
+        counts[Sampler(gen)(logits.clone(), batch_for([SamplingParams()])).token_ids[0]] += 1
+    assert torch.allclose(counts / 2000, probs, atol=0.04)
+
+
+def test_seeded_rows_repeat_alone_or_batched():
+    logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(3))
+
+    def run(rows):
+        gens = {f"r{i}": torch.Generator().manual_seed(42) for i in rows}
+        params = [SamplingParams(seed=42) if i in rows else SamplingParams() for i in range(4)]
+        sampler = Sampler(torch.Generator().manual_seed(7))
+        return [
+            sampler(logits.repeat(4, 1), batch_for(params, generators=gens)).token_ids
+            for _ in range(10)
+        ]
+
+    alone = [step[0] for step in run({0})]
+    batched = run({0, 2})
+    assert [step[0] for step in batched] == alone
+    assert [step[2] for step in batched] == alone
+    assert len(set(alone)) > 1  # really sampling, not greedy
+
+
+def test_min_tokens_bans_eos_and_stop_tokens_until_reached():
+    logits = logits_rows([9, 0, 0, 8, 0, 0, 0, 1]).repeat(2, 1)
+    params = SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[3])
+    out = Sampler()(logits, batch_for([params, params], outputs={1: [4, 4]}))
+    assert out.token_ids == [7, 0]  # row 0 has 0 outputs: EOS (0) and stop (3) banned
+
+
+def test_penalties_follow_vllm_semantics():
+    logits = logits_rows([2.0, -2.0, 1.0, 1.0, 0, 0, 0, 0])
+    params = SamplingParams(temperature=0, repetition_penalty=2.0)
+    batch = batch_for([params])  # prompt [5, 6]: no effect on 0..3
+    out_logits = logits.clone()
+    Sampler()(out_logits, batch)
+    assert out_logits[0, :4].tolist() == [2.0, -2.0, 1.0, 1.0]
+    batch = batch_for([params], outputs={0: [0, 1]})
+    out_logits = logits.clone()
+    Sampler()(out_logits, batch)
+    assert out_logits[0, :4].tolist() == [1.0, -4.0, 1.0, 1.0]
+    params = SamplingParams(temperature=0, presence_penalty=0.5, frequency_penalty=0.25)
+    out_logits = logits.clone()
+    Sampler()(out_logits, batch_for([params], outputs={0: [2, 2, 3]}))
+    assert out_logits[0, 2].item() == pytest.approx(1.0 - 0.5 - 0.5)
+    assert out_logits[0, 3].item() == pytest.approx(1.0 - 0.5 - 0.25)
+
+
+def test_logprobs_report_the_raw_distribution_rank_and_top_k():
+    logits = logits_rows([0, 1, 5, 2, 0, 0, 0, 0], [0, 1, 5, 2, 0, 0, 0, 0])
+    expected = torch.log_softmax(logits[0], -1)
+    params = [SamplingParams(temperature=0, logprobs=2), SamplingParams(temperature=0)]
+    out = Sampler()(logits.clone(), batch_for(params))
+    lp = out.logprobs[0]
+    assert lp.token_id == 2 and lp.rank == 1
+    assert lp.logprob == pytest.approx(expected[2].item())
+    assert [t for t, _ in lp.top] == [2, 3]
+    assert lp.top[1][1] == pytest.approx(expected[3].item())
+    assert out.logprobs[1] is None
+
+
+def test_rank_of_a_non_argmax_sample():
+    logits = logits_rows([0, 1, 5, 2, 0, 0, 0, 0])
+    params = SamplingParams(temperature=0, logprobs=0, min_tokens=1, stop_token_ids=[2])
+    out = Sampler()(logits, batch_for([params]))
+    assert out.token_ids == [3]
+    assert out.logprobs[0].rank == 2 and out.logprobs[0].top == []
