@@ -8,7 +8,10 @@ The workload is nano-vllm's bench.py: 256 sequences, prompt and output lengths u
 bf16 weights in the exact shapes of Qwen3-0.6B and Llama-3.1-8B, written as Hugging Face
 checkpoints by this script (no download). Each system generates on the same GPU in turn:
 
-- engine: ``engine.LLM(model=path, dtype="bfloat16", device="cuda", ...)``, all 256 requests;
+- engine: ``engine.LLM(model=path, dtype="bfloat16", device="cuda", attention_backend="triton",
+  ...)``, all 256 requests: the Triton kernels of kernels/ for attention, KV writes, RMSNorm,
+  rotary and SiLU-and-mul, and decode steps replayed from CUDA graphs (captured at start-up,
+  outside the timed region);
 - generate_batch: transformers' continuous batching (the manager behind ``generate_batch``,
   which takes a per-request max_new_tokens, so it runs the identical workload);
 - generate: transformers ``generate`` on left-padded static batches, on the first
@@ -230,8 +233,17 @@ def run_engine(path: Path, workload: Workload, *, device: str = "cuda") -> tuple
         max_num_seqs=256,
         max_num_batched_tokens=16384,
         enable_prefix_caching=False,
+        # Explicit, so a GPU run fails loudly instead of timing the PyTorch fallback.
+        attention_backend="triton" if device == "cuda" else "torch",
     )
-    llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=4))  # warm-up
+    # Warm-up, untimed: Triton compiles a kernel variant the first time it meets it, so run
+    # the step shapes the workload makes (whole-prompt prefills, then decodes mixed with
+    # prefill chunks, short and long contexts) before the clock starts.
+    warm = workload.head(64)
+    llm.generate(
+        [{"prompt_token_ids": p} for p in warm.prompts],
+        [SamplingParams(max_tokens=8, ignore_eos=True)] * len(warm.prompts),
+    )
     prompts = [{"prompt_token_ids": p} for p in workload.prompts]
     params = [
         SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n) for n in workload.output_lens

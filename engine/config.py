@@ -34,7 +34,7 @@ class EngineConfig:
     # Fields below are additions to the shared contract; all have defaults.
     scheduling_policy: str = "fcfs"  # "fcfs" or "priority" (lower value runs first)
     cpu_kv_cache_bytes: int = 1 << 30  # KV budget on CPU when num_gpu_blocks is None
-    attention_backend: str = "auto"  # "auto" or "torch"
+    attention_backend: str = "auto"  # "auto", "torch" or "triton" (engine.attention.selector)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -70,9 +70,10 @@ class EngineConfig:
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
             )
         _positive_int("cpu_kv_cache_bytes", self.cpu_kv_cache_bytes)
-        if self.attention_backend not in ("auto", "torch"):
+        if self.attention_backend not in ("auto", "torch", "triton"):
             raise ValueError(
-                f"attention_backend must be 'auto' or 'torch', got {self.attention_backend!r}"
+                "attention_backend must be 'auto', 'torch' or 'triton', "
+                f"got {self.attention_backend!r}"
             )
 
 

@@ -3,6 +3,8 @@
 Prompts are strings (tokenized with the checkpoint's tokenizer) or ``{"prompt_token_ids": [...]}``.
 Unlike the engine, this class also honours ``stop`` strings, as vLLM's offline API does: it
 detokenizes each sample as tokens arrive and ends the sample at the first stop string.
+``lora_request=LoRARequest(name, int_id, path)`` (one for all prompts, or one per prompt, None
+for the base model) runs prompts with a LoRA adapter, loaded into the engine on first use.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from engine.adapters import AdapterIdentity
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.lora.request import LoRARequest
 from engine.outputs import CompletionOutput, RequestOutput, RequestOutputDelta
 from engine.sampling_params import SamplingParams
 
@@ -31,6 +35,7 @@ class LLM:
         self._tokenizer_path = tokenizer or str(model)
         self._tokenizer = None
         self._counter = itertools.count()
+        self._adapters: dict[LoRARequest, AdapterIdentity] = {}
 
     def get_tokenizer(self):
         if self._tokenizer is None:
@@ -45,6 +50,7 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         *,
         use_tqdm: bool = False,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Run every prompt to completion; outputs come back in the order of ``prompts``."""
         if isinstance(prompts, str | dict):
@@ -59,14 +65,15 @@ class LLM:
                 raise ValueError(
                     f"got {len(prompts)} prompts but {len(params_list)} sampling_params"
                 )
+        adapters = self._adapters_for(lora_request, len(prompts))
         engine = self.llm_engine
         states: dict[str, _RequestState] = {}
         order: list[str] = []
         try:
-            for prompt, params in zip(prompts, params_list, strict=True):
+            for prompt, params, adapter in zip(prompts, params_list, adapters, strict=True):
                 text, token_ids = self._encode(prompt)
                 request_id = str(next(self._counter))
-                engine.add_request(request_id, token_ids, params)
+                engine.add_request(request_id, token_ids, params, adapter=adapter)
                 states[request_id] = _RequestState(request_id, text, token_ids, params)
                 order.append(request_id)
             while engine.has_unfinished_requests():
@@ -82,6 +89,30 @@ class LLM:
                 engine.step()
             raise
         return [states[rid].to_output(self) for rid in order]
+
+    def _adapters_for(
+        self, lora_request: LoRARequest | Sequence[LoRARequest | None] | None, count: int
+    ) -> list[AdapterIdentity | None]:
+        """One adapter identity (or None) per prompt, loading adapters not seen before."""
+        if lora_request is None or isinstance(lora_request, LoRARequest):
+            requests = [lora_request] * count
+        else:
+            requests = list(lora_request)
+            if len(requests) != count:
+                raise ValueError(f"got {count} prompts but {len(requests)} lora_request entries")
+        identities = []
+        for request in requests:
+            if request is None:
+                identities.append(None)
+                continue
+            if not isinstance(request, LoRARequest):
+                raise ValueError(f"lora_request entries must be LoRARequest, got {request!r}")
+            identity = self._adapters.get(request)
+            if identity is None or not self.llm_engine.has_adapter(identity):
+                identity = self.llm_engine.load_adapter(request.lora_name, request.lora_path)
+                self._adapters[request] = identity
+            identities.append(identity)
+        return identities
 
     def _encode(self, prompt: str | dict) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):

@@ -3,6 +3,12 @@
 The service loop (engine/service/) and the offline ``LLM`` both drive this class. A request
 with ``n`` samples runs as ``n`` sequences; with prefix caching on, samples 1..n-1 wait until
 sample 0 has computed the prompt, then start from its cached blocks instead of recomputing.
+
+LoRA: ``load_adapter(name, path)`` validates a PEFT adapter against the base model, reads it
+into host memory and returns its ``AdapterIdentity``; requests pass that identity to
+``add_request(..., adapter=...)``. The device slots (``max_loras`` x ``max_lora_rank``) are
+allocated on the first load, so engines that never serve an adapter spend no memory on them.
+``unload_adapter(name)`` stops new requests of that adapter; running ones finish with it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import torch
 from engine.adapters import AdapterIdentity
 from engine.config import EngineConfig
 from engine.core.scheduler import Scheduler
+from engine.lora.manager import LoraManager
+from engine.lora.shapes import BaseModelShape
+from engine.lora.slots import PACKED_MODULES
 from engine.model_config import ModelConfig
 from engine.outputs import EngineStats, RequestOutputDelta
 from engine.request import Request, RequestStatus
@@ -60,6 +69,67 @@ class LLMEngine:
         self._samples: dict[str, list[Request]] = {}  # user request id -> its live samples
         self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
         self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
+        self.lora: LoraManager | None = None  # built by the first load_adapter
+
+    # -- LoRA adapters ---------------------------------------------------------------------------
+
+    def load_adapter(self, name: str, path: str, checksum: str = "") -> AdapterIdentity:
+        """Validate and cache the PEFT adapter at ``path``; return the identity to request it by.
+
+        ``checksum`` (the control plane's record) must match the files when given; without it
+        the files' checksum is computed. Raises ValueError with the reason when the adapter does
+        not fit the base model (architecture, modules, shapes, rank above ``max_lora_rank``).
+        Loading a new version under an existing name keeps the old one for requests using it.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError("adapter name must be a non-empty string")
+        return self._lora_manager().add_adapter(name, path, checksum)
+
+    def unload_adapter(self, name: str) -> None:
+        """Forget every version of ``name``; running requests finish with it, waiting ones end
+        as aborted. Unknown names are ignored (unloading is idempotent)."""
+        if self.lora is not None:
+            self.lora.remove_adapter(name)
+
+    def has_adapter(self, identity: AdapterIdentity) -> bool:
+        return self.lora is not None and self.lora.knows(identity)
+
+    def lora_requests_info(self) -> dict[str, object]:
+        """What vLLM exports as vllm:lora_requests_info: adapters of running and waiting
+        requests, and max_lora."""
+        waiting = {r.adapter.name for r in self.scheduler.waiting if r.adapter is not None}
+        waiting.update(
+            s.adapter.name for _, others in self._held.values() for s in others if s.adapter
+        )
+        running = {r.adapter.name for r in self.scheduler.running if r.adapter is not None}
+        return {
+            "running_lora_adapters": sorted(running),
+            "waiting_lora_adapters": sorted(waiting),
+            "max_lora": self.config.max_loras,
+        }
+
+    def _lora_manager(self) -> LoraManager:
+        if self.lora is None:
+            try:
+                base = BaseModelShape.from_pretrained(self.config.model)
+            except ValueError as exc:
+                raise ValueError(f"this model cannot serve LoRA adapters: {exc}") from exc
+            self.lora = LoraManager(
+                base,
+                max_loras=self.config.max_loras,
+                max_lora_rank=self.config.max_lora_rank,
+                modules=PACKED_MODULES,  # the decoder fuses q|k|v and gate|up
+                device=self.device,
+                dtype=self.dtype,
+            )
+            self.scheduler.lora = self.lora
+            self.runner.lora = self.lora
+            logger.info(
+                "LoRA slots allocated: max_loras=%d max_lora_rank=%d",
+                self.config.max_loras,
+                self.config.max_lora_rank,
+            )
+        return self.lora
 
     # -- requests in ---------------------------------------------------------------------------
 
@@ -76,6 +146,11 @@ class LLMEngine:
     ) -> None:
         """Queue a request; raises ValueError (and changes nothing) if it cannot be served."""
         max_tokens = self._validate(request_id, prompt_token_ids, params)
+        if adapter is not None and not self.has_adapter(adapter):
+            raise ValueError(
+                f"adapter {getattr(adapter, 'name', adapter)!r} is not loaded in this engine; "
+                "call load_adapter first"
+            )
         arrival = arrival_time if arrival_time is not None else time.monotonic()
         samples = [
             Request(
@@ -152,6 +227,11 @@ class LLMEngine:
     def step(self) -> list[RequestOutputDelta]:
         outputs, self._pending = self._pending, []
         sched_out = self.scheduler.schedule()
+        if self.scheduler.dropped:  # their adapter was unloaded while they waited
+            for request in self.scheduler.dropped:
+                outputs.append(self._delta(request))
+                self._on_finished(request)
+            self.scheduler.dropped.clear()
         if sched_out.is_empty:
             return outputs
         model_out = self.runner.execute(sched_out, self.scheduler.kv_cache.get_block_ids)

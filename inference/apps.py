@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class InferenceConfig(AppConfig):
     name = "inference"
     verbose_name = "Inference API"
+
+    def ready(self) -> None:
+        # The engine and request metrics (vllm:*) join django-prometheus's /metrics.
+        from inference.metrics import register_collector
+
+        register_collector()

@@ -1,3 +1,9 @@
 """WebSocket routes (Channels)."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from inference.consumers import GenerationConsumer
+
+websocket_urlpatterns: list = [
+    path("v1/ws", GenerationConsumer.as_asgi()),
+]

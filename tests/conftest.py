@@ -12,6 +12,10 @@ import pytest
 
 from controlplane.core.redis_server import RedisServer
 from tests.support.checkpoints import CheckpointCache
+from tests.support.triton_mode import import_triton_for_the_interpreter
+
+# Before any test module can import triton: without a GPU its kernels run in the interpreter.
+import_triton_for_the_interpreter()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
@@ -25,6 +26,16 @@ def dashboard(request: HttpRequest):
     return render(request, "dashboard/index.html", context)
 
 
+def _tenant_metrics() -> list[dict]:
+    from inference.metrics import tenant_metrics_summary
+
+    try:
+        return [asdict(t) for t in tenant_metrics_summary()]
+    except Exception:  # the dashboard keeps working without Redis metrics
+        logger.warning("tenant metrics unavailable", exc_info=True)
+        return []
+
+
 @never_cache
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     if not (request.user.is_active and request.user.is_staff):
@@ -40,5 +51,7 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
             "engines": engine_status_list(),
             "tokens_per_minute": tokens_per_minute_by_tenant(minutes=60),
             "tokens_per_day": daily_tokens_by_tenant(days=14),
+            # Per-tenant prefix-cache hit rate and TTFT, from the request metrics in Redis.
+            "tenants": _tenant_metrics(),
         }
     )

@@ -2,6 +2,9 @@
 
 from django.db import models
 
+# Architectures served by a pooling engine (embeddings) rather than a generation engine.
+POOLING_ARCHITECTURES = frozenset({"BertModel", "XLMRobertaModel", "MPNetModel"})
+
 
 class ServedModel(models.Model):
     """A Hugging Face checkpoint the platform serves under ``name``."""
@@ -21,3 +24,7 @@ class ServedModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.architecture in POOLING_ARCHITECTURES

@@ -1,7 +1,7 @@
 """Attention over the paged KV cache, behind a backend interface.
 
-``get_attention_backend(device)`` is the one place that picks an implementation: the PyTorch
-backend everywhere today; a Triton backend (kernels/) slots in here for CUDA.
+``get_attention_backend(device, name)`` is the one place that picks an implementation: the
+Triton kernels (kernels/) on CUDA, the PyTorch backend on CPU (see engine.attention.selector).
 """
 
 from engine.attention.backend import AttentionBackend, AttentionMetadata

@@ -7,6 +7,11 @@ block, the lowest-ranked running request is preempted: its blocks are freed and 
 the waiting queue to be recomputed later (its full blocks usually survive in the prefix cache).
 A request alone always fits, because the KV cache holds at least ``max_model_len`` tokens, so
 the scheduler never deadlocks and never drops a request.
+
+LoRA: at most ``max_loras`` distinct adapters run at once (the device slots). A waiting request
+whose adapter cannot get a slot now is skipped, not blocking the requests behind it, and keeps
+its place in the queue. A request holds its adapter from admission until it finishes or is
+preempted. A waiting request whose adapter was unloaded meanwhile ends as aborted.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
+    from engine.lora.manager import LoraManager
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +68,11 @@ class Scheduler:
         self.prefix_cache_hits = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        # Set by the engine when the first adapter is loaded (slots cost memory until then).
+        self.lora: LoraManager | None = None
+        self._lora_holders: set[str] = set()  # ids of requests holding their adapter
+        # Waiting requests ended because their adapter was unloaded; the engine reports them.
+        self.dropped: list[Request] = []
 
     # -- admission and removal -------------------------------------------------------------
 
@@ -92,8 +103,27 @@ class Scheduler:
         return finished
 
     def _free(self, request: Request) -> None:
+        self._release_adapter(request)
         self.kv_cache.free(request)
         del self.requests[request.request_id]
+
+    def _release_adapter(self, request: Request) -> None:
+        if request.request_id in self._lora_holders:
+            self._lora_holders.discard(request.request_id)
+            self.lora.release(request.adapter)
+
+    def _adapter_available(self, request: Request) -> bool:
+        """False, after ending it as aborted, if the head request's adapter was unloaded."""
+        if self.lora is not None and self.lora.knows(request.adapter):
+            return True
+        self.waiting.pop()
+        request.status = RequestStatus.FINISHED_ABORTED
+        del self.requests[request.request_id]
+        self.dropped.append(request)
+        logger.info(
+            "request %s dropped: adapter %s unloaded", request.request_id, request.adapter.name
+        )
+        return False
 
     @property
     def num_unfinished(self) -> int:
@@ -137,8 +167,15 @@ class Scheduler:
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         now = time.monotonic()
+        skipped: list[Request] = []  # waiting for a LoRA slot; they keep their queue place
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
+            if request.adapter is not None:
+                if not self._adapter_available(request):
+                    continue
+                if not self.lora.can_hold(request.adapter):  # all max_loras slots are held
+                    skipped.append(self.waiting.pop())
+                    continue
             hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit_tokens
             if num_new > budget:
@@ -148,6 +185,9 @@ class Scheduler:
             if self.kv_cache.allocate_slots(request, num_new, hits) is None:
                 break
             self.waiting.pop()
+            if request.adapter is not None:
+                self.lora.hold(request.adapter)
+                self._lora_holders.add(request.request_id)
             if request.num_cached_tokens < 0:  # first admission, not a resume
                 request.num_cached_tokens = num_hit_tokens
                 self.prefix_cache_queries += request.num_tokens
@@ -161,6 +201,8 @@ class Scheduler:
             out.new_requests.append(request)
             out.num_scheduled_tokens[request.request_id] = num_new
             budget -= num_new
+        for request in reversed(skipped):
+            self.waiting.prepend(request)
         return budget
 
     def _make_room(self, request: Request, num_new: int, out: SchedulerOutput) -> int:
@@ -183,6 +225,7 @@ class Scheduler:
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> int:
         self.running.remove(request)
+        self._release_adapter(request)
         refund = out.num_scheduled_tokens.pop(request.request_id, 0)
         if refund:  # already scheduled earlier in this step (priority policy): undo it
             out.running_requests.remove(request)

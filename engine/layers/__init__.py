@@ -1,1 +1,1 @@
-"""Model building blocks in plain PyTorch (the CPU path; kernels/ holds the Triton versions)."""
+"""Model building blocks: PyTorch on CPU, the Triton kernels of kernels/ on CUDA (see dispatch)."""

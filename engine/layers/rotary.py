@@ -2,6 +2,8 @@
 
 Follows Hugging Face's convention (rotate_half: the two halves of the head dimension form the
 pairs), including Llama 3's frequency scaling, so outputs match transformers bit for bit.
+On CUDA the Triton kernel (kernels.apply_rotary_embedding) rotates q and k in one launch from a
+float32 cos|sin table; it rounds cos, sin and each product to the model dtype as this code does.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from engine.layers import dispatch
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
@@ -49,11 +53,21 @@ class RotaryEmbedding:
         # Both halves use the same angles (HF concatenates freqs with itself).
         self.cos = freqs.cos().to(dtype=dtype, device=device)
         self.sin = freqs.sin().to(dtype=dtype, device=device)
+        # [max_position, head_dim] float32, cos half then sin half: the kernel's table.
+        self.cos_sin_cache = (
+            torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(device)
+            if device.type in dispatch.KERNEL_DEVICE_TYPES
+            else None
+        )
 
     def __call__(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """query [T, num_heads, head_dim], key [T, num_kv_heads, head_dim] -> rotated copies."""
+        if self.cos_sin_cache is not None and dispatch.use_kernels(query):
+            return dispatch.kernel_ops().apply_rotary_embedding(
+                positions, query, key, self.cos_sin_cache
+            )
         cos = self.cos[positions].unsqueeze(1)  # [T, 1, head_dim // 2]
         sin = self.sin[positions].unsqueeze(1)
         return _rotate(query, cos, sin), _rotate(key, cos, sin)

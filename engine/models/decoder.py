@@ -3,10 +3,16 @@
 Llama 2/3 and Mistral share the plain block; Qwen2 adds q/k/v biases; Qwen3 adds an RMSNorm
 over each head of q and k before rotary. Projections that read the same input are fused at
 load time (q|k|v, gate|up) so a layer runs two big matmuls instead of five.
+
+LoRA hooks in after each projection: ``forward(..., lora=apply)`` calls
+``apply(y, x, layer_index, module)`` with the projection's output ``y`` and input ``x``, which
+adds every token's adapter delta to ``y`` in place. Module names follow the fused layout
+(``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``; see engine.lora.slots.PACKED_MODULES).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +23,9 @@ from engine.layers.activation import silu_and_mul
 from engine.layers.layernorm import add_rms_norm, rms_norm
 from engine.layers.rotary import RotaryEmbedding
 from engine.model_config import ModelConfig
+
+# apply(y, x, layer_index, module) -> y, adding LoRA deltas to y in place.
+LoraApply = Callable[[torch.Tensor, torch.Tensor, int, str], torch.Tensor]
 
 
 @dataclass(slots=True)
@@ -102,20 +111,26 @@ class DecoderLM:
         positions: torch.Tensor,  # [num_tokens]
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         metadata: AttentionMetadata,
+        lora: LoraApply | None = None,
     ) -> torch.Tensor:
-        """Hidden states after the final norm, [num_tokens, hidden]."""
+        """Hidden states after the final norm, [num_tokens, hidden].
+
+        ``lora``, when given, adds the batch's adapter deltas after every projection.
+        """
         hidden = F.embedding(input_ids, self.embed_tokens)
         num_tokens = hidden.shape[0]
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         residual = hidden
         x = None
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
             if x is None:
                 x = rms_norm(hidden, layer.input_norm, self.eps)
             else:
                 x, residual = add_rms_norm(x, residual, layer.input_norm, self.eps)
             qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            if lora is not None:
+                lora(qkv, x, i, "qkv_proj")
             q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
             q = q.view(num_tokens, self.num_heads, self.head_dim)
             k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -126,13 +141,18 @@ class DecoderLM:
             q, k = self.rotary(positions, q, k)
             self.backend.write_kv(k, v, k_cache, v_cache, metadata)
             attn = self.backend.attend(q, k, v, k_cache, v_cache, metadata, self.scale)
-            x = F.linear(attn.reshape(num_tokens, q_size), layer.o_proj, layer.o_bias)
+            attn = attn.reshape(num_tokens, q_size)
+            x = F.linear(attn, layer.o_proj, layer.o_bias)
+            if lora is not None:
+                lora(x, attn, i, "o_proj")
             x, residual = add_rms_norm(x, residual, layer.post_norm, self.eps)
-            x = F.linear(
-                silu_and_mul(F.linear(x, layer.gate_up, layer.gate_up_bias)),
-                layer.down,
-                layer.down_bias,
-            )
+            gate_up = F.linear(x, layer.gate_up, layer.gate_up_bias)
+            if lora is not None:
+                lora(gate_up, x, i, "gate_up_proj")
+            act = silu_and_mul(gate_up)
+            x = F.linear(act, layer.down, layer.down_bias)
+            if lora is not None:
+                lora(x, act, i, "down_proj")
         x, _ = add_rms_norm(x, residual, self.norm, self.eps)
         return x
 

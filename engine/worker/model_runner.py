@@ -4,12 +4,17 @@ Per step it gathers each scheduled request's new tokens, positions and block tab
 Python, the rest in tensor ops), orders decodes before prefill chunks as the attention
 backends expect, computes logits only where a token is sampled (the end of a request's known
 tokens) plus prompt positions of requests that asked for prompt logprobs.
+
+With LoRA, the step's adapter layout (which slot each token uses, grouped into segments) is
+built once from the same request order and handed to the model, which applies it in every
+projection. Steps without an adapter request skip LoRA entirely.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,7 +26,12 @@ from engine.models import load_model
 from engine.outputs import TokenLogprobs
 from engine.request import Request
 from engine.sample import Sampler, SamplingBatch
+from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
+
+if TYPE_CHECKING:
+    from engine.lora.manager import LoraManager
+    from engine.models.decoder import LoraApply
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +58,23 @@ class ModelRunner:
         self.kv_caches = allocate_kv_caches(
             model_config, self.num_blocks, self.block_size, dtype, device
         )
+        # CUDA graphs (engine/worker/cuda_graphs.py): decode steps replay a captured forward.
+        # None (eager) on CPU and with the PyTorch attention backend.
+        self.cuda_graphs = maybe_capture_decode_graphs(
+            self.model,
+            self.backend,
+            self.kv_caches,
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=model_config.max_model_len,
+            block_size=self.block_size,
+            device=device,
+        )
         generator = torch.Generator(device=device)
         generator.manual_seed(config.seed)
         self.sampler = Sampler(generator)
         self.generators: dict[str, torch.Generator] = {}
+        # Set by the engine when the first adapter is loaded.
+        self.lora: LoraManager | None = None
 
     # -- per-request state -------------------------------------------------------------------
 
@@ -127,7 +150,11 @@ class ModelRunner:
         )
         self.backend.prepare(metadata)
         input_t = torch.tensor(input_ids, dtype=torch.long).to(device)
-        hidden = self.model.forward(input_t, positions_t, self.kv_caches, metadata)
+        lora = self._lora_apply(ordered, counts)
+        if lora is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(metadata):
+            hidden = self.cuda_graphs.forward(input_t, positions_t, metadata)  # CUDA graphs
+        else:
+            hidden = self.model.forward(input_t, positions_t, self.kv_caches, metadata, lora=lora)
 
         result = ModelRunnerOutput()
         for i, r in enumerate(ordered):
@@ -152,6 +179,23 @@ class ModelRunner:
             if lp is not None:
                 result.logprobs[r.request_id] = lp
         return result
+
+    def _lora_apply(self, ordered: list[Request], counts: dict[str, int]) -> LoraApply | None:
+        """The step's LoRA hook for the model, or None when no request uses an adapter."""
+        manager = self.lora
+        if manager is None or all(r.adapter is None for r in ordered):
+            return None
+        # Loads adapters missing from the slots (the scheduler holds each one, so all fit).
+        batch = manager.prepare_batch(
+            [r.adapter for r in ordered], [counts[r.request_id] for r in ordered]
+        )
+        if not batch.has_lora:
+            return None
+
+        def apply(y: torch.Tensor, x: torch.Tensor, layer: int, module: str) -> torch.Tensor:
+            return manager.apply(y, x, layer, module, batch)
+
+        return apply
 
     def _prompt_logprobs(
         self, request: Request, hidden: torch.Tensor, num_new: int

@@ -49,6 +49,33 @@
     }
   }
 
+  function seconds(value) {
+    return value === null || value === undefined ? "–" : (value * 1000).toFixed(0) + " ms";
+  }
+
+  function renderTenants(tenants) {
+    const body = root.querySelector("#tenants tbody");
+    body.replaceChildren();
+    if (!tenants.length) {
+      const row = body.insertRow();
+      row.className = "empty";
+      cell(row, "No requests yet.").colSpan = 6;
+      return;
+    }
+    for (const t of tenants) {
+      const row = body.insertRow();
+      row.className = "tenant";
+      row.dataset.tenant = t.tenant;
+      cell(row, t.tenant);
+      cell(row, String(t.num_requests), "num");
+      cell(row, String(t.prompt_tokens), "num");
+      const rate = t.prefix_cache_hit_rate;
+      cell(row, rate === null ? "–" : (Math.round(rate * 1000) / 10) + "%", "num");
+      cell(row, seconds(t.ttft_p50_s), "num");
+      cell(row, seconds(t.ttft_p95_s), "num");
+    }
+  }
+
   function recordThroughput(engines) {
     const perModel = {};
     for (const e of engines) perModel[e.model] = (perModel[e.model] || 0) + (e.tokens_per_s || 0);
@@ -74,6 +101,7 @@
       if (!response.ok) throw new Error("HTTP " + response.status);
       const data = await response.json();
       renderEngines(data.engines);
+      renderTenants(data.tenants || []);
       recordThroughput(data.engines);
       document.getElementById("engines-updated").textContent =
         "updated " + new Date(data.now * 1000).toLocaleTimeString();

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.adapters import AdapterIdentity
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.lora.testing import make_random_adapter
 from engine.sampling_params import SamplingParams
 from tests.engine.conftest import random_prompts, run_to_completion
 
@@ -78,8 +78,9 @@ def test_greedy_output_is_the_same_alone_and_in_a_mixed_batch(
     assert stats.num_running == stats.num_waiting == 0
 
 
-def test_shared_prefix_is_cached_only_under_the_same_salt_and_adapter(tiny_engine_path):
-    engine = make_engine(tiny_engine_path, block_size=16)
+def test_shared_prefix_is_cached_only_under_the_same_salt_and_adapter(tiny_engine_path, tmp_path):
+    engine = make_engine(tiny_engine_path, block_size=16, max_lora_rank=8)
+    sql = engine.load_adapter("sql", str(make_random_adapter(tiny_engine_path, tmp_path / "sql")))
     prefix = random_prompts(1, 64, 64, seed=3)[0]  # exactly 4 blocks
     params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     engine.add_request("first", [*prefix, 7, 8, 9], params, cache_salt="tenant-a")
@@ -89,7 +90,7 @@ def test_shared_prefix_is_cached_only_under_the_same_salt_and_adapter(tiny_engin
     cases = {
         "same": {"cache_salt": "tenant-a"},
         "other-salt": {"cache_salt": "tenant-b"},
-        "other-adapter": {"cache_salt": "tenant-a", "adapter": AdapterIdentity("sql", "c1")},
+        "other-adapter": {"cache_salt": "tenant-a", "adapter": sql},
     }
     cached = {}
     for name, kwargs in cases.items():

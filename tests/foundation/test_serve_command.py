@@ -39,6 +39,24 @@ def _health(port: int) -> int | None:
         return None
 
 
+def _chat_and_embed_like_the_readme(port: int, api_key: str) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key)
+    ids = {m.id for m in client.models.list()}
+    assert {"demo-random-llama", "all-MiniLM-L6-v2"} <= ids
+    reply = client.chat.completions.create(
+        model="demo-random-llama",
+        messages=[{"role": "user", "content": "Hello!"}],
+        max_tokens=8,
+        extra_body={"ignore_eos": True},
+    )
+    assert reply.usage.completion_tokens == 8
+    assert reply.choices[0].finish_reason == "length"
+    vectors = client.embeddings.create(model="all-MiniLM-L6-v2", input=["a cat", "a dog"])
+    assert [len(item.embedding) for item in vectors.data] == [384, 384]
+
+
 @pytest.mark.slow
 def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
@@ -71,7 +89,8 @@ def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path):
         assert api_key.startswith("sk-")
         assert "password" in text and f"http://127.0.0.1:{port}/admin/" in text
         children = _pids_with_env(marker)
-        assert len(children) >= 4, "expected redis, engine, celery and daphne to be running"
+        assert len(children) >= 5, "expected redis, two engines, celery and daphne to run"
+        _chat_and_embed_like_the_readme(port, api_key)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -3,22 +3,20 @@
 Without a GPU the kernels run in Triton's CPU interpreter. Triton decides between interpreter
 and compiler when a ``@triton.jit`` function is defined: for our kernels when their module is
 imported, for triton's own library (``tl.sum``, ``tl.zeros``, ...) when triton is imported. So
-this conftest imports triton with ``TRITON_INTERPRET=1`` if nothing has imported it yet, and
-sets the variable only per test afterwards, so the rest of the suite never sees it set. If
-another test module imported triton first, the interpreter cannot run in this process: the
-tests here are then skipped and ``test_interpreter_fallback.py`` runs them all in a fresh one.
+the root conftest imports triton with ``TRITON_INTERPRET=1`` before anything else can
+(tests/support/triton_mode.py), and the variable is set only per test afterwards, so the rest
+of the suite never sees it set.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
+
+from tests.support.triton_mode import import_triton_for_the_interpreter
 
 TRITON_MODULES = (
     "kernels.activation",
@@ -31,42 +29,12 @@ TRITON_MODULES = (
 )
 
 
-def _import_triton_for_the_interpreter() -> bool:
-    """True when this process can run Triton's interpreter (or needs none: a GPU is here)."""
-    if torch.cuda.is_available():
-        return True
-    if "triton" in sys.modules:
-        import triton.language.standard
-
-        return type(triton.language.standard.zeros).__name__ == "InterpretedFunction"
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton.language
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-    return True
-
-
-INTERPRETER_IN_PROCESS = _import_triton_for_the_interpreter()
-_HERE = Path(__file__).parent
-_FALLBACK_TEST = "test_interpreter_fallback.py"
-
-
-def pytest_collection_modifyitems(config, items):
-    if INTERPRETER_IN_PROCESS:
-        return
-    skip = pytest.mark.skip(
-        reason=f"triton was imported before TRITON_INTERPRET=1 could be set: {_FALLBACK_TEST} "
-        "runs these tests in a fresh process"
+INTERPRETER_IN_PROCESS = import_triton_for_the_interpreter()
+if not INTERPRETER_IN_PROCESS:  # the root conftest imports triton first; this is a safeguard
+    raise RuntimeError(
+        "triton was imported before TRITON_INTERPRET=1 could be set, so the kernel tests cannot "
+        "run on this CPU machine; see tests/support/triton_mode.py"
     )
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.parent == _HERE and path.name != _FALLBACK_TEST:
-            item.add_marker(skip)
 
 
 # (device, dtype) pairs. The interpreter gets bf16 arithmetic wrong, so CPU runs fp32 and fp16;

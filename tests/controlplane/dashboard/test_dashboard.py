@@ -98,3 +98,42 @@ def test_chart_assets_are_served_by_the_project(admin_client, redis_client):
         response = admin_client.get(f"/static/{name}")
         assert response.status_code == 200, name
         assert marker in b"".join(response.streaming_content)
+
+
+async def _record(tenant: str, *, prompt: int, cached: int, ttft: float) -> None:
+    from inference.metrics import record_request
+
+    await record_request(
+        model="tiny",
+        tenant=tenant,
+        finished_reason="stop",
+        prompt_tokens=prompt,
+        generation_tokens=4,
+        e2e_latency=ttft + 0.2,
+        time_to_first_token=ttft,
+        inter_token_latencies=[0.05] * 3,
+        queue_time=None,
+        prefill_time=None,
+        decode_time=None,
+        cached_tokens=cached,
+    )
+
+
+def test_dashboard_shows_prefix_cache_hit_rate_and_ttft_per_tenant(admin_client, redis_client):
+    import asyncio
+
+    async def traffic():
+        await _record("acme", prompt=100, cached=0, ttft=0.08)
+        await _record("acme", prompt=100, cached=80, ttft=0.02)
+        await _record("globex", prompt=50, cached=0, ttft=0.3)
+
+    asyncio.run(traffic())
+    page = admin_client.get(reverse("dashboard:index")).content.decode()
+    assert 'id="tenants"' in page and "prefix-cache hit rate" in page
+    tenants = {
+        t["tenant"]: t for t in admin_client.get(reverse("dashboard:data")).json()["tenants"]
+    }
+    assert tenants["acme"]["num_requests"] == 2
+    assert tenants["acme"]["prefix_cache_hit_rate"] == pytest.approx(0.4)
+    assert tenants["globex"]["prefix_cache_hit_rate"] == 0
+    assert tenants["acme"]["ttft_p50_s"] < tenants["globex"]["ttft_p50_s"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,10 @@ import pytest
 import redis
 
 from controlplane.core.redis_server import RedisServer, free_port
-from tests.controlplane.support.shared_database import ROOT, FileDatabase
+from tests.controlplane.support.shared_database import FileDatabase
+from tests.support.processes import spawn as _spawn
+from tests.support.processes import stop as _stop
+from tests.support.processes import wait_for
 
 MODEL = "tiny-cp"
 PREFIX = "cpe2e"
@@ -38,38 +40,6 @@ class LivePlatform:
             return [client.get(k) for k in client.keys(f"{PREFIX}:status:{MODEL}:*")]
         finally:
             client.close()
-
-
-def _spawn(args: list[str], env: dict, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait(condition, *, what: str, process: subprocess.Popen, log: Path, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            if condition():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(
-        f"{what} not ready in {timeout}s:\n{log.read_text(errors='replace')[-3000:]}"
-    )
 
 
 @pytest.fixture(scope="package")
@@ -127,7 +97,7 @@ def live_platform(tmp_path_factory, tiny_llama):
         )
         processes.append(daphne)
         base_url = f"http://127.0.0.1:{port}"
-        _wait(
+        wait_for(
             lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
             what="daphne",
             process=daphne,
@@ -135,7 +105,7 @@ def live_platform(tmp_path_factory, tiny_llama):
             timeout=90,
         )
         platform = LivePlatform(base_url=base_url, redis_url=server.url, db=db, workdir=workdir)
-        _wait(
+        wait_for(
             lambda: bool(platform.engine_statuses()),
             what="engine",
             process=engine,

@@ -26,6 +26,7 @@ from controlplane.core.redis_server import RedisServer
 from controlplane.core.supervisor import Child, Supervisor
 
 DEMO_MODEL_NAME = "demo-random-llama"
+EMBEDDING_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
 class _Stop(Exception):
@@ -102,7 +103,8 @@ class Command(BaseCommand):
         redis_url = os.environ["REDIS_URL"]
 
         with progress.step("Checking served models") as st:
-            names = self._ensure_model(var_dir)
+            models = self._ensure_models(var_dir)
+            names = [m.name for m in models]
             st["note"] = ", ".join(names)
 
         with progress.step("Setting up the admin user and the demo tenant"):
@@ -114,16 +116,8 @@ class Command(BaseCommand):
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         with progress.step("Starting engines, Celery and Daphne") as st:
             if not opts["no_engine"]:
-                for name in names:
-                    self.supervisor.start(
-                        Child(
-                            f"engine:{name}",
-                            [*manage, "run_engine", "--model", name],
-                            log_dir / f"engine-{name}.log",
-                            env=env,
-                            stop_timeout=20,
-                        )
-                    )
+                for model in models:
+                    self.supervisor.start(self._engine_child(model, manage, log_dir, env))
             self.supervisor.start(
                 Child(
                     "celery",
@@ -187,17 +181,37 @@ class Command(BaseCommand):
                 )
             time.sleep(0.5)
 
-    def _ensure_model(self, var_dir: Path) -> list[str]:
+    def _ensure_models(self, var_dir: Path):
+        """The served models; on a fresh install, the demo chat model and the embeddings model."""
         from controlplane.deployments.selectors import served_model_list
-        from controlplane.deployments.services import demo_model_create, served_model_register
+        from controlplane.deployments.services import (
+            demo_model_create,
+            embedding_model_register,
+            served_model_register,
+        )
 
         models = served_model_list()
-        if models:
-            return [m.name for m in models]
-        path = var_dir / "models" / DEMO_MODEL_NAME
-        if not (path / "config.json").is_file():
-            demo_model_create(path=path, arch="llama", size="small")
-        return [served_model_register(path=path, name=DEMO_MODEL_NAME).name]
+        if not any(not m.is_embedding for m in models):
+            path = var_dir / "models" / DEMO_MODEL_NAME
+            if not (path / "config.json").is_file():
+                demo_model_create(path=path, arch="llama", size="small")
+            served_model_register(path=path, name=DEMO_MODEL_NAME)
+            if not any(m.is_embedding for m in models):
+                embedding_model_register(name=EMBEDDING_MODEL_NAME)
+            models = served_model_list()
+        return models
+
+    @staticmethod
+    def _engine_child(model, manage: list[str], log_dir: Path, env: dict[str, str]) -> Child:
+        if model.is_embedding:  # a pooling engine: batched embeddings, no KV cache
+            args = [sys.executable, "-m", "engine.pooling", "--model-path", model.path,
+                    "--model-name", model.name]  # fmt: skip
+        else:
+            args = [*manage, "run_engine", "--model", model.name]
+        return Child(
+            f"engine:{model.name}", args, log_dir / f"engine-{model.name}.log", env=env,
+            stop_timeout=20,
+        )  # fmt: skip
 
     def _wait(self, ready, deadline: float, what: str) -> None:
         while not ready():
@@ -225,6 +239,7 @@ class Command(BaseCommand):
             client.close()
 
     def _banner(self, base: str, creds, names: list[str]) -> None:
+        chat_model = next((n for n in names if n != EMBEDDING_MODEL_NAME), names[0])
         cred_file = Path(settings.VAR_DIR) / "credentials.json"
         lines = [
             "",
@@ -244,7 +259,7 @@ class Command(BaseCommand):
             "",
             "  from openai import OpenAI",
             f'  client = OpenAI(base_url="{base}/v1", api_key="{creds.demo_api_key or "sk-..."}")',
-            f'  client.chat.completions.create(model="{names[0]}", '
+            f'  client.chat.completions.create(model="{chat_model}", '
             'messages=[{"role": "user", "content": "Hello"}])',
             "",
             "Press Ctrl-C to stop everything.",

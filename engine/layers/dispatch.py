@@ -1,0 +1,34 @@
+"""Which implementation the layer functions run: Triton kernels on CUDA, PyTorch elsewhere.
+
+The layer functions (rms_norm, add_rms_norm, silu_and_mul, RotaryEmbedding) keep their
+signatures and pick per call from the tensor's device, so the model code never branches.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from types import ModuleType
+
+import torch
+
+# Device types whose tensors go through kernels/. Tests add "cpu" in a process started with
+# TRITON_INTERPRET=1 to run the kernel path through Triton's interpreter.
+KERNEL_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def use_kernels(x: torch.Tensor) -> bool:
+    """True when ``x`` should go through the Triton kernels rather than plain PyTorch."""
+    return x.device.type in KERNEL_DEVICE_TYPES and _triton_installed()
+
+
+def kernel_ops() -> ModuleType:
+    """The kernels package (its Triton modules load on first attribute access)."""
+    import kernels
+
+    return kernels

@@ -1,0 +1,142 @@
+"""The pooling engine's service loop: read embedding requests from Redis, batch, reply.
+
+Phases per turn: ``read`` (every queued request, up to a batch), ``embed`` (one runner call for
+all their inputs), ``reply`` (one list push per request, then ack). A status thread keeps the
+engine's status record fresh, so /ready and the dashboard see it like a generation engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import redis
+
+from engine import protocol
+from engine.pooling import messages
+from engine.pooling.runner import PoolingRunner
+
+logger = logging.getLogger(__name__)
+
+STATUS_TTL_S = 5
+MAX_REQUESTS_PER_BATCH = 64
+
+
+class PoolingService:
+    def __init__(
+        self, runner: PoolingRunner, *, model_name: str, redis_url: str, block_ms: int = 200
+    ):
+        self.runner = runner
+        self.model_name = model_name
+        self.redis = redis.Redis.from_url(redis_url)
+        self.status_redis = redis.Redis.from_url(redis_url)
+        self.keys = protocol.Keys()
+        self.stream = messages.embed_requests_key(model_name, self.keys)
+        self.engine_id = protocol.new_engine_id()
+        self.block_ms = block_ms
+        self.started_at = time.time()
+        self.num_inputs_total = 0
+        self.num_tokens_total = 0
+        self._stop = threading.Event()
+        self._member = protocol.engine_member(model_name, self.engine_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        try:
+            self.redis.xgroup_create(self.stream, messages.POOLING_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._publish_status_once()  # visible to /ready before the first request is read
+        status_thread = threading.Thread(target=self._publish_status, daemon=True)
+        status_thread.start()
+        logger.info("pooling engine %s serving %s", self.engine_id, self.model_name)
+        while not self._stop.is_set():
+            entries = self._read()
+            if entries:
+                self._serve(entries)
+        self.status_redis.delete(self.keys.status(self.model_name, self.engine_id))
+        self.status_redis.srem(self.keys.engines(), self._member)
+
+    def _read(self) -> list[tuple[bytes, bytes]]:
+        reply = self.redis.xreadgroup(
+            messages.POOLING_GROUP,
+            self.engine_id,
+            {self.stream: ">"},
+            count=MAX_REQUESTS_PER_BATCH,
+            block=self.block_ms,
+        )
+        return [
+            (entry_id, fields.get(messages.FIELD, b""))
+            for _s, items in reply or []
+            for entry_id, fields in items
+        ]
+
+    def _serve(self, entries: list[tuple[bytes, bytes]]) -> None:
+        requests = []
+        for entry_id, data in entries:
+            try:
+                requests.append(messages.decode_request(data))
+            except Exception:  # malformed: log and drop, never stop the engine
+                logger.warning("dropping malformed embedding request %s", entry_id)
+        inputs = [ids for request in requests for ids in request.inputs]
+        try:
+            vectors = self.runner.embed(inputs).numpy().astype("<f4")
+            error = ""
+        except Exception as exc:
+            logger.exception("embedding batch failed")
+            vectors, error = None, f"embedding failed: {exc}"
+        pipe = self.redis.pipeline(transaction=False)
+        offset = 0
+        for request in requests:
+            count = len(request.inputs)
+            reply = messages.EmbedReply(request_id=request.request_id, error=error)
+            if vectors is not None:
+                reply.vectors = [
+                    np.ascontiguousarray(v).tobytes() for v in vectors[offset : offset + count]
+                ]
+                reply.dimensions = self.runner.dimensions
+                reply.num_tokens = sum(len(ids) for ids in request.inputs)
+            offset += count
+            pipe.rpush(request.reply_key, messages.encode(reply))
+            pipe.expire(request.reply_key, messages.REPLY_TTL_S)
+        ids = [entry_id for entry_id, _ in entries]
+        pipe.xack(self.stream, messages.POOLING_GROUP, *ids)
+        pipe.xdel(self.stream, *ids)
+        pipe.execute()
+        self.num_inputs_total += len(inputs)
+        self.num_tokens_total += sum(len(ids) for ids in inputs)
+        logger.debug("embedded %d inputs for %d requests", len(inputs), len(requests))
+
+    def _publish_status(self) -> None:
+        while not self._stop.wait(1.0):
+            self._publish_status_once()
+
+    def _publish_status_once(self) -> None:
+        status = protocol.EngineStatus(
+            engine_id=self.engine_id,
+            model=self.model_name,
+            prompt_tokens_total=self.num_tokens_total,
+            started_at=self.started_at,
+            updated_at=time.time(),
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        try:
+            pipe = self.status_redis.pipeline(transaction=False)
+            pipe.set(
+                self.keys.status(self.model_name, self.engine_id),
+                protocol.encode_status(status),
+                ex=STATUS_TTL_S,
+            )
+            # Frontends find live engines through this set (see engine.protocol.Keys).
+            pipe.sadd(self.keys.engines(), self._member)
+            pipe.execute()
+        except redis.RedisError:
+            logger.warning("could not publish pooling engine status", exc_info=True)

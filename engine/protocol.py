@@ -1,0 +1,287 @@
+"""Every message that crosses Redis between API processes and engines, and the key names.
+
+msgspec structs only (msgpack on streams, JSON for status records), nothing pickled. This
+module imports nothing heavy: API processes import it and must never load torch. New fields go
+last and carry defaults, so engines and frontends of neighbouring versions still understand
+each other. docs/protocol.md describes the whole contract.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import msgspec
+
+# Consumer group through which every engine of a model reads that model's request stream.
+ENGINE_GROUP = "engines"
+# The one field of every stream entry; its value is the msgpack-encoded message.
+FIELD = b"m"
+
+
+def redis_prefix() -> str:
+    return os.environ.get("PLATFORM_REDIS_PREFIX", "llmp")
+
+
+class Keys:
+    """Key names under one prefix (``PLATFORM_REDIS_PREFIX``, default ``llmp``)."""
+
+    def __init__(self, prefix: str | None = None):
+        self.prefix = prefix if prefix is not None else redis_prefix()
+
+    def requests(self, model: str) -> str:
+        """Stream of GenerateRequest for one served model, read by the group ENGINE_GROUP."""
+        return f"{self.prefix}:requests:{model}"
+
+    def outputs(self, frontend_id: str) -> str:
+        """Stream of OutputBatch for one frontend process; trimmed by its reader."""
+        return f"{self.prefix}:outputs:{frontend_id}"
+
+    def control(self, model: str) -> str:
+        """Broadcast stream of control commands (adapters, drain) every engine of a model reads."""
+        return f"{self.prefix}:control:{model}"
+
+    def aborts(self) -> str:
+        """Broadcast stream of AbortRequest, read by every engine of every model."""
+        return f"{self.prefix}:aborts"
+
+    def aborted(self, request_id: str) -> str:
+        """Marker (with a TTL) that a request was aborted, for engines that have not read it yet."""
+        return f"{self.prefix}:aborted:{request_id}"
+
+    def status(self, model: str, engine_id: str) -> str:
+        """EngineStatus as JSON with a short TTL: the engine is alive while this key exists."""
+        return f"{self.prefix}:status:{model}:{engine_id}"
+
+    def status_pattern(self, model: str | None = None) -> str:
+        return f"{self.prefix}:status:{model or '*'}:*"
+
+    def engines(self) -> str:
+        """Set of ``model:engine_id`` of every engine started and not yet cleaned up."""
+        return f"{self.prefix}:engines"
+
+    def started(self, model: str, engine_id: str) -> str:
+        """Hash: request stream entry id -> StartedRecord for requests that produced output."""
+        return f"{self.prefix}:started:{model}:{engine_id}"
+
+    def reaping(self, model: str, engine_id: str) -> str:
+        """Lock held by the one survivor that recovers a dead engine's requests."""
+        return f"{self.prefix}:reaping:{model}:{engine_id}"
+
+    def adapters(self, model: str) -> str:
+        """Hash: adapter name -> AdapterRef, the adapters engines of a model should serve."""
+        return f"{self.prefix}:adapters:{model}"
+
+
+def engine_member(model: str, engine_id: str) -> str:
+    return f"{model}:{engine_id}"
+
+
+def split_engine_member(member: str) -> tuple[str, str]:
+    """Inverse of engine_member; engine ids never contain ':' (see new_engine_id)."""
+    model, _, engine_id = member.rpartition(":")
+    return model, engine_id
+
+
+def new_engine_id() -> str:
+    host = socket.gethostname().replace(":", "-")[:32]
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def new_frontend_id() -> str:
+    return new_engine_id()
+
+
+# ---------------------------------------------------------------- requests (API -> engine)
+
+
+class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Sampling fields as vLLM names them; the engine builds its SamplingParams from these.
+
+    Stop strings are not here: the API process matches them on detokenized text.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1 or 0: off
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    ignore_eos: bool = False
+    max_tokens: int | None = 16  # None: up to the model's context length
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+
+
+class AdapterRef(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A LoRA adapter by name; checksum and path let the engine load and cache it safely."""
+
+    name: str
+    checksum: str = ""
+    path: str = ""
+
+
+class GenerateRequest(msgspec.Struct, tag="generate", kw_only=True):
+    request_id: str
+    frontend_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingOptions = msgspec.field(default_factory=SamplingOptions)
+    adapter: AdapterRef | None = None
+    cache_salt: str = ""
+    tenant: str = ""
+    arrival_time: float = 0.0  # wall clock (time.time()) when the API accepted it
+    priority: int = 0
+
+
+# ---------------------------------------------------------------- control (API -> engines)
+
+
+class AbortRequest(msgspec.Struct, tag="abort", kw_only=True):
+    request_id: str
+
+
+class LoadAdapter(msgspec.Struct, tag="load_adapter", kw_only=True):
+    adapter: AdapterRef
+
+
+class UnloadAdapter(msgspec.Struct, tag="unload_adapter", kw_only=True):
+    name: str
+
+
+class Drain(msgspec.Struct, tag="drain", kw_only=True):
+    """Stop taking requests, finish or hand back running ones, exit. Empty id: every engine."""
+
+    engine_id: str = ""
+
+
+ControlMessage = AbortRequest | LoadAdapter | UnloadAdapter | Drain
+
+
+# ---------------------------------------------------------------- outputs (engine -> API)
+
+
+class TokenLogprob(msgspec.Struct, array_like=True):
+    """One generated (or prompt) token's logprob and the top alternatives at that position."""
+
+    token_id: int
+    logprob: float
+    top_ids: list[int] = msgspec.field(default_factory=list)
+    top_logprobs: list[float] = msgspec.field(default_factory=list)
+
+
+class RequestDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What one step produced for one sample of one request.
+
+    ``error`` set means the request failed (engine died, bad input the engine refused): the
+    frontend reports it and stops waiting. ``finish_reason`` is "stop", "length" or "abort".
+    """
+
+    request_id: str
+    index: int = 0
+    new_token_ids: list[int] = msgspec.field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    error: str = ""
+    # On the final delta: intervals measured on the engine's own clock (vLLM's definitions:
+    # queued -> scheduled, scheduled -> first token, first token -> last token).
+    queue_time: float | None = None
+    prefill_time: float | None = None
+    decode_time: float | None = None
+
+
+class OutputBatch(msgspec.Struct, tag="outputs", kw_only=True):
+    """ONE stream entry per engine step per frontend: every delta of its requests."""
+
+    engine_id: str
+    deltas: list[RequestDelta]
+    step: int = 0
+
+
+class StartedRecord(msgspec.Struct, array_like=True):
+    """What a survivor needs to tell a frontend that a dead engine's request failed."""
+
+    request_id: str
+    frontend_id: str
+
+
+# ---------------------------------------------------------------- liveness
+
+
+class EngineStatus(msgspec.Struct, kw_only=True):
+    """An engine's status record, refreshed every second at Keys.status with a short TTL."""
+
+    engine_id: str
+    model: str
+    adapters: list[str] = msgspec.field(default_factory=list)
+    kv_cache_usage: float = 0.0
+    num_running: int = 0
+    num_waiting: int = 0  # includes requests read from Redis and not yet scheduled
+    num_free_blocks: int = 0
+    num_total_blocks: int = 0
+    tokens_per_s: float = 0.0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    num_preemptions: int = 0
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    draining: bool = False
+    max_num_seqs: int = 0
+    num_steps: int = 0
+    pid: int = 0
+    hostname: str = ""
+
+
+# ---------------------------------------------------------------- codecs
+
+_encoder = msgspec.msgpack.Encoder()
+_request_decoder = msgspec.msgpack.Decoder(GenerateRequest)
+_control_decoder = msgspec.msgpack.Decoder(ControlMessage)
+_output_decoder = msgspec.msgpack.Decoder(OutputBatch)
+_started_decoder = msgspec.msgpack.Decoder(StartedRecord)
+_status_decoder = msgspec.json.Decoder(EngineStatus)
+_adapter_decoder = msgspec.msgpack.Decoder(AdapterRef)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_request(data: bytes) -> GenerateRequest:
+    """Raises msgspec.DecodeError (bad bytes) or msgspec.ValidationError (wrong shape)."""
+    return _request_decoder.decode(data)
+
+
+def decode_control(data: bytes) -> ControlMessage:
+    return _control_decoder.decode(data)
+
+
+def decode_outputs(data: bytes) -> OutputBatch:
+    return _output_decoder.decode(data)
+
+
+def decode_started(data: bytes) -> StartedRecord:
+    return _started_decoder.decode(data)
+
+
+def decode_adapter(data: bytes) -> AdapterRef:
+    return _adapter_decoder.decode(data)
+
+
+def encode_status(status: EngineStatus) -> bytes:
+    return msgspec.json.encode(status)
+
+
+def decode_status(data: bytes) -> EngineStatus:
+    return _status_decoder.decode(data)

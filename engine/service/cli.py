@@ -1,0 +1,103 @@
+"""``python -m engine``: run one engine service for a checkpoint, without Django."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from engine.service.settings import ServiceSettings
+
+logger = logging.getLogger("engine.service")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine",
+        description="Serve a Hugging Face checkpoint from the platform's Redis request stream.",
+    )
+    parser.add_argument("--model-path", required=True, help="checkpoint directory")
+    parser.add_argument("--model-name", required=True, help="served model name (stream name)")
+    add_service_arguments(parser)
+    return parser
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared with ``manage.py run_engine``."""
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
+    parser.add_argument("--engine-id", default=None, help="default: host-pid-random")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--num-gpu-blocks", type=int, default=None, help="fix the KV cache size")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument(
+        "--max-queued",
+        type=int,
+        default=None,
+        help="read more requests only while fewer wait here (default max(16, max_num_seqs/4))",
+    )
+    parser.add_argument("--status-interval", type=float, default=1.0)
+    parser.add_argument("--status-ttl", type=float, default=5.0)
+    parser.add_argument("--drain-timeout", type=float, default=30.0)
+    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+
+
+def settings_from_args(args: argparse.Namespace, model_name: str) -> ServiceSettings:
+    extra = {"engine_id": args.engine_id} if args.engine_id else {}
+    if args.redis_url:
+        extra["redis_url"] = args.redis_url
+    return ServiceSettings(
+        model_name=model_name,
+        status_interval=args.status_interval,
+        status_ttl=args.status_ttl,
+        drain_timeout=args.drain_timeout,
+        max_queued=args.max_queued,
+        **extra,
+    )
+
+
+def engine_config_from_args(args: argparse.Namespace, model_path: str):
+    from engine.config import EngineConfig
+
+    return EngineConfig(
+        model=str(model_path),
+        dtype=args.dtype,
+        device=args.device,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        num_gpu_blocks=args.num_gpu_blocks,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=not args.no_prefix_caching,
+    )
+
+
+def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
+    """Load the engine and run the service in the foreground; returns an exit code."""
+    from engine.llm_engine import LLMEngine
+    from engine.service.loop import EngineService
+
+    try:
+        settings = settings_from_args(args, model_name)
+        config = engine_config_from_args(args, model_path)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logger.info("loading %s for %r", model_path, model_name)
+    engine = LLMEngine(config)
+    EngineService(engine, settings).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return serve(args, model_path=args.model_path, model_name=args.model_name)

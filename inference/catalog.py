@@ -1,0 +1,148 @@
+"""Served models as the API sees them: lookup under a tenant's grants, and tokenizer caching.
+
+LoRA adapters are models too, as in vLLM: ``model="<adapter>"`` names a ready adapter granted
+to the caller's tenant, served by its base model's engines. ``resolve_model(...,
+with_adapters=True)`` returns such an entry with ``adapter`` set (what the engine needs to load
+it: name, checksum, path), ``engine_model`` naming the base model's request stream, and ``path``
+the base checkpoint (the adapter shares its tokenizer). Adapters of other tenants, unknown and
+not ready ones are all the same 404, so adapter names do not leak across tenants.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from asgiref.sync import sync_to_async
+
+from controlplane.adapters.selectors import AdapterRoute, aadapter_route_for, aadapters_visible_to
+from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
+from controlplane.deployments.selectors import served_model_get
+from inference.access import Principal, can_use_model
+from inference.embeddings_client import EmbeddingTokenizer
+from inference.errors import model_not_found
+from inference.tokenizer import ChatTokenizer
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    path: str
+    max_model_len: int
+    created: int
+    is_embedding: bool
+    # Set when ``name`` is a LoRA adapter (then ``path``/``max_model_len`` are its base's).
+    adapter: AdapterRoute | None = None
+
+    @property
+    def engine_model(self) -> str:
+        """The served model whose engines run this entry (its request stream)."""
+        return self.adapter.base_model if self.adapter is not None else self.name
+
+    @property
+    def parent(self) -> str | None:
+        """The base model of an adapter, as /v1/models reports it (vLLM's ``parent``)."""
+        return self.adapter.base_model if self.adapter is not None else None
+
+
+def _is_embedding(model: ServedModel) -> bool:
+    return model.architecture in POOLING_ARCHITECTURES or _has_pooling_modules(model.path)
+
+
+@lru_cache(maxsize=256)
+def _has_pooling_modules(path: str) -> bool:
+    # sentence-transformers checkpoints describe their pooling in modules.json.
+    return (Path(path) / "modules.json").is_file()
+
+
+def _entry(model: ServedModel) -> ModelEntry:
+    return ModelEntry(
+        name=model.name,
+        path=model.path,
+        max_model_len=model.max_model_len,
+        created=int(model.created_at.timestamp()),
+        is_embedding=_is_embedding(model),
+    )
+
+
+def _adapter_entry(route: AdapterRoute, base: ServedModel) -> ModelEntry:
+    return ModelEntry(
+        name=route.name,
+        path=base.path,
+        max_model_len=base.max_model_len,
+        created=route.created,
+        is_embedding=False,
+        adapter=route,
+    )
+
+
+async def visible_models(principal: Principal, *, with_adapters: bool = False) -> list[ModelEntry]:
+    """Every active model this caller may use, ordered by name; then, with ``with_adapters``,
+    the ready adapters granted to its tenant (ordered by name, each after the base models)."""
+    bases = {
+        model.name: model
+        async for model in ServedModel.objects.filter(is_active=True).order_by("name")
+    }
+    entries = [_entry(m) for name, m in bases.items() if can_use_model(principal, name)]
+    if with_adapters:
+        for route in await aadapters_visible_to(tenant_id=principal.tenant_id):
+            base = bases.get(route.base_model)
+            if base is not None:
+                entries.append(_adapter_entry(route, base))
+    return entries
+
+
+async def resolve_model(
+    principal: Principal, name: str, *, with_adapters: bool = False
+) -> ModelEntry:
+    """The served model ``name`` if it exists and this caller may use it; with
+    ``with_adapters``, else the adapter ``name`` if granted to the caller's tenant and ready;
+    404 otherwise."""
+    if can_use_model(principal, name):
+        model = await served_model_get(name=name)
+        if model is not None:
+            return _entry(model)
+    if with_adapters:
+        route = await aadapter_route_for(tenant_id=principal.tenant_id, name=name)
+        if route is not None:
+            base = await served_model_get(name=route.base_model)
+            if base is not None and base.is_active:
+                return _adapter_entry(route, base)
+    raise model_not_found(name)
+
+
+_tokenizers: dict[str, ChatTokenizer] = {}
+
+
+def _load_tokenizer(path: str) -> ChatTokenizer:
+    return ChatTokenizer(path)
+
+
+async def tokenizer_for(entry: ModelEntry) -> ChatTokenizer:
+    """One tokenizer per checkpoint path and process (loading one reads files: off the loop)."""
+    tokenizer = _tokenizers.get(entry.path)
+    if tokenizer is None:
+        tokenizer = await sync_to_async(_load_tokenizer, thread_sensitive=False)(entry.path)
+        _tokenizers[entry.path] = tokenizer
+    return tokenizer
+
+
+_embedding_tokenizers: dict[str, EmbeddingTokenizer] = {}
+
+
+def embedding_tokenizer_for(entry: ModelEntry) -> EmbeddingTokenizer:
+    """The encoder's tokenizer, without the fixed padding its tokenizer.json may ask for."""
+    tokenizer = _embedding_tokenizers.get(entry.path)
+    if tokenizer is None:
+        tokenizer = _embedding_tokenizers[entry.path] = EmbeddingTokenizer(entry.path)
+    return tokenizer
+
+
+def embedding_max_length(entry: ModelEntry) -> int:
+    """Longest input a sentence-transformers model takes (its ``max_seq_length``)."""
+    config = Path(entry.path) / "sentence_bert_config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text()).get("max_seq_length", entry.max_model_len))
+    return entry.max_model_len

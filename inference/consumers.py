@@ -1,0 +1,220 @@
+"""The WebSocket endpoint (/v1/ws): many generations multiplexed on one connection.
+
+The client sends chat or completion bodies, each with its own id; every generation streams
+the same chunk objects as SSE, tagged with that id, and can be cancelled by id (which aborts
+it in the engine). docs/websocket.md is the protocol's reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from inference import access
+from inference.catalog import visible_models
+from inference.errors import ApiError, error_from_exception, invalid_request
+from inference.generation import GenerationStats, engine_chunks, stream_chunks
+from inference.planning import prepare_generation
+from inference.settlement import settle_generation
+
+logger = logging.getLogger(__name__)
+
+KINDS = {"chat.completions": "chat", "completions": "completion"}
+MAX_GENERATIONS_PER_CONNECTION = 16
+MAX_ID_LENGTH = 128
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin1")
+    return None
+
+
+def _not_authenticated() -> ApiError:
+    return ApiError(
+        'Authenticate first: send {"type": "auth", "api_key": "sk-..."}.',
+        status=401,
+        code="invalid_api_key",
+    )
+
+
+class GenerationConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        self.principal: access.Principal | None = None
+        self.generations: dict[str, asyncio.Task] = {}
+        self.cancel_requested: set[str] = set()
+        await self.accept()
+        # Credentials at the handshake (Bearer header, ?api_key=, a staff session) or later in
+        # an "auth" message: browsers cannot set headers on a WebSocket.
+        try:
+            self.principal = await access.authenticate_websocket(self.scope, endpoint="websocket")
+        except access.AccessError as exc:
+            if _header(self.scope, b"authorization") or b"api_key=" in self.scope.get(
+                "query_string", b""
+            ):
+                await self._error(None, error_from_exception(exc))
+            return
+        await self.send_json({"type": "auth.ok", "tenant": self.principal.tenant_slug})
+
+    async def disconnect(self, code):
+        # A closed socket aborts everything it was generating.
+        tasks = list(self.generations.values())
+        self.cancel_requested.update(self.generations)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def receive_json(self, content: Any, **kwargs):
+        if not isinstance(content, dict):
+            await self._error(None, invalid_request("Each message must be a JSON object."))
+            return
+        kind = content.get("type")
+        if kind == "auth":
+            await self._authenticate(f"Bearer {content.get('api_key') or ''}")
+        elif kind == "cancel":
+            await self._cancel(content.get("id"))
+        elif kind == "models":
+            await self._models()
+        elif kind in KINDS:
+            await self._start(KINDS[kind], content)
+        else:
+            await self._error(
+                content.get("id"),
+                invalid_request(
+                    "type must be one of auth, models, chat.completions, completions, cancel.",
+                    param="type",
+                ),
+            )
+
+    async def decode_json(self, text_data):
+        try:
+            return await super().decode_json(text_data)
+        except ValueError:
+            return None  # answered as "must be a JSON object"
+
+    async def _authenticate(self, authorization: str) -> None:
+        try:
+            self.principal = await access.authenticate(authorization, endpoint="websocket")
+        except Exception as exc:  # reported to the client
+            self.principal = None
+            await self._error(None, error_from_exception(exc))
+            return
+        await self.send_json({"type": "auth.ok", "tenant": self.principal.tenant_slug})
+
+    async def _models(self) -> None:
+        if self.principal is None:
+            await self._error(None, _not_authenticated())
+            return
+        models = await visible_models(self.principal)
+        await self.send_json(
+            {
+                "type": "models",
+                "data": [
+                    {
+                        "id": m.name,
+                        "max_model_len": m.max_model_len,
+                        "kind": "embedding" if m.is_embedding else "generation",
+                    }
+                    for m in models
+                ],
+            }
+        )
+
+    async def _start(self, kind: str, message: dict) -> None:
+        gen_id = message.get("id")
+        if not isinstance(gen_id, str) or not gen_id or len(gen_id) > MAX_ID_LENGTH:
+            await self._error(
+                None,
+                invalid_request(
+                    f"id must be a non-empty string of at most {MAX_ID_LENGTH} characters.",
+                    param="id",
+                ),
+            )
+            return
+        if self.principal is None:
+            await self._error(gen_id, _not_authenticated())
+            return
+        if gen_id in self.generations:
+            await self._error(gen_id, invalid_request("This id is already generating.", param="id"))
+            return
+        if len(self.generations) >= MAX_GENERATIONS_PER_CONNECTION:
+            await self._error(
+                gen_id,
+                ApiError(
+                    f"At most {MAX_GENERATIONS_PER_CONNECTION} generations per connection.",
+                    status=429,
+                    type="requests",
+                    code="rate_limit_exceeded",
+                ),
+            )
+            return
+        body = message.get("body")
+        task = asyncio.create_task(self._generate(gen_id, kind, body, self.principal))
+        self.generations[gen_id] = task
+        task.add_done_callback(lambda _t: self.generations.pop(gen_id, None))
+
+    async def _cancel(self, gen_id) -> None:
+        task = self.generations.get(gen_id) if isinstance(gen_id, str) else None
+        if task is None:
+            await self._error(gen_id, invalid_request("No generation with this id.", param="id"))
+            return
+        # Also flagged: Python 3.11's asyncio.wait_for can swallow a cancellation that lands
+        # as its inner future completes; the generation loop checks the flag at every chunk.
+        self.cancel_requested.add(gen_id)
+        task.cancel()  # closing the chunk stream inside aborts the request in the engine
+        await asyncio.gather(task, return_exceptions=True)
+        self.cancel_requested.discard(gen_id)
+        await self.send_json({"type": "done", "id": gen_id, "cancelled": True})
+
+    async def _generate(self, gen_id: str, kind: str, body, principal) -> None:
+        from inference.engine_client import EngineClient
+
+        started = time.monotonic()
+        admission = None
+        stats = GenerationStats()
+        status = 200
+        plan = None
+        try:
+            if not isinstance(body, dict):
+                raise invalid_request("body must be a JSON object.", param="body")
+            body = {**body, "stream": True}
+            _body, plan, tokenizer = await prepare_generation(kind, principal, body)
+            admission = await access.admit(
+                principal,
+                model=plan.model,
+                prompt_tokens=plan.prompt_tokens,
+                max_tokens=plan.sampling.max_tokens * plan.num_choices,
+            )
+            chunks = engine_chunks(EngineClient.for_process(), plan, tokenizer)
+            events = stream_chunks(chunks, plan, stats)
+            try:
+                async for event in events:
+                    if gen_id in self.cancel_requested:
+                        raise asyncio.CancelledError
+                    await self.send_json({"type": "chunk", "id": gen_id, "data": event})
+            finally:
+                await events.aclose()
+                await chunks.aclose()
+            await self.send_json({"type": "done", "id": gen_id})
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        except Exception as exc:  # reported to the client, tagged with its id
+            error = error_from_exception(exc)
+            status = error.status
+            await self._error(gen_id, error)
+        finally:
+            if admission is not None:
+                await settle_generation(admission, plan, stats, status=status, started=started)
+
+    async def _error(self, gen_id, error: ApiError) -> None:
+        message = {"type": "error", "id": gen_id, "status": error.status, **error.body()}
+        try:
+            await self.send_json(message)
+        except Exception:  # the socket is already gone
+            logger.debug("could not send an error to a closed websocket")

@@ -1,0 +1,130 @@
+"""OpenAI error bodies: the one place that turns exceptions into error responses.
+
+Views and consumers raise; :func:`error_from_exception` maps every failure the API knows of to
+OpenAI's ``{"error": {"message", "type", "param", "code"}}`` with the status OpenAI uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from django.http import JsonResponse
+
+from inference.access import AccessError
+from inference.tokenizer import TokenizerError
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A refusal with OpenAI's error fields and the HTTP status to answer with."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(message, status=400, param=param, code=code)
+
+
+def model_not_found(model: str) -> ApiError:
+    # Same answer for "does not exist" and "not yours": a tenant learns nothing of others' models.
+    return ApiError(
+        f"The model `{model}` does not exist or you do not have access to it.",
+        status=404,
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _retry_after(seconds: float | None) -> dict[str, str]:
+    return {"Retry-After": str(max(1, math.ceil(seconds or 1)))}
+
+
+def error_from_exception(exc: BaseException) -> ApiError:
+    """Every exception the request path can meet, as the ApiError a client should see."""
+    from inference import engine_client as ec  # not at import: keeps this module light
+
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, AccessError):
+        return ApiError(
+            exc.message,
+            status=exc.status,
+            type=exc.type,
+            param=exc.param,
+            code=exc.code,
+            headers=exc.headers,
+        )
+    if isinstance(exc, TokenizerError):
+        return invalid_request(str(exc))
+    if isinstance(exc, ec.EngineOverloaded):
+        return ApiError(
+            str(exc) or "The engine is overloaded; retry later.",
+            status=503,
+            type="server_error",
+            code="engine_overloaded",
+            headers=_retry_after(getattr(exc, "retry_after", None)),
+        )
+    if isinstance(exc, ec.EngineUnavailable):
+        return ApiError(
+            str(exc) or "No engine is serving this model right now.",
+            status=503,
+            type="server_error",
+            code="engine_unavailable",
+            headers=_retry_after(5),
+        )
+    if isinstance(exc, ec.EngineTimeout):
+        return ApiError(
+            str(exc) or "The engine did not answer in time.",
+            status=504,
+            type="server_error",
+            code="engine_timeout",
+        )
+    if isinstance(exc, ec.EngineError):
+        return ApiError(
+            str(exc) or "The engine failed while generating.",
+            status=500,
+            type="server_error",
+            code="engine_error",
+        )
+    logger.exception("unhandled error on the request path", exc_info=exc)
+    return ApiError(
+        "The server had an error while processing your request.",
+        status=500,
+        type="server_error",
+        code="internal_error",
+    )
+
+
+def error_response(error: ApiError, extra_headers: dict[str, str] | None = None) -> JsonResponse:
+    response = JsonResponse(error.body(), status=error.status)
+    for name, value in {**(extra_headers or {}), **error.headers}.items():
+        response[name] = value
+    return response

@@ -1,0 +1,123 @@
+"""From a raw chat or completion body to a GenerationPlan: validation, model, prompt, sampling.
+
+Shared by the HTTP views and the WebSocket consumer, so both refuse the same bad input with the
+same errors before anything reaches the engine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from inference.access import Principal, engine_cache_salt
+from inference.catalog import ModelEntry, resolve_model, tokenizer_for
+from inference.errors import invalid_request
+from inference.generation import GenerationPlan
+from inference.prompts import (
+    check_token_ids,
+    completion_prompts,
+    max_tokens_for,
+    render_chat_prompt,
+)
+from inference.sampling import build_sampling
+from inference.schemas.chat import ChatCompletionRequestSerializer
+from inference.schemas.completions import CompletionRequestSerializer
+from inference.schemas.validation import validate_body
+from inference.tokenizer import ChatTokenizer
+
+Kind = Literal["chat", "completion"]
+SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": CompletionRequestSerializer}
+# OpenAI's default max_tokens for /v1/completions (chat defaults to what the context leaves).
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+
+
+async def load_generation_model(
+    principal: Principal, name: str
+) -> tuple[ModelEntry, ChatTokenizer]:
+    entry = await resolve_model(principal, name, with_adapters=True)
+    if entry.is_embedding:
+        raise invalid_request(f"`{name}` is an embedding model; use /v1/embeddings.", param="model")
+    return entry, await tokenizer_for(entry)
+
+
+def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
+    stream_options = body.get("stream_options") or {}
+    return {
+        "n": body.get("n", 1),
+        "stop": body.get("stop") or [],
+        "cache_salt": engine_cache_salt(principal, body.get("cache_salt")),
+        "tenant": principal.tenant_slug,
+        "include_stop_str_in_output": body.get("include_stop_str_in_output", False),
+        "skip_special_tokens": body.get("skip_special_tokens", True),
+        "priority": body.get("priority", 0),
+        "include_usage": stream_options.get("include_usage", False),
+        "continuous_usage": stream_options.get("continuous_usage_stats", False),
+    }
+
+
+def plan_chat(
+    principal: Principal, body: dict[str, Any], entry: ModelEntry, tokenizer: ChatTokenizer
+) -> GenerationPlan:
+    text, token_ids = render_chat_prompt(tokenizer, body)
+    requested = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = max_tokens_for(
+        prompt_tokens=len(token_ids),
+        requested=requested,
+        max_model_len=entry.max_model_len,
+        param="messages",
+    )
+    logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+    return GenerationPlan(
+        kind="chat",
+        model=entry.name,
+        engine_model=entry.engine_model,
+        adapter=entry.adapter,
+        request_id=f"chatcmpl-{uuid.uuid4().hex}",
+        prompts=[(text, token_ids)],
+        sampling=build_sampling(body, max_tokens=max_tokens, logprobs=logprobs),
+        logprobs=bool(body.get("logprobs")),
+        **_common(body, principal),
+    )
+
+
+def plan_completion(
+    principal: Principal, body: dict[str, Any], entry: ModelEntry, tokenizer: ChatTokenizer
+) -> GenerationPlan:
+    prompts = completion_prompts(
+        tokenizer, body["prompt"], add_special_tokens=body.get("add_special_tokens", True)
+    )
+    # Every prompt must fit; the longest decides whether the request does.
+    longest = max(len(ids) for _text, ids in prompts)
+    requested = body.get("max_tokens")
+    max_tokens = max_tokens_for(
+        prompt_tokens=longest,
+        requested=requested,
+        max_model_len=entry.max_model_len,
+        param="prompt",
+    )
+    if requested is None:
+        max_tokens = min(DEFAULT_COMPLETION_MAX_TOKENS, max_tokens)
+    return GenerationPlan(
+        kind="completion",
+        model=entry.name,
+        engine_model=entry.engine_model,
+        adapter=entry.adapter,
+        request_id=f"cmpl-{uuid.uuid4().hex}",
+        prompts=prompts,
+        sampling=build_sampling(body, max_tokens=max_tokens, logprobs=body.get("logprobs")),
+        logprobs=body.get("logprobs") is not None,
+        echo=body.get("echo", False),
+        **_common(body, principal),
+    )
+
+
+async def prepare_generation(
+    kind: Kind, principal: Principal, raw_body: dict[str, Any]
+) -> tuple[dict[str, Any], GenerationPlan, ChatTokenizer]:
+    """Validate ``raw_body`` and plan the generation; raises ApiError for anything wrong."""
+    body = validate_body(SERIALIZERS[kind], raw_body)
+    entry, tokenizer = await load_generation_model(principal, body["model"])
+    if body.get("stop_token_ids"):
+        check_token_ids(tokenizer, body["stop_token_ids"], param="stop_token_ids")
+    plan_for = plan_chat if kind == "chat" else plan_completion
+    return body, plan_for(principal, body, entry, tokenizer), tokenizer

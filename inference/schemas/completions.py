@@ -1,0 +1,77 @@
+"""POST /v1/completions request body."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from inference.schemas.fields import StrictBooleanField, StrictCharField, StrictIntegerField
+from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingRequestSerializer
+
+
+def _is_token_ids(value) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    )
+
+
+class PromptField(serializers.Field):
+    """``prompt``: text, a list of texts, token ids or a list of token-id lists.
+
+    Normalised to a list of prompts, each either ``str`` or ``list[int]``.
+    """
+
+    default_error_messages = {
+        "invalid": (
+            "must be a string, a list of strings, a list of token ids or a list of token-id lists."
+        ),
+        "empty": "must not be empty.",
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            if not data:
+                self.fail("empty")
+            return [data]
+        if not isinstance(data, list) or not data:
+            self.fail("empty" if data == [] else "invalid")
+        if all(isinstance(item, str) for item in data):
+            if not all(data):
+                self.fail("empty")
+            return list(data)
+        if _is_token_ids(data):
+            return [list(data)]
+        if all(_is_token_ids(item) for item in data):
+            return [list(item) for item in data]
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+class CompletionRequestSerializer(SamplingRequestSerializer):
+    prompt = PromptField()
+    echo = StrictBooleanField(required=False, default=False)
+    logprobs = StrictIntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_TOP_LOGPROBS
+    )
+    suffix = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    best_of = StrictIntegerField(required=False, allow_null=True, min_value=1)
+    add_special_tokens = StrictBooleanField(required=False, default=True)
+
+    def validate_suffix(self, value):
+        if value:
+            raise serializers.ValidationError("suffix is not supported by this server.")
+        return value
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        best_of = attrs.get("best_of")
+        if best_of is not None and best_of != attrs.get("n", 1):
+            raise serializers.ValidationError({"best_of": "best_of must equal n on this server."})
+        if attrs.get("echo") and attrs.get("logprobs") is not None:
+            raise serializers.ValidationError(
+                {"echo": "echo together with logprobs is not supported by this server."}
+            )
+        return attrs

@@ -1,0 +1,82 @@
+"""Fields shared by /v1/completions and /v1/chat/completions: OpenAI's and vLLM's extras."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from inference.schemas.fields import (
+    StopField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    TokenIdListField,
+)
+
+MAX_N = 128
+MAX_TOP_LOGPROBS = 20
+
+
+class StreamOptionsSerializer(serializers.Serializer):
+    include_usage = StrictBooleanField(required=False, default=False)
+    continuous_usage_stats = StrictBooleanField(required=False, default=False)
+
+
+class ResponseFormatSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["text"])
+
+
+class SamplingRequestSerializer(serializers.Serializer):
+    """The body fields both generation endpoints accept."""
+
+    model = StrictCharField(help_text="A model id from GET /v1/models.")
+    n = StrictIntegerField(required=False, default=1, min_value=1, max_value=MAX_N)
+    max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
+    temperature = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
+    top_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
+    seed = StrictIntegerField(required=False, allow_null=True)
+    presence_penalty = StrictFloatField(
+        required=False, allow_null=True, min_value=-2.0, max_value=2.0
+    )
+    frequency_penalty = StrictFloatField(
+        required=False, allow_null=True, min_value=-2.0, max_value=2.0
+    )
+    stop = StopField(required=False, allow_null=True)
+    stream = StrictBooleanField(required=False, default=False)
+    stream_options = StreamOptionsSerializer(required=False, allow_null=True)
+    user = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    response_format = ResponseFormatSerializer(required=False, allow_null=True)
+    logit_bias = serializers.DictField(required=False, allow_null=True, allow_empty=True)
+    # vLLM's extra sampling parameters.
+    top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1)
+    min_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
+    repetition_penalty = StrictFloatField(required=False, allow_null=True, min_value=0.01)
+    min_tokens = StrictIntegerField(required=False, default=0, min_value=0)
+    ignore_eos = StrictBooleanField(required=False, default=False)
+    stop_token_ids = TokenIdListField(required=False, allow_null=True)
+    skip_special_tokens = StrictBooleanField(required=False, default=True)
+    include_stop_str_in_output = StrictBooleanField(required=False, default=False)
+    cache_salt = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    priority = StrictIntegerField(required=False, default=0)
+
+    def validate_top_p(self, value):
+        if value is not None and value <= 0.0:
+            raise serializers.ValidationError("must be in (0, 1].")
+        return value
+
+    def validate_top_k(self, value):
+        if value == 0:  # vLLM reads 0 as "off", like -1
+            return -1
+        return value
+
+    def validate_logit_bias(self, value):
+        if value:
+            raise serializers.ValidationError("logit_bias is not supported by this server.")
+        return value
+
+    def validate(self, attrs):
+        if attrs.get("stream_options") and not attrs.get("stream"):
+            raise serializers.ValidationError(
+                {"stream_options": "stream_options is only allowed when stream is true."}
+            )
+        return attrs

@@ -1,0 +1,29 @@
+"""POST /tokenize and /detokenize request bodies (vLLM's shape)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from inference.schemas.chat import ChatMessageSerializer
+from inference.schemas.fields import StrictBooleanField, StrictCharField, TokenIdListField
+
+
+class TokenizeRequestSerializer(serializers.Serializer):
+    model = StrictCharField()
+    prompt = StrictCharField(required=False, allow_blank=True)
+    messages = ChatMessageSerializer(many=True, required=False, allow_empty=False)
+    add_special_tokens = StrictBooleanField(required=False, default=True)
+    add_generation_prompt = StrictBooleanField(required=False, default=True)
+    chat_template_kwargs = serializers.DictField(required=False, allow_null=True)
+
+    def validate(self, attrs):
+        if ("prompt" in attrs) == ("messages" in attrs):
+            raise serializers.ValidationError(
+                {"prompt": "give exactly one of 'prompt' or 'messages'."}
+            )
+        return attrs
+
+
+class DetokenizeRequestSerializer(serializers.Serializer):
+    model = StrictCharField()
+    tokens = TokenIdListField()

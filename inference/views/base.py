@@ -1,0 +1,97 @@
+"""The base of every API view: async, authenticated, errors mapped in one place.
+
+Views subclass DRF's APIView only so drf-spectacular can describe them (``extend_schema``);
+requests are served by Django's async view machinery, not by DRF's synchronous dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework.parsers import JSONParser
+from rest_framework.views import APIView
+
+from inference import access
+from inference.errors import ApiError, error_from_exception, error_response
+from inference.schemas.validation import parse_json_body
+
+
+class AsyncApiView(APIView):
+    """Async dispatch; subclasses write ``async def get/post(self, request)``."""
+
+    parser_classes = [JSONParser]  # what the schema advertises; bodies are parsed by json_body
+
+    endpoint = ""  # the scope name access.authenticate checks
+
+    async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        self.request = request
+        self.args, self.kwargs = args, kwargs
+        self.admission: access.Admission | None = None
+        self._finished = False
+        self.started = time.monotonic()
+        handler = getattr(self, request.method.lower(), None)
+        if handler is None or request.method.lower() not in self.http_method_names:
+            return error_response(
+                ApiError(f"Method {request.method} is not allowed here.", status=405)
+            )
+        try:
+            response = await handler(request, *args, **kwargs)
+        except asyncio.CancelledError:
+            await self.finish_admission(status=499)
+            raise
+        except Exception as exc:
+            error = error_from_exception(exc)
+            await self.finish_admission(status=error.status)
+            return error_response(error, self.admission_headers())
+        for name, value in self.admission_headers().items():
+            response[name] = value
+        return response
+
+    async def authenticate(self) -> access.Principal:
+        return await access.authenticate(
+            self.request.headers.get("Authorization"), endpoint=self.endpoint
+        )
+
+    def json_body(self) -> dict[str, Any]:
+        return parse_json_body(self.request.body)
+
+    async def admit(self, principal, *, model: str, prompt_tokens: int, max_tokens: int):
+        self.admission = await access.admit(
+            principal, model=model, prompt_tokens=prompt_tokens, max_tokens=max_tokens
+        )
+        return self.admission
+
+    def admission_headers(self) -> dict[str, str]:
+        return dict(self.admission.headers) if self.admission else {}
+
+    async def finish_admission(
+        self,
+        *,
+        status: int,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        finish_reason: str | None = None,
+        time_to_first_token: float | None = None,
+    ) -> None:
+        """Release the admission exactly once (success, error or client gone)."""
+        if self.admission is None or self._finished:
+            return
+        self._finished = True
+        await access.finish(
+            self.admission,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
+            status=status,
+            finish_reason=finish_reason,
+            time_to_first_token=time_to_first_token,
+            latency=time.monotonic() - self.started,
+        )
+
+
+def json_response(payload: dict, status: int = 200) -> JsonResponse:
+    return JsonResponse(payload, status=status, json_dumps_params={"ensure_ascii": False})

@@ -1,0 +1,68 @@
+"""POST /tokenize and /detokenize (vLLM's extension): the server's view of a prompt."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+
+from inference.catalog import embedding_tokenizer_for, resolve_model, tokenizer_for
+from inference.errors import invalid_request
+from inference.prompts import check_token_ids, render_chat_prompt
+from inference.schemas.tokenize import DetokenizeRequestSerializer, TokenizeRequestSerializer
+from inference.schemas.validation import validate_body
+from inference.views.base import AsyncApiView, json_response
+
+
+class TokenizeView(AsyncApiView):
+    """Token ids of a prompt, or of messages rendered with the chat template."""
+
+    endpoint = "tokenize"
+
+    @extend_schema(
+        operation_id="tokenize",
+        request=TokenizeRequestSerializer,
+        responses={200: OpenApiResponse(description="{count, max_model_len, tokens}")},
+        tags=["vLLM extensions"],
+    )
+    async def post(self, request):
+        principal = await self.authenticate()
+        body = validate_body(TokenizeRequestSerializer, self.json_body())
+        entry = await resolve_model(principal, body["model"])
+        if entry.is_embedding:
+            if "messages" in body:
+                raise invalid_request(
+                    "Embedding models take a prompt, not messages.", param="messages"
+                )
+            tokens = embedding_tokenizer_for(entry).encode(body["prompt"])
+            return json_response(
+                {"count": len(tokens), "max_model_len": entry.max_model_len, "tokens": tokens}
+            )
+        tokenizer = await tokenizer_for(entry)
+        if "messages" in body:
+            _text, tokens = render_chat_prompt(tokenizer, body)
+        else:
+            tokens = tokenizer.encode(body["prompt"], add_special_tokens=body["add_special_tokens"])
+        return json_response(
+            {"count": len(tokens), "max_model_len": entry.max_model_len, "tokens": tokens}
+        )
+
+
+class DetokenizeView(AsyncApiView):
+    """Text of a list of token ids."""
+
+    endpoint = "detokenize"
+
+    @extend_schema(
+        operation_id="detokenize",
+        request=DetokenizeRequestSerializer,
+        responses={200: OpenApiResponse(description="{prompt}")},
+        tags=["vLLM extensions"],
+    )
+    async def post(self, request):
+        principal = await self.authenticate()
+        body = validate_body(DetokenizeRequestSerializer, self.json_body())
+        entry = await resolve_model(principal, body["model"])
+        tokenizer = await tokenizer_for(entry)
+        check_token_ids(tokenizer, body["tokens"], param="tokens")
+        return json_response(
+            {"prompt": tokenizer.decode(body["tokens"], skip_special_tokens=False)}
+        )

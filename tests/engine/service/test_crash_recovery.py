@@ -1,0 +1,125 @@
+"""Two engines on one stream; SIGKILL one: no request is left unanswered (acceptance 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+
+import pytest
+
+from engine.protocol import ENGINE_GROUP, Keys
+from inference.engine_client import EngineClient, EngineError, SamplingOptions
+from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
+
+MODEL = "crashy"
+MAX_TOKENS = 100
+NUM_REQUESTS = 12
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def prefix():
+    return f"crash{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def engines():
+    """Engine processes a test starts; whatever is still running at the end is stopped."""
+    started: list[EngineProcess] = []
+    yield started
+    for proc in started:
+        proc.stop(timeout=10)
+
+
+def start_engine(tiny_llama, redis_server, prefix, log_dir, name) -> EngineProcess:
+    return EngineProcess(
+        model_path=tiny_llama,
+        model_name=MODEL,
+        redis_url=redis_server.url,
+        prefix=prefix,
+        log_dir=log_dir,
+        engine_id=name,
+        # Small batches, so each engine holds running requests AND claimed, unstarted ones.
+        extra=[
+            *("--max-num-seqs", "3", "--max-queued", "3"),
+            *("--status-interval", "0.25", "--status-ttl", "1.5"),
+        ],
+    )
+
+
+async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
+    tiny_llama, redis_server, prefix, tmp_path, engines
+):
+    victim = start_engine(tiny_llama, redis_server, prefix, tmp_path, "victim")
+    survivor = start_engine(tiny_llama, redis_server, prefix, tmp_path, "survivor")
+    engines += [victim, survivor]
+    await asyncio.to_thread(victim.wait_live)
+    await asyncio.to_thread(survivor.wait_live)
+    keys = Keys(prefix)
+    client = EngineClient(redis_server.url, prefix=prefix, silence_timeout=30.0)
+    prompts = [[11 + i, 40, 41, 42, 43 + i] for i in range(NUM_REQUESTS)]
+    sampling = SamplingOptions(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    async def run(i):
+        tokens = []
+        try:
+            async for chunk in client.generate(
+                model=MODEL,
+                prompt_token_ids=prompts[i],
+                sampling=sampling,
+                tokenizer=_NoText(),
+                request_id=f"req{i}",
+            ):
+                tokens += chunk.token_ids
+        except EngineError as exc:
+            return exc
+        return tokens
+
+    tasks = [asyncio.create_task(run(i)) for i in range(NUM_REQUESTS)]
+    r = victim.redis
+
+    def victim_mid_work():
+        started = r.hlen(keys.started(MODEL, "victim"))
+        pending = r.xpending_range(keys.requests(MODEL), ENGINE_GROUP, "-", "+", 100, "victim")
+        return started >= 1 and len(pending) > started
+
+    await asyncio.to_thread(wait_for, victim_mid_work, 60, "the victim to hold work")
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait()
+    # What the victim had claimed at its death, and which of those it had started.
+    claimed = {
+        p["message_id"]
+        for p in r.xpending_range(keys.requests(MODEL), ENGINE_GROUP, "-", "+", 100, "victim")
+    }
+    num_started = r.hlen(keys.started(MODEL, "victim"))
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    await client.close()
+
+    expected = await asyncio.to_thread(
+        offline_greedy, tiny_llama, prompts, [MAX_TOKENS] * NUM_REQUESTS
+    )
+    failed = [i for i, res in enumerate(results) if isinstance(res, EngineError)]
+    for i in failed:
+        assert "stopped while running this request" in str(results[i])
+    for i, res in enumerate(results):
+        if i not in failed:
+            assert res == expected[i], f"req{i} wrong after recovery"
+    assert len(failed) >= 1, "a started request should have failed with an error"
+    assert len(failed) == num_started
+    assert len(claimed) > len(failed), "some claimed-but-unstarted requests moved on"
+    assert survivor.process.poll() is None
+    # Nothing left pending, and the dead engine is gone from the registry.
+    assert r.xpending(keys.requests(MODEL), ENGINE_GROUP)["pending"] == 0
+    assert b"crashy:victim" not in r.smembers(keys.engines())
+    # SIGTERM drains the survivor: it exits cleanly and withdraws its status.
+    assert survivor.stop() == 0, survivor.log_tail()
+    assert not r.exists(survivor.status_key)
+
+
+class _NoText:
+    """Token ids only: this test compares tokens, so no tokenizer work is needed."""
+
+    def decode(self, ids, *, skip_special_tokens=True):
+        return "x" * len(ids)

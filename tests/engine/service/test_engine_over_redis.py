@@ -1,0 +1,270 @@
+"""Acceptance tests of the engine service: a real engine process, a real Redis, the client.
+
+One engine process serves the whole module (starting one costs seconds on 2 cores); each
+test uses its own request ids, and the module uses its own key prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import msgspec
+import pytest
+import redis
+
+from engine import protocol
+from engine.demo.tokenizer import CORPUS_PATH
+from engine.protocol import FIELD, Keys
+from inference.engine_client import EngineClient, SamplingOptions
+from inference.tokenizer import ChatTokenizer
+from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
+
+MODEL = "tiny-llama"
+PREFIX = f"svc{uuid.uuid4().hex[:6]}"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama, redis_server, tmp_path_factory):
+    proc = EngineProcess(
+        model_path=tiny_llama,
+        model_name=MODEL,
+        redis_url=redis_server.url,
+        prefix=PREFIX,
+        log_dir=tmp_path_factory.mktemp("engine-logs"),
+        extra=["--status-interval", "0.2", "--status-ttl", "2"],
+    ).wait_live()
+    yield proc
+    assert proc.stop() == 0, proc.log_tail()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_llama):
+    return ChatTokenizer(tiny_llama)
+
+
+@pytest.fixture
+async def client(engine, redis_server):
+    client = EngineClient(redis_server.url, prefix=PREFIX, silence_timeout=30.0)
+    yield client
+    await client.close()
+
+
+def corpus_prompts(tokenizer, count: int) -> list[list[int]]:
+    """Prompts of varied lengths from the demo corpus (multilingual lines included)."""
+    lines = [ln for ln in CORPUS_PATH.read_text(encoding="utf-8").splitlines() if len(ln) > 20]
+    multibyte = [ln for ln in lines if any(ord(ch) > 127 for ch in ln)]
+    picked = (multibyte[: count // 2] + lines[:: max(1, len(lines) // count)])[:count]
+    return [tokenizer.encode(line)[: 8 + (i * 7) % 56] for i, line in enumerate(picked)]
+
+
+async def run(client, tokenizer, prompt, **kwargs):
+    sampling = kwargs.pop("sampling", SamplingOptions(temperature=0.0, max_tokens=16))
+    chunks = []
+    async for chunk in client.generate(
+        model=MODEL, prompt_token_ids=prompt, sampling=sampling, tokenizer=tokenizer, **kwargs
+    ):
+        chunks.append(chunk)
+    return chunks
+
+
+async def test_64_concurrent_requests_match_the_offline_engine(
+    engine, client, tokenizer, tiny_llama
+):
+    prompts = corpus_prompts(tokenizer, 64)
+    max_tokens = [4 + (i * 5) % 29 for i in range(64)]
+    expected = offline_greedy(tiny_llama, prompts, max_tokens)
+    results = await asyncio.gather(
+        *[
+            run(client, tokenizer, p, sampling=SamplingOptions(temperature=0.0, max_tokens=n))
+            for p, n in zip(prompts, max_tokens, strict=True)
+        ]
+    )
+    for i, chunks in enumerate(results):
+        tokens = [t for c in chunks for t in c.token_ids]
+        assert tokens == expected[i], f"request {i} differs from the offline engine"
+        text = "".join(c.text for c in chunks)
+        assert text == tokenizer.decode(tokens), f"request {i}: streamed text is not the decode"
+        last = chunks[-1]
+        assert last.finish_reason in ("length", "stop")
+        assert last.completion_tokens == len(tokens)
+        assert last.prompt_tokens == len(prompts[i])
+
+
+def test_one_output_entry_per_step_per_frontend(engine, tokenizer):
+    """N running requests of one frontend: each engine step writes ONE entry holding N deltas."""
+    client = redis.Redis.from_url(_url(engine))
+    keys = Keys(PREFIX)
+    frontend = f"raw-{uuid.uuid4().hex[:6]}"
+    n, max_tokens = 8, 12
+    prompt = tokenizer.encode("The quick brown fox")
+    pipe = client.pipeline()
+    for i in range(n):
+        request = protocol.GenerateRequest(
+            request_id=f"{frontend}-{i}",
+            frontend_id=frontend,
+            prompt_token_ids=prompt,
+            sampling=protocol.SamplingOptions(
+                temperature=0.0, max_tokens=max_tokens, ignore_eos=True
+            ),
+        )
+        pipe.xadd(keys.requests(MODEL), {FIELD: protocol.encode(request)})
+    pipe.execute()
+
+    def all_finished():
+        entries = client.xrange(keys.outputs(frontend))
+        batches = [protocol.decode_outputs(f[FIELD]) for _, f in entries]
+        done = {d.request_id for b in batches for d in b.deltas if d.finish_reason}
+        return batches if len(done) == n else None
+
+    batches = wait_for(all_finished, 30, "all requests to finish")
+    tokens = sum(len(d.new_token_ids) for b in batches for d in b.deltas)
+    assert tokens == n * max_tokens
+    steps = [b.step for b in batches]
+    assert len(steps) == len(set(steps)), "two entries for one step"
+    for batch in batches:  # one delta per request per step, all in the step's one entry
+        ids = [d.request_id for d in batch.deltas]
+        assert len(ids) == len(set(ids))
+    # Steps in which all N requests ran wrote one entry with N deltas, not N entries.
+    assert sum(len(b.deltas) == n for b in batches) >= max_tokens // 2
+    assert len(batches) <= tokens // 2
+    client.close()
+
+
+def _url(engine: EngineProcess) -> str:
+    kw = engine.redis.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+async def test_abort_frees_kv_blocks_while_others_continue(engine, client, tokenizer):
+    long = SamplingOptions(temperature=0.0, max_tokens=1200, ignore_eos=True)
+    # ~50 KV blocks: far more than the bystander's growth between two status records.
+    prompt = tokenizer.encode(CORPUS_PATH.read_text(encoding="utf-8")[:4000])[:800]
+    victim = client.generate(
+        model=MODEL,
+        prompt_token_ids=prompt,
+        sampling=long,
+        tokenizer=tokenizer,
+        request_id="victim",
+    )
+    bystander_tokens = [0]
+
+    async def bystander():
+        async for chunk in client.generate(
+            model=MODEL, prompt_token_ids=prompt[:20], sampling=long, tokenizer=tokenizer
+        ):
+            bystander_tokens[0] = chunk.completion_tokens
+
+    other = asyncio.create_task(bystander())
+    await victim.__anext__()
+    before = await asyncio.to_thread(
+        wait_for, lambda: (s := engine.status()) and s.num_running == 2 and s, 10, "2 running"
+    )
+    await victim.aclose()  # what a client disconnect does
+    tokens_at_abort = bystander_tokens[0]
+    after = await asyncio.to_thread(
+        wait_for, lambda: (s := engine.status()) and s.num_running == 1 and s, 5, "abort"
+    )
+    # Most of the victim's blocks came back (the bystander grows a little meanwhile).
+    assert after.num_free_blocks - before.num_free_blocks >= len(prompt) // 16 // 2 >= 10
+    # The other request goes on generating after the abort.
+    await asyncio.to_thread(
+        wait_for, lambda: bystander_tokens[0] > tokens_at_abort + 20, 10, "bystander tokens"
+    )
+    assert not other.done()
+    other.cancel()
+    await asyncio.gather(other, return_exceptions=True)
+
+
+async def test_stop_strings_across_tokens_through_the_engine(engine, client, tokenizer):
+    prompt = tokenizer.encode("Once upon a time, 日本語で")
+    sampling = SamplingOptions(temperature=0.0, max_tokens=40, ignore_eos=True)
+    reference = await run(client, tokenizer, prompt, sampling=sampling)
+    ids = [t for c in reference for t in c.token_ids]
+    full = tokenizer.decode(ids)
+    # A stop string that starts inside one token and ends inside a later one.
+    pieces = [tokenizer.decode(ids[:k]) for k in range(len(ids) + 1)]
+    start = len(pieces[10]) - 1
+    end = len(pieces[13]) + 1
+    stop = full[start:end]
+    assert len(stop) >= 3 and full.find(stop) == start
+    cut = await run(client, tokenizer, prompt, sampling=sampling, stop=[stop])
+    assert "".join(c.text for c in cut) == full[:start]
+    assert (cut[-1].finish_reason, cut[-1].stop_reason) == ("stop", stop)
+    assert cut[-1].completion_tokens < 40
+    kept = await run(
+        client, tokenizer, prompt, sampling=sampling, stop=[stop], include_stop_str_in_output=True
+    )
+    assert "".join(c.text for c in kept) == full[:end]
+
+
+async def test_malformed_entries_are_acked_and_the_engine_goes_on(engine, client, tokenizer):
+    stream = Keys(PREFIX).requests(MODEL)
+    bad = [
+        {FIELD: b"\xc1\xc1 not msgpack"},
+        {FIELD: msgspec.msgpack.encode({"type": "nonsense", "request_id": "x"})},
+        {FIELD: msgspec.msgpack.encode({"type": "generate", "request_id": "x"})},
+        {b"other": b"no m field"},
+    ]
+    ids = [await client.redis.xadd(stream, fields) for fields in bad]
+
+    def all_acked():
+        pending = engine.redis.xpending_range(stream, protocol.ENGINE_GROUP, "-", "+", 100)
+        return not {p["message_id"] for p in pending} & set(ids)
+
+    await asyncio.to_thread(wait_for, all_acked, 10, "malformed entries to be acked")
+    assert engine.process.poll() is None
+    chunks = await run(client, tokenizer, tokenizer.encode("still alive?"))
+    assert chunks[-1].finish_reason in ("length", "stop")
+    assert "malformed request entry" in engine.log_tail(20000)
+
+
+async def test_refused_request_gets_a_clear_error(engine, client, tokenizer):
+    from inference.engine_client import EngineError
+
+    too_long = SamplingOptions(temperature=0.0, max_tokens=5000)
+    with pytest.raises(EngineError, match="max_model_len"):
+        await run(client, tokenizer, [1, 2, 3], sampling=too_long)
+
+
+async def test_status_reports_liveness_fields(engine, client, tokenizer):
+    await run(client, tokenizer, tokenizer.encode("count me"))
+    await asyncio.to_thread(
+        wait_for, lambda: engine.status().generation_tokens_total > 0, 5, "token counts"
+    )
+    engines = await client.live_engines(MODEL)
+    assert [s.engine_id for s in engines] == [engine.engine_id]
+    status = engines[0]
+    assert status.model == MODEL and not status.draining
+    assert status.num_total_blocks > 0 and status.generation_tokens_total > 0
+    assert time.time() - status.updated_at < 2
+    assert await client.is_model_ready(MODEL)
+
+
+async def test_adapters_must_be_published_before_use(
+    engine, client, tokenizer, tiny_llama, tmp_path
+):
+    from engine.lora.testing import make_random_adapter
+    from inference.engine_client import EngineError
+
+    prompt = tokenizer.encode("adapter test")
+    greedy = SamplingOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
+    with pytest.raises(EngineError, match="adapter 'ghost' is not loaded"):
+        await run(client, tokenizer, prompt, adapter="ghost", sampling=greedy)
+    path = make_random_adapter(tiny_llama, tmp_path / "ghost", rank=4, b_std=0.5)
+    await client.publish_adapter(model=MODEL, name="ghost", path=str(path), checksum="")
+    await asyncio.to_thread(
+        wait_for, lambda: "ghost" in engine.status().adapters, 10, "adapter listed"
+    )
+    base = await run(client, tokenizer, prompt, sampling=greedy)
+    tuned = await run(client, tokenizer, prompt, adapter="ghost", sampling=greedy)
+    assert tuned[-1].completion_tokens == 12
+    # The adapter's weights are applied: greedy output differs from the base model's.
+    assert [t for c in tuned for t in c.token_ids] != [t for c in base for t in c.token_ids]
+    await client.withdraw_adapter(model=MODEL, name="ghost")
+    await asyncio.to_thread(
+        wait_for, lambda: "ghost" not in engine.status().adapters, 10, "adapter withdrawn"
+    )

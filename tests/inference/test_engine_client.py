@@ -1,0 +1,365 @@
+"""EngineClient against a scripted engine on a real Redis: streaming, stops, errors, aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as aioredis
+
+from engine import protocol
+from engine.protocol import FIELD, Keys
+from inference.engine_client import (
+    EngineClient,
+    EngineError,
+    EngineOverloaded,
+    EngineTimeout,
+    EngineUnavailable,
+    SamplingOptions,
+)
+from inference.tokenizer import ChatTokenizer
+
+MODEL = "scripted"
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_llama):
+    return ChatTokenizer(tiny_llama)
+
+
+@pytest.fixture
+async def client(redis_client, redis_server):
+    prefix = f"t{time.monotonic_ns()}"
+    client = EngineClient(redis_server.url, prefix=prefix, silence_timeout=2.0, max_waiting=8)
+    yield client
+    await client.close()
+
+
+async def announce(client: EngineClient, *, num_waiting: int = 0, engine_id: str = "e1") -> None:
+    status = protocol.EngineStatus(
+        engine_id=engine_id, model=MODEL, num_waiting=num_waiting, max_num_seqs=4
+    )
+    await client.redis.set(client.keys.status(MODEL, engine_id), protocol.encode_status(status))
+    await client.redis.sadd(client.keys.engines(), protocol.engine_member(MODEL, engine_id))
+
+
+class ScriptedEngine:
+    """Answers each request with ``script(request)``: a list of steps, each a list of deltas."""
+
+    def __init__(self, client: EngineClient, script):
+        self.redis = aioredis.Redis.from_url(_url(client))
+        self.keys: Keys = client.keys
+        self.script = script
+        self.requests: list[protocol.GenerateRequest] = []
+        self.task: asyncio.Task | None = None
+        self.stopping = False
+
+    async def __aenter__(self):
+        stream = self.keys.requests(MODEL)
+        try:
+            await self.redis.xgroup_create(stream, protocol.ENGINE_GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError:
+            pass
+        self.task = asyncio.create_task(self._serve(stream))
+        return self
+
+    async def __aexit__(self, *exc):
+        # Cancelling a blocked XREADGROUP can hang in redis-py: ask the loop to end instead.
+        self.stopping = True
+        await asyncio.wait({self.task}, timeout=2)
+        self.task.cancel()
+        await asyncio.wait({self.task}, timeout=2)
+        await self.redis.aclose()
+
+    async def _serve(self, stream):
+        while not self.stopping:
+            resp = await self.redis.xreadgroup(
+                protocol.ENGINE_GROUP, "e1", {stream: ">"}, count=10, block=200
+            )
+            for _s, entries in resp or []:
+                for _id, fields in entries:
+                    request = protocol.decode_request(fields[FIELD])
+                    self.requests.append(request)
+                    for step in self.script(request):
+                        if step == "silence":
+                            await asyncio.sleep(3600)
+                        batch = protocol.OutputBatch(engine_id="e1", deltas=step)
+                        await self.redis.xadd(
+                            self.keys.outputs(request.frontend_id),
+                            {FIELD: protocol.encode(batch)},
+                        )
+                        await asyncio.sleep(0.01)
+
+
+def _url(client: EngineClient) -> str:
+    kw = client.redis.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+def one_token_per_step(request, token_ids, finish_reason="length"):
+    steps = []
+    for i, token_id in enumerate(token_ids):
+        last = i == len(token_ids) - 1
+        steps.append(
+            [
+                protocol.RequestDelta(
+                    request_id=request.request_id,
+                    new_token_ids=[token_id],
+                    finish_reason=finish_reason if last else None,
+                    num_prompt_tokens=len(request.prompt_token_ids),
+                    num_cached_tokens=2,
+                )
+            ]
+        )
+    return steps
+
+
+async def collect(gen):
+    return [chunk async for chunk in gen]
+
+
+async def test_no_live_engine_is_unavailable(client, tokenizer):
+    gen = client.generate(
+        model=MODEL, prompt_token_ids=[1, 2], sampling=SamplingOptions(), tokenizer=tokenizer
+    )
+    with pytest.raises(EngineUnavailable, match="scripted"):
+        await gen.__anext__()
+    assert not await client.is_model_ready(MODEL)
+
+
+async def test_too_much_waiting_work_is_refused_fast(client, tokenizer):
+    await announce(client, num_waiting=20)
+    gen = client.generate(
+        model=MODEL, prompt_token_ids=[1, 2], sampling=SamplingOptions(), tokenizer=tokenizer
+    )
+    started = time.monotonic()
+    with pytest.raises(EngineOverloaded) as info:
+        await gen.__anext__()
+    assert time.monotonic() - started < 1.0
+    assert info.value.retry_after >= 1.0
+    # Nothing was queued for an engine.
+    assert await client.redis.exists(client.keys.requests(MODEL)) == 0
+
+
+async def test_multibyte_text_streams_intact_and_usage_counts(client, tokenizer):
+    text = "naïve 日本語 🙂 fin"
+    ids = tokenizer.encode(text)
+    await announce(client)
+    async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
+        chunks = await collect(
+            client.generate(
+                model=MODEL,
+                prompt_token_ids=[5, 6, 7],
+                sampling=SamplingOptions(max_tokens=len(ids)),
+                tokenizer=tokenizer,
+            )
+        )
+    assert "".join(c.text for c in chunks) == text
+    assert all("\ufffd" not in c.text for c in chunks)
+    last = chunks[-1]
+    assert (last.finish_reason, last.completion_tokens, last.prompt_tokens) == (
+        "length",
+        len(ids),
+        3,
+    )
+    assert last.cached_tokens == 2
+    assert [t for c in chunks for t in c.token_ids] == ids
+    # The reader trimmed what it read.
+    assert await client.redis.xlen(client.keys.outputs(client.frontend_id)) == 0
+
+
+async def test_stop_string_across_tokens_is_cut_and_aborts_engine(client, tokenizer):
+    text = "alpha beta<|stop|> gamma delta"
+    ids = tokenizer.encode(text)
+    await announce(client)
+    async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)) as engine:
+        chunks = await collect(
+            client.generate(
+                model=MODEL,
+                prompt_token_ids=[5],
+                sampling=SamplingOptions(max_tokens=50),
+                tokenizer=tokenizer,
+                stop=["ta<|st"],
+                request_id="stop-1",
+            )
+        )
+        await asyncio.sleep(0.1)
+        assert engine.requests[0].request_id == "stop-1"
+    assert "".join(c.text for c in chunks) == "alpha be"
+    assert (chunks[-1].finish_reason, chunks[-1].stop_reason) == ("stop", "ta<|st")
+    # Tokens counted up to the one that completed the stop string, not the rest.
+    assert chunks[-1].completion_tokens < len(ids)
+    assert await client.redis.exists(client.keys.aborted("stop-1")) == 1
+
+
+async def test_stop_string_kept_when_asked(client, tokenizer):
+    ids = tokenizer.encode("one two three four")
+    await announce(client)
+    async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
+        chunks = await collect(
+            client.generate(
+                model=MODEL,
+                prompt_token_ids=[5],
+                sampling=SamplingOptions(),
+                tokenizer=tokenizer,
+                stop=["o thr"],
+                include_stop_str_in_output=True,
+            )
+        )
+    assert "".join(c.text for c in chunks) == "one two thr"
+
+
+async def test_engine_error_event_raises(client, tokenizer):
+    await announce(client)
+
+    def script(r):
+        return [
+            [protocol.RequestDelta(request_id=r.request_id, new_token_ids=[9])],
+            [protocol.RequestDelta(request_id=r.request_id, error="engine died")],
+        ]
+
+    async with ScriptedEngine(client, script):
+        gen = client.generate(
+            model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(), tokenizer=tokenizer
+        )
+        first = await gen.__anext__()
+        assert first.token_ids == [9]
+        with pytest.raises(EngineError, match="engine died"):
+            await gen.__anext__()
+
+
+async def test_silent_engine_times_out(client, tokenizer):
+    client.silence_timeout = 0.3
+    await announce(client)
+
+    def script(r):
+        return [[protocol.RequestDelta(request_id=r.request_id, new_token_ids=[9])], "silence"]
+
+    async with ScriptedEngine(client, script):
+        gen = client.generate(
+            model=MODEL,
+            prompt_token_ids=[5],
+            sampling=SamplingOptions(),
+            tokenizer=tokenizer,
+            request_id="quiet",
+        )
+        await gen.__anext__()
+        with pytest.raises(EngineTimeout, match="sent nothing"):
+            await gen.__anext__()
+    await asyncio.sleep(0.1)
+    assert await client.redis.exists(client.keys.aborted("quiet")) == 1
+
+
+async def test_closing_the_stream_aborts_in_engine(client, tokenizer):
+    await announce(client)
+    ids = tokenizer.encode("a long answer that goes on and on")
+    async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
+        gen = client.generate(
+            model=MODEL,
+            prompt_token_ids=[5],
+            sampling=SamplingOptions(),
+            tokenizer=tokenizer,
+            request_id="closed",
+        )
+        await gen.__anext__()
+        await gen.aclose()
+        await asyncio.sleep(0.1)
+    assert await client.redis.exists(client.keys.aborted("closed")) == 1
+    entries = await client.redis.xrange(client.keys.aborts())
+    assert [protocol.decode_control(f[FIELD]).request_id for _, f in entries] == ["closed"]
+
+
+async def test_parallel_samples_finish_independently(client, tokenizer):
+    await announce(client)
+
+    def script(r):
+        d = protocol.RequestDelta
+        return [
+            [
+                d(request_id=r.request_id, index=0, new_token_ids=tokenizer.encode("ab")),
+                d(request_id=r.request_id, index=1, new_token_ids=tokenizer.encode("cd")),
+            ],
+            [
+                d(
+                    request_id=r.request_id,
+                    index=1,
+                    new_token_ids=[],
+                    finish_reason="stop",
+                    stop_reason=None,
+                )
+            ],
+            [
+                d(
+                    request_id=r.request_id,
+                    index=0,
+                    new_token_ids=tokenizer.encode("e"),
+                    finish_reason="length",
+                )
+            ],
+        ]
+
+    async with ScriptedEngine(client, script):
+        chunks = await collect(
+            client.generate(
+                model=MODEL,
+                prompt_token_ids=[5],
+                sampling=SamplingOptions(n=2),
+                tokenizer=tokenizer,
+            )
+        )
+    by_index = {0: "", 1: ""}
+    for c in chunks:
+        by_index[c.index] += c.text
+    assert by_index == {0: "abe", 1: "cd"}
+    assert {c.index: c.finish_reason for c in chunks if c.finish_reason} == {0: "length", 1: "stop"}
+
+
+async def test_bad_prompt_is_refused_before_redis(client, tokenizer):
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        await client.generate(
+            model=MODEL, prompt_token_ids=[], sampling=SamplingOptions(), tokenizer=tokenizer
+        ).__anext__()
+
+
+async def test_for_process_is_one_client_per_event_loop_from_settings(settings, redis_server):
+    settings.REDIS_URL = redis_server.url
+    settings.PLATFORM_REDIS_PREFIX = "fromsettings"
+    settings.ENGINE_SILENCE_TIMEOUT = 7.5
+    settings.ENGINE_MAX_WAITING = 3
+    first = EngineClient.for_process()
+    assert EngineClient.for_process() is first
+    assert (first.keys.prefix, first.silence_timeout, first.max_waiting) == ("fromsettings", 7.5, 3)
+
+    def in_another_loop():
+        async def get():
+            return EngineClient.for_process()
+
+        return asyncio.run(get())
+
+    assert await asyncio.to_thread(in_another_loop) is not first
+
+
+async def test_a_burst_beyond_100_connections_waits_instead_of_failing(client, tokenizer):
+    client.max_waiting = 10_000
+    await announce(client)
+    ids = tokenizer.encode("ok")
+    async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
+        results = await asyncio.gather(
+            *[
+                collect(
+                    client.generate(
+                        model=MODEL,
+                        prompt_token_ids=[5],
+                        sampling=SamplingOptions(),
+                        tokenizer=tokenizer,
+                    )
+                )
+                for _ in range(150)
+            ]
+        )
+    assert all("".join(c.text for c in chunks) == "ok" for chunks in results)
+    # Readiness checks from hundreds of requests at once: more commands in flight than
+    # redis-py's default asyncio pool (100) allows.
+    ready = await asyncio.gather(*[client.is_model_ready(MODEL) for _ in range(300)])
+    assert all(ready)

@@ -1,0 +1,240 @@
+"""Every generation endpoint through the official openai SDK (sync and async, streaming and not)
+against Daphne on a real socket, with a real engine process on the tiny llama checkpoint."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from inference.tokenizer import ChatTokenizer
+
+pytestmark = pytest.mark.slow
+
+USER = [{"role": "user", "content": "Tell me about lists."}]
+
+
+def offline_greedy(checkpoint, prompt_token_ids: list[int], max_tokens: int) -> list[int]:
+    """The offline engine's greedy tokens for the same prompt ids, in this process."""
+    try:
+        from engine.llm import LLM
+    except ImportError:  # the offline LLM class comes with the engine core; LLMEngine suffices
+        LLM = None
+    from engine.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    if LLM is not None:
+        out = LLM(model=str(checkpoint)).generate([{"prompt_token_ids": prompt_token_ids}], params)
+        return list(out[0].outputs[0].token_ids)
+    from engine.config import EngineConfig
+    from engine.llm_engine import LLMEngine
+
+    engine = LLMEngine(EngineConfig(model=str(checkpoint)))
+    engine.add_request("offline", prompt_token_ids, params)
+    tokens: list[int] = []
+    while engine.has_unfinished_requests():
+        for delta in engine.step():
+            tokens.extend(delta.new_token_ids)
+    return tokens
+
+
+def test_greedy_chat_equals_the_offline_engine(platform):
+    tokenizer = ChatTokenizer(platform.checkpoint)
+    prompt_ids = tokenizer.encode(tokenizer.render_chat(USER), add_special_tokens=False)
+    reply = platform.sdk().chat.completions.create(
+        model=platform.chat_model,
+        messages=USER,
+        max_tokens=24,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    expected_ids = offline_greedy(platform.checkpoint, prompt_ids, 24)
+    expected = tokenizer.decode(expected_ids)
+    assert reply.choices[0].message.content == expected
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.usage.prompt_tokens == len(prompt_ids)
+    assert reply.usage.completion_tokens == len(expected_ids) == 24
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.object == "chat.completion" and reply.model == platform.chat_model
+
+
+def test_streamed_chat_equals_non_streamed(platform):
+    client = platform.sdk()
+    kwargs = dict(model=platform.chat_model, messages=USER, max_tokens=20, temperature=0)
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(
+        client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert sum(1 for c in chunks if c.choices and c.choices[0].finish_reason) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+    assert len({c.id for c in chunks}) == 1
+
+
+async def test_async_sdk_stream_and_not(platform):
+    client = platform.async_sdk()
+    kwargs = dict(model=platform.chat_model, messages=USER, max_tokens=12, temperature=0)
+    whole = await client.chat.completions.create(**kwargs)
+    stream = await client.chat.completions.create(**kwargs, stream=True)
+    parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(parts) == whole.choices[0].message.content
+    assert sum(1 for p in parts if p) > 1  # tokens arrived in several chunks
+    completion = await client.completions.create(
+        model=platform.chat_model, prompt="The list", max_tokens=6, temperature=0
+    )
+    assert completion.choices[0].finish_reason == "length"
+    await client.close()
+
+
+def test_n_seed_and_max_completion_tokens(platform):
+    client = platform.sdk()
+    reply = client.chat.completions.create(
+        model=platform.chat_model,
+        messages=USER,
+        n=3,
+        max_completion_tokens=7,
+        temperature=1.0,
+        seed=1234,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    assert reply.usage.completion_tokens == 21
+    again = client.chat.completions.create(
+        model=platform.chat_model,
+        messages=USER,
+        n=3,
+        max_completion_tokens=7,
+        temperature=1.0,
+        seed=1234,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.message.content for c in again.choices] == [c.message.content for c in reply.choices]
+
+
+def test_stop_string_cuts_the_text(platform):
+    client = platform.sdk()
+    kwargs = dict(
+        model=platform.chat_model,
+        messages=USER,
+        max_tokens=30,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    full = client.chat.completions.create(**kwargs).choices[0].message.content
+    stop = full[8:11]
+    assert stop and stop in full
+    cut = client.chat.completions.create(**kwargs, stop=[stop]).choices[0]
+    assert cut.message.content == full[: full.index(stop)]
+    assert cut.finish_reason == "stop"
+
+
+def test_chat_logprobs(platform):
+    reply = platform.sdk().chat.completions.create(
+        model=platform.chat_model,
+        messages=USER,
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = reply.choices[0].logprobs.content
+    assert len(content) == 5
+    assert "".join(t.token for t in content) == reply.choices[0].message.content
+    for token in content:
+        assert len(token.top_logprobs) == 3
+        # Greedy: the chosen token is the most likely one.
+        assert token.logprob == pytest.approx(max(t.logprob for t in token.top_logprobs))
+    streamed = platform.sdk().chat.completions.create(
+        model=platform.chat_model,
+        messages=USER,
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        stream=True,
+    )
+    tokens = [
+        t
+        for c in streamed
+        if c.choices and c.choices[0].logprobs
+        for t in c.choices[0].logprobs.content
+    ]
+    assert [t.token for t in tokens] == [t.token for t in content]
+    assert [t.logprob for t in tokens] == pytest.approx([t.logprob for t in content], abs=1e-4)
+
+
+def test_completions_prompt_forms(platform):
+    client = platform.sdk()
+    tokenizer = ChatTokenizer(platform.checkpoint)
+    ids = tokenizer.encode("The list")
+    common = dict(model=platform.chat_model, max_tokens=5, temperature=0)
+    by_text = client.completions.create(prompt="The list", **common)
+    by_ids = client.completions.create(prompt=ids, **common)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    many = client.completions.create(prompt=["The list", "A dict"], n=2, **common)
+    assert [c.index for c in many.choices] == [0, 1, 2, 3]
+    assert many.choices[0].text == by_text.choices[0].text
+    batch = client.completions.create(prompt=[ids, tokenizer.encode("A dict")], **common)
+    assert batch.choices[1].text == many.choices[2].text
+    echo = client.completions.create(prompt="The list", echo=True, **common)
+    assert echo.choices[0].text == "The list" + by_text.choices[0].text
+    with_lp = client.completions.create(prompt="The list", logprobs=2, **common)
+    lp = with_lp.choices[0].logprobs
+    assert "".join(lp.tokens) == with_lp.choices[0].text
+    assert lp.text_offset[0] == 0 and len(lp.top_logprobs[0]) == 2
+
+
+def test_streamed_completions(platform):
+    client = platform.sdk()
+    common = dict(
+        model=platform.chat_model, prompt=["The list", "A dict"], max_tokens=6, temperature=0
+    )
+    whole = client.completions.create(**common)
+    chunks = list(client.completions.create(**common, stream=True))
+    for index in (0, 1):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == index]
+        assert "".join(c.text for c in mine) == whole.choices[index].text
+        assert [c.finish_reason for c in mine if c.finish_reason] == ["length"]
+
+
+def test_models_tokenize_detokenize(platform):
+    client = platform.sdk()
+    ids = {m.id for m in client.models.list().data}
+    assert {platform.chat_model, platform.embed_model} <= ids
+    model = client.models.retrieve(platform.chat_model)
+    assert model.id == platform.chat_model and model.object == "model"
+    limited = openai.OpenAI(base_url=f"{platform.base_url}/v1", api_key=platform.limited_key)
+    assert [m.id for m in limited.models.list().data] == [platform.chat_model]
+    headers = {"Authorization": f"Bearer {platform.api_key}"}
+    tokens = httpx.post(
+        f"{platform.base_url}/tokenize",
+        json={"model": platform.chat_model, "prompt": "Hello, world"},
+        headers=headers,
+    ).json()
+    assert tokens["count"] == len(tokens["tokens"]) and tokens["max_model_len"] == 2048
+    text = httpx.post(
+        f"{platform.base_url}/detokenize",
+        json={"model": platform.chat_model, "tokens": tokens["tokens"]},
+        headers=headers,
+    ).json()
+    assert text == {"prompt": "Hello, world"}
+    chat = httpx.post(
+        f"{platform.base_url}/tokenize",
+        json={"model": platform.chat_model, "messages": USER},
+        headers=headers,
+    ).json()
+    tokenizer = ChatTokenizer(platform.checkpoint)
+    assert chat["tokens"] == tokenizer.encode(tokenizer.render_chat(USER))
+
+
+def test_health_and_ready(platform):
+    assert httpx.get(f"{platform.base_url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{platform.base_url}/ready").status_code == 200
+    ready = httpx.get(f"{platform.base_url}/ready", params={"model": platform.chat_model})
+    assert ready.status_code == 200
+    idle = httpx.get(f"{platform.base_url}/ready", params={"model": "tiny-llama-idle"})
+    assert idle.status_code == 503

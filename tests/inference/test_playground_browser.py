@@ -1,0 +1,99 @@
+"""The playground in headless Chromium: connect with a key, chat, watch tokens stream, stop."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.inference.conftest import REPO
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO / "test-artifacts"
+
+
+@pytest.fixture
+def page():
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail(
+            "Debian's chromium package is required for browser tests (apt install chromium)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1200, "height": 800})
+        yield context.new_page()
+        browser.close()
+
+
+def _delta_count(page, selector: str) -> int:
+    return int(page.get_attribute(selector, "data-deltas") or 0)
+
+
+def test_chat_streams_and_stops(platform, page):
+    external = []
+    page.on(
+        "request",
+        lambda r: (
+            external.append(r.url)
+            if not r.url.startswith((platform.base_url, "ws://127.0.0.1"))
+            else None
+        ),
+    )
+    page.goto(f"{platform.base_url}/playground/")
+    page.fill("#api-key", platform.api_key)
+    page.click("#connect")
+    page.wait_for_selector('#status[data-state="connected"]')
+    page.wait_for_function("document.querySelectorAll('#model option').length >= 1")
+    page.select_option("#model", platform.chat_model)
+    page.fill("#temperature", "0")
+
+    # A short answer: it streams in several pieces and finishes on its own.
+    page.fill("#max_tokens", "12")
+    page.fill("#prompt", "Hello there")
+    page.click("#send")
+    first = "#messages li.assistant:nth-child(2)"
+    page.wait_for_selector(f"{first}[data-finish]", timeout=30_000)
+    assert page.get_attribute(first, "data-finish") == "length"
+    assert _delta_count(page, first) > 1
+    assert page.inner_text("#messages li.user:nth-child(1) .content") == "Hello there"
+
+    # A long answer: tokens arrive over time (seen at two moments), then Stop cancels it.
+    page.fill("#max_tokens", "1500")
+    page.fill("#prompt", "Tell me more")
+    page.click("#send")
+    second = "#messages li.assistant:nth-child(4)"
+    page.wait_for_function(
+        "Number(document.querySelectorAll('#messages li.assistant')[1].dataset.deltas) >= 3"
+    )
+    seen_early = _delta_count(page, second)
+    page.wait_for_function(
+        f"Number(document.querySelectorAll('#messages li.assistant')[1].dataset.deltas) > "
+        f"{seen_early}"
+    )
+    assert page.is_enabled("#stop-button")
+    page.click("#stop-button")
+    page.wait_for_selector(f'{second}[data-finish="cancelled"]', timeout=15_000)
+    stopped_at = _delta_count(page, second)
+    assert stopped_at < 1500
+    page.wait_for_timeout(500)
+    assert _delta_count(page, second) == stopped_at  # nothing more after the stop
+    assert page.is_enabled("#send")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "playground.png"), full_page=True)
+    assert external == []  # every asset came from the project itself
+    assert platform.wait_engine_idle()["num_running"] == 0
+    assert Path(ARTIFACTS / "playground.png").stat().st_size > 0

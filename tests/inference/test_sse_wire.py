@@ -1,0 +1,117 @@
+"""The bytes of a streamed response, as a non-SDK client sees them; and disconnect = abort."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.inference.conftest import counter_growth
+
+pytestmark = pytest.mark.slow
+
+USER = [{"role": "user", "content": "Count for me."}]
+
+
+def _events(raw: bytes) -> list[bytes]:
+    assert raw.endswith(b"\n\n")
+    return raw[:-2].split(b"\n\n")
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_chat_stream_bytes(platform, n):
+    body = {
+        "model": platform.chat_model,
+        "messages": USER,
+        "max_tokens": 6,
+        "temperature": 0,
+        "n": n,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.stream(
+        "POST",
+        f"{platform.base_url}/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {platform.api_key}"},
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        raw = response.read()
+    events = _events(raw)
+    assert all(e.startswith(b"data: ") for e in events)
+    assert events[-1] == b"data: [DONE]"
+    chunks = [json.loads(e[len(b"data: ") :]) for e in events[:-1]]
+    for index in range(n):
+        mine = [
+            c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["index"] == index
+        ]
+        # The role comes first, on its own, then content, then exactly one finish_reason.
+        assert mine[0]["delta"] == {"role": "assistant", "content": ""}
+        assert all("role" not in c["delta"] for c in mine[1:])
+        finishes = [c["finish_reason"] for c in mine if c["finish_reason"] is not None]
+        assert finishes == ["length"]
+        assert mine[-1]["finish_reason"] == "length"
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    # With include_usage every chunk carries "usage": null, and the last one has the totals
+    # and no choices.
+    assert all(c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] == 6 * n
+    assert chunks[-1]["usage"]["total_tokens"] == chunks[-1]["usage"]["prompt_tokens"] + 6 * n
+
+
+def test_completion_stream_without_usage(platform):
+    body = {"model": platform.chat_model, "prompt": "The", "max_tokens": 4, "stream": True}
+    raw = httpx.post(
+        f"{platform.base_url}/v1/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {platform.api_key}"},
+    ).content
+    events = _events(raw)
+    assert events[-1] == b"data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert all("usage" not in c and c["object"] == "text_completion" for c in chunks)
+    assert [c["choices"][0]["finish_reason"] for c in chunks].count("length") == 1
+
+
+def test_closing_the_connection_aborts_the_request(platform):
+    """A client that goes away mid-stream frees its slot in the engine within moments."""
+    before = platform.wait_engine_idle()
+    max_tokens = 1800
+    payload = json.dumps(
+        {
+            "model": platform.chat_model,
+            "messages": USER,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "n": 2,
+            "ignore_eos": True,
+        }
+    ).encode()
+    host, port = platform.base_url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {platform.api_key}\r\n".encode()
+        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    received = b""
+    while received.count(b"data: ") < 5:
+        received += sock.recv(65536)
+    assert b" 200 OK" in received.split(b"\r\n", 1)[0]
+    deadline = time.monotonic() + 5
+    while platform.engine_totals()["num_running"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert platform.engine_totals()["num_running"] >= 1  # the request is generating
+    sock.close()
+    after = platform.wait_engine_idle(timeout=20)
+    generated = counter_growth(before, after, "generation_tokens_total")
+    # Aborted: the engine stopped before the 2 x max_tokens the request asked for (how many
+    # tokens a tiny model makes before Daphne notices the closed socket depends on the load).
+    assert 0 < generated < 2 * max_tokens
