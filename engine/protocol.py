@@ -241,6 +241,11 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     num_steps: int = 0
     pid: int = 0
     hostname: str = ""
+    # LoRA adapters of running and waiting requests, and the engine's adapter slots
+    # (what vLLM exports as vllm:lora_requests_info).
+    running_lora_adapters: list[str] = msgspec.field(default_factory=list)
+    waiting_lora_adapters: list[str] = msgspec.field(default_factory=list)
+    max_lora: int = 0
 
 
 # ---------------------------------------------------------------- codecs

@@ -69,6 +69,8 @@ class EngineService:
         self._drain_deadline: float | None = None
         self._job = PublishJob()
         self._stats: EngineStats | None = engine.stats()
+        # Read by the status thread; refreshed on the loop thread with the stats.
+        self._lora_info: dict | None = engine.lora_requests_info()
 
         def client() -> redis.Redis:
             return redis.Redis.from_url(settings.redis_url)
@@ -176,6 +178,7 @@ class EngineService:
                 if not active.open_indexes:
                     self._forget(active)
         self._stats = self.engine.stats()
+        self._lora_info = self.engine.lora_requests_info()
         if job:
             job.step = self.num_steps
             self.writer.submit(job)
@@ -391,4 +394,5 @@ class EngineService:
             sorted(self.adapters),
             self.draining,
             self.num_steps,
+            self._lora_info,
         )

@@ -48,7 +48,9 @@ class StatusPublisher(threading.Thread):
         engine_id: str,
         interval: float,
         ttl: float,
-        snapshot: Callable[[], tuple[EngineStats | None, int, int, list[str], bool, int]],
+        snapshot: Callable[
+            [], tuple[EngineStats | None, int, int, list[str], bool, int, dict | None]
+        ],
         on_tick: Callable[[], None] | None = None,
     ):
         super().__init__(name="engine-status", daemon=True)
@@ -65,7 +67,7 @@ class StatusPublisher(threading.Thread):
         self._stop_event = threading.Event()
 
     def build(self) -> protocol.EngineStatus:
-        stats, num_inbox, max_num_seqs, adapters, draining, num_steps = self.snapshot()
+        stats, num_inbox, max_num_seqs, adapters, draining, num_steps, lora_info = self.snapshot()
         now = time.time()
         status = protocol.EngineStatus(
             engine_id=self.engine_id,
@@ -92,6 +94,10 @@ class StatusPublisher(threading.Thread):
             status.prefix_cache_hits = stats.prefix_cache_hits
             status.num_preemptions = stats.num_preemptions
             status.tokens_per_s = round(self.rate.update(now, stats.generation_tokens_total), 2)
+        if lora_info is not None:
+            status.running_lora_adapters = list(lora_info["running_lora_adapters"])
+            status.waiting_lora_adapters = list(lora_info["waiting_lora_adapters"])
+            status.max_lora = int(lora_info["max_lora"])
         return status
 
     def publish(self) -> None:

@@ -132,6 +132,20 @@ def _engine_families(statuses: list[EngineStatus]) -> Iterator[Metric]:
         for status in statuses:
             family.add_metric([status.model, status.engine_id], getattr(status, status_field))
         yield family
+    # As vLLM: one series per engine whose labels carry the adapter names (comma-joined).
+    lora = _family(d.LORA_REQUESTS_INFO)
+    for status in statuses:
+        lora.add_metric(
+            [
+                status.model,
+                status.engine_id,
+                str(status.max_lora),
+                ",".join(status.waiting_lora_adapters),
+                ",".join(status.running_lora_adapters),
+            ],
+            status.updated_at,
+        )
+    yield lora
 
 
 def _request_families(

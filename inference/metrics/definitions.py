@@ -128,6 +128,13 @@ NUM_PREEMPTIONS = MetricSpec(
     ENGINE_LABELS,
 )
 
+LORA_REQUESTS_INFO = MetricSpec(
+    "vllm:lora_requests_info",
+    "gauge",
+    "Running stats on lora requests (value: when the engine last reported them).",
+    (*ENGINE_LABELS, "max_lora", "waiting_lora_adapters", "running_lora_adapters"),
+)
+
 # EngineStatus field that feeds each engine-level metric.
 ENGINE_STATUS_FIELDS: tuple[tuple[MetricSpec, str], ...] = (
     (NUM_REQUESTS_RUNNING, "num_running"),
@@ -235,7 +242,7 @@ REQUEST_HISTOGRAMS = (
     REQUEST_GENERATION_TOKENS,
 )
 
-ENGINE_METRICS = tuple(spec for spec, _ in ENGINE_STATUS_FIELDS)
+ENGINE_METRICS = (*(spec for spec, _ in ENGINE_STATUS_FIELDS), LORA_REQUESTS_INFO)
 REQUEST_METRICS = (REQUEST_SUCCESS, PROMPT_TOKENS_CACHED, *REQUEST_HISTOGRAMS)
 ALL_METRICS = (*ENGINE_METRICS, *REQUEST_METRICS)
 

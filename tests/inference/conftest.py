@@ -30,6 +30,10 @@ CHAT_MODEL = "tiny-llama"
 EMBED_MODEL = "minilm"
 IDLE_MODEL = "tiny-llama-idle"
 MAX_MODEL_LEN = 2048
+# Bounds on what one engine takes from the stream (ahead of scheduling, and running), so that
+# a second replica started by a test gets its share of a burst.
+ENGINE_MAX_QUEUED = 8
+ENGINE_MAX_NUM_SEQS = 16
 REDIS_PREFIX = "apitest"
 
 _POPULATE = """
@@ -247,6 +251,12 @@ def platform(platform_env, api_platform, tiny_llama) -> Platform:
             CHAT_MODEL,
             "--redis-url",
             server.url,
+            # A modest backpressure bound, so that a second replica started by a test gets
+            # its share of a burst instead of finding the first engine holding all of it.
+            "--max-queued",
+            str(ENGINE_MAX_QUEUED),
+            "--max-num-seqs",
+            str(ENGINE_MAX_NUM_SEQS),
         ],
         env,
         engine_log,

@@ -94,3 +94,27 @@ def test_redis_down_leaves_the_families_empty_instead_of_failing_the_scrape(capl
     s = Scrape(generate_latest(registry).decode())
     assert "vllm:num_requests_running" in s.types and s.samples == {}
     assert "cannot read Redis" in caplog.text
+
+
+def test_lora_requests_info_names_running_and_waiting_adapters(redis_client):
+    _publish(
+        redis_client,
+        _status(
+            "tiny",
+            "host-1-a",
+            running_lora_adapters=["sql-bot", "support"],
+            waiting_lora_adapters=["legal"],
+            max_lora=4,
+        ),
+    )
+    s = scrape()
+    assert s.types["vllm:lora_requests_info"] == "gauge"
+    [labels] = s.series("vllm:lora_requests_info")
+    assert labels == {
+        "model_name": "tiny",
+        "engine": "host-1-a",
+        "max_lora": "4",
+        "waiting_lora_adapters": "legal",
+        "running_lora_adapters": "sql-bot,support",
+    }
+    assert s.value("vllm:lora_requests_info", **labels) > 0  # the report's timestamp

@@ -7,12 +7,18 @@ import sys
 
 import pytest
 
-from tests.inference.conftest import _spawn, _stop, _wait_for
+from tests.inference.conftest import (
+    ENGINE_MAX_NUM_SEQS,
+    ENGINE_MAX_QUEUED,
+    _spawn,
+    _stop,
+    _wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
 NUM_REQUESTS = 100
-MAX_TOKENS = 4
+MAX_TOKENS = 16
 
 
 def _generated_per_engine(platform) -> dict[str, int]:
@@ -23,7 +29,8 @@ def _generated_per_engine(platform) -> dict[str, int]:
 def second_engine(platform):
     """Another engine process for the platform's chat model, on the same Redis."""
     log = platform.checkpoint.parent / "engine-replica.log"
-    args = ["--model-path", str(platform.checkpoint), "--model-name", platform.chat_model]
+    args = ["--model-path", str(platform.checkpoint), "--model-name", platform.chat_model,
+            "--max-queued", str(ENGINE_MAX_QUEUED), "--max-num-seqs", str(ENGINE_MAX_NUM_SEQS)]  # fmt: skip
     process = _spawn(
         [sys.executable, "-m", "engine", *args, "--redis-url", platform.redis_url],
         platform.env,
