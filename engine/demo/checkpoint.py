@@ -121,6 +121,9 @@ def make_checkpoint(
                 param.uniform_(0.5, 1.5)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # callers (the serve command) show their own progress
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     params = sum(p.numel() for p in model.parameters())
