@@ -33,6 +33,7 @@ from controlplane.tenants.redis_clients import async_redis
 from controlplane.tenants.selectors import KeyRecord, key_record_for
 from controlplane.tenants.services import last_used_redis_key, tenant_get_or_create_playground
 from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
+from inference.api_error import ApiError
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,9 @@ __all__ = [
 ]
 
 
-class AccessError(Exception):
-    """Refused: carries the OpenAI error fields and the HTTP status to answer with."""
+class AccessError(ApiError):
+    """Refused by the access policy (401, 403, 429): an ApiError whose status and type the
+    caller always states."""
 
     def __init__(
         self,
@@ -63,24 +65,7 @@ class AccessError(Exception):
         param: str | None = None,
         headers: dict[str, str] | None = None,
     ):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type
-        self.code = code
-        self.param = param
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        """OpenAI's error body."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        super().__init__(message, status=status, type=type, code=code, param=param, headers=headers)
 
 
 @dataclass(frozen=True)

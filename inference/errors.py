@@ -11,42 +11,10 @@ import math
 
 from django.http import JsonResponse
 
-from inference.access import AccessError
+from inference.api_error import ApiError
 from inference.tokenizer import TokenizerError
 
 logger = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    """A refusal with OpenAI's error fields and the HTTP status to answer with."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
 
 
 def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
@@ -71,17 +39,8 @@ def error_from_exception(exc: BaseException) -> ApiError:
     """Every exception the request path can meet, as the ApiError a client should see."""
     from inference import engine_client as ec  # not at import: keeps this module light
 
-    if isinstance(exc, ApiError):
+    if isinstance(exc, ApiError):  # AccessError included
         return exc
-    if isinstance(exc, AccessError):
-        return ApiError(
-            exc.message,
-            status=exc.status,
-            type=exc.type,
-            param=exc.param,
-            code=exc.code,
-            headers=exc.headers,
-        )
     if isinstance(exc, TokenizerError):
         return invalid_request(str(exc))
     if isinstance(exc, ec.EngineOverloaded):

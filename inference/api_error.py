@@ -1,0 +1,39 @@
+"""The one exception type the API answers with: OpenAI's error fields plus an HTTP status.
+
+Dependency-free so that both the access layer and the error mapping can build on it.
+"""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """A refusal with OpenAI's error fields and the HTTP status to answer with."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict:
+        """OpenAI's error body."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
