@@ -304,8 +304,8 @@ async def collect_response(
                     stop_reason=stop_reason,
                 )
             )
-    build = responses.chat_completion if plan.kind == "chat" else responses.text_completion
-    return build(
+    return responses.completion_object(
+        kind=plan.kind,
         request_id=plan.request_id,
         created=plan.created,
         model=plan.model,

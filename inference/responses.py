@@ -56,12 +56,13 @@ def completion_logprobs(entries, *, text_offset: int) -> dict[str, Any]:
     }
 
 
-def chat_completion(
-    *, request_id: str, created: int, model: str, choices: list[dict], usage: dict
+def completion_object(
+    *, kind: str, request_id: str, created: int, model: str, choices: list[dict], usage: dict
 ) -> dict[str, Any]:
+    """A whole (non-streamed) response: ``chat.completion`` or ``text_completion``."""
     return {
         "id": request_id,
-        "object": "chat.completion",
+        "object": "chat.completion" if kind == "chat" else "text_completion",
         "created": created,
         "model": model,
         "choices": choices,
@@ -79,20 +80,6 @@ def chat_choice(
         "logprobs": logprobs,
         "finish_reason": finish_reason,
         "stop_reason": stop_reason,
-    }
-
-
-def text_completion(
-    *, request_id: str, created: int, model: str, choices: list[dict], usage: dict
-) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "usage": usage,
-        "system_fingerprint": None,
     }
 
 
