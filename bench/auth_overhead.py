@@ -46,7 +46,8 @@ def _urlconf():
     from django.http import JsonResponse
     from django.urls import path
 
-    from inference import access
+    from controlplane.tenants import admission as admission_policy
+    from inference import credentials
 
     body = {"object": "list", "data": [{"id": "tiny", "object": "model"}]}
 
@@ -54,14 +55,16 @@ def _urlconf():
         return JsonResponse(body)
 
     async def guarded(request):
-        principal = await access.authenticate(
+        principal = await credentials.authenticate(
             request.headers.get("Authorization"), endpoint="completions"
         )
-        admission = await access.admit(principal, model="tiny", prompt_tokens=50, max_tokens=50)
+        admission = await admission_policy.admit(
+            principal, model="tiny", prompt_tokens=50, max_tokens=50
+        )
         response = JsonResponse(body)
         for name, value in admission.headers.items():
             response[name] = value
-        await access.finish(
+        await admission_policy.finish(
             admission,
             prompt_tokens=50,
             completion_tokens=20,
@@ -114,10 +117,11 @@ async def _run(args) -> None:
     from django.conf import settings
     from django.test import AsyncClient
 
+    from controlplane.tenants import admission as admission_policy
     from controlplane.tenants.services import api_key_create, tenant_create
     from controlplane.usage.events import usage_queue_key
     from controlplane.usage.services import usage_flush
-    from inference import access
+    from inference import credentials
 
     settings.ROOT_URLCONF = _urlconf()
     big = 10**9
@@ -152,9 +156,11 @@ async def _run(args) -> None:
     calls = []
     for _ in range(per_round):
         start = time.perf_counter()
-        principal = await access.authenticate(headers["Authorization"], endpoint="completions")
-        admission = await access.admit(principal, model="tiny", prompt_tokens=50, max_tokens=50)
-        await access.finish(
+        principal = await credentials.authenticate(headers["Authorization"], endpoint="completions")
+        admission = await admission_policy.admit(
+            principal, model="tiny", prompt_tokens=50, max_tokens=50
+        )
+        await admission_policy.finish(
             admission,
             prompt_tokens=50,
             completion_tokens=20,
@@ -167,7 +173,7 @@ async def _run(args) -> None:
         calls.append(time.perf_counter() - start)
     direct = _summary(calls)
 
-    await access.finish_pending()
+    await admission_policy.finish_pending()
     queued = await asyncio.to_thread(
         lambda: __import__("redis").Redis.from_url(settings.REDIS_URL).llen(usage_queue_key())
     )

@@ -120,8 +120,8 @@ def main() -> None:
 
     from controlplane.core.redis_server import RedisServer
     from engine import LLM
+    from engine.text.tokenizer import ChatTokenizer
     from inference.engine_client import EngineClient
-    from inference.tokenizer import ChatTokenizer
 
     workdir = Path(tempfile.mkdtemp(prefix="redis-bench-"))
     model_path = args.model

@@ -7,6 +7,6 @@ class InferenceConfig(AppConfig):
 
     def ready(self) -> None:
         # The engine and request metrics (vllm:*) join django-prometheus's /metrics.
-        from inference.metrics import register_collector
+        from controlplane.metrics import register_collector
 
         register_collector()

@@ -20,10 +20,10 @@ from asgiref.sync import sync_to_async
 from controlplane.adapters.selectors import AdapterRoute, aadapter_route_for, aadapters_visible_to
 from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
 from controlplane.deployments.selectors import served_model_get
-from inference.access import Principal, can_use_model
+from controlplane.tenants.access import Principal, can_use_model
+from engine.text.tokenizer import ChatTokenizer
 from inference.embeddings_client import EmbeddingTokenizer
 from inference.errors import model_not_found
-from inference.tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from inference import access
+from controlplane.tenants import admission as admission_policy
+from controlplane.tenants.access import AccessError, Principal
+from inference import credentials
 from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.generation import GenerationStats, engine_chunks, stream_chunks
@@ -45,15 +47,17 @@ def _not_authenticated() -> ApiError:
 
 class GenerationConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
-        self.principal: access.Principal | None = None
+        self.principal: Principal | None = None
         self.generations: dict[str, asyncio.Task] = {}
         self.cancel_requested: set[str] = set()
         await self.accept()
         # Credentials at the handshake (Bearer header, ?api_key=, a staff session) or later in
         # an "auth" message: browsers cannot set headers on a WebSocket.
         try:
-            self.principal = await access.authenticate_websocket(self.scope, endpoint="websocket")
-        except access.AccessError as exc:
+            self.principal = await credentials.authenticate_websocket(
+                self.scope, endpoint="websocket"
+            )
+        except AccessError as exc:
             if _header(self.scope, b"authorization") or b"api_key=" in self.scope.get(
                 "query_string", b""
             ):
@@ -99,7 +103,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
 
     async def _authenticate(self, authorization: str) -> None:
         try:
-            self.principal = await access.authenticate(authorization, endpoint="websocket")
+            self.principal = await credentials.authenticate(authorization, endpoint="websocket")
         except Exception as exc:  # reported to the client
             self.principal = None
             await self._error(None, error_from_exception(exc))
@@ -184,7 +188,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 raise invalid_request("body must be a JSON object.", param="body")
             body = {**body, "stream": True}
             _body, plan, tokenizer = await prepare_generation(kind, principal, body)
-            admission = await access.admit(
+            admission = await admission_policy.admit(
                 principal,
                 model=plan.model,
                 prompt_tokens=plan.prompt_tokens,

@@ -21,8 +21,8 @@ import redis.asyncio as aioredis
 
 from engine import protocol
 from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
-from inference.detokenizer import IncrementalDetokenizer
-from inference.stop_strings import StopStringMatcher
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.stop_strings import StopStringMatcher
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import math
 
 from django.http import JsonResponse
 
-from inference.api_error import ApiError
-from inference.tokenizer import TokenizerError
+from controlplane.core.api_error import ApiError
+from engine.text.tokenizer import TokenizerError
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine.text.tokenizer import ChatTokenizer
 from inference import responses
-from inference.tokenizer import ChatTokenizer
 
 
 @dataclass

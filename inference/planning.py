@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from inference.access import Principal, engine_cache_salt
+from controlplane.tenants.access import Principal, engine_cache_salt
+from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.errors import invalid_request
 from inference.generation import GenerationPlan
@@ -23,7 +24,6 @@ from inference.sampling import build_sampling
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.schemas.validation import validate_body
-from inference.tokenizer import ChatTokenizer
 
 Kind = Literal["chat", "completion"]
 SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": CompletionRequestSerializer}

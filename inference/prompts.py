@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError, invalid_request
-from inference.tokenizer import ChatTokenizer
 
 
 def render_chat_prompt(tokenizer: ChatTokenizer, body: dict[str, Any]) -> tuple[str, list[int]]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from inference import access
+from controlplane.metrics import record_request
+from controlplane.tenants import admission as admission_policy
+from controlplane.tenants.admission import Admission
 from inference.generation import GenerationPlan, GenerationStats
-from inference.metrics import record_request
 
 
 def _finished_reason(stats: GenerationStats, status: int) -> str:
@@ -22,7 +23,7 @@ def _finished_reason(stats: GenerationStats, status: int) -> str:
 
 
 async def _settle(
-    admission: access.Admission,
+    admission: Admission,
     plan: GenerationPlan,
     stats: GenerationStats,
     *,
@@ -30,7 +31,7 @@ async def _settle(
     started: float,
 ) -> None:
     latency = time.monotonic() - started
-    await access.finish(
+    await admission_policy.finish(
         admission,
         prompt_tokens=plan.prompt_tokens,
         completion_tokens=stats.num_completion_tokens,
@@ -58,7 +59,7 @@ async def _settle(
 
 
 async def settle_generation(
-    admission: access.Admission,
+    admission: Admission,
     plan: GenerationPlan,
     stats: GenerationStats,
     *,

@@ -27,7 +27,7 @@ def dashboard(request: HttpRequest):
 
 
 def _tenant_metrics() -> list[dict]:
-    from inference.metrics import tenant_metrics_summary
+    from controlplane.metrics import tenant_metrics_summary
 
     try:
         return [asdict(t) for t in tenant_metrics_summary()]

@@ -28,7 +28,7 @@ def _quiet(_: str) -> None:
 def checkpoint_validate(*, path: str | Path, progress: Progress = _quiet):
     """Check everything the engine and the API will need; returns the CheckpointInfo."""
     from engine.checkpoint_info import CheckpointError, inspect_checkpoint
-    from inference.tokenizer import ChatTokenizer, TokenizerError
+    from engine.text.tokenizer import ChatTokenizer, TokenizerError
 
     progress("reading config.json and safetensors headers")
     try:

@@ -3,7 +3,7 @@
 from django.db import models
 
 # Endpoint names a key's scopes may list; an empty scope list means every endpoint.
-# ``inference.access`` normalises a request path ("/v1/chat/completions") to these names.
+# ``controlplane.tenants.access`` normalises a request path ("/v1/chat/completions") to these names.
 API_SCOPES = (
     "chat.completions",
     "completions",

@@ -14,7 +14,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from inference import access
+from controlplane.tenants import admission as admission_policy
+from controlplane.tenants.access import Principal
+from controlplane.tenants.admission import Admission
+from inference import credentials
 from inference.errors import ApiError, error_from_exception, error_response
 from inference.schemas.validation import parse_json_body
 
@@ -29,7 +32,7 @@ class AsyncApiView(APIView):
     async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         self.request = request
         self.args, self.kwargs = args, kwargs
-        self.admission: access.Admission | None = None
+        self.admission: Admission | None = None
         self._finished = False
         self.started = time.monotonic()
         handler = getattr(self, request.method.lower(), None)
@@ -50,8 +53,8 @@ class AsyncApiView(APIView):
             response[name] = value
         return response
 
-    async def authenticate(self) -> access.Principal:
-        return await access.authenticate(
+    async def authenticate(self) -> Principal:
+        return await credentials.authenticate(
             self.request.headers.get("Authorization"), endpoint=self.endpoint
         )
 
@@ -59,7 +62,7 @@ class AsyncApiView(APIView):
         return parse_json_body(self.request.body)
 
     async def admit(self, principal, *, model: str, prompt_tokens: int, max_tokens: int):
-        self.admission = await access.admit(
+        self.admission = await admission_policy.admit(
             principal, model=model, prompt_tokens=prompt_tokens, max_tokens=max_tokens
         )
         return self.admission
@@ -81,7 +84,7 @@ class AsyncApiView(APIView):
         if self.admission is None or self._finished:
             return
         self._finished = True
-        await access.finish(
+        await admission_policy.finish(
             self.admission,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,

@@ -55,7 +55,11 @@ def test_the_engine_reserves_a_gpu_and_reports_readiness(services):
     engine = services["engine"]
     devices = engine["deploy"]["resources"]["reservations"]["devices"]
     assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
-    assert engine["healthcheck"]["test"][1:4] == ["python", "-m", "inference.metrics.engine_ready"]
+    assert engine["healthcheck"]["test"][1:4] == [
+        "python",
+        "-m",
+        "controlplane.metrics.engine_ready",
+    ]
     assert engine["stop_grace_period"]  # SIGTERM drains: give it time
 
 

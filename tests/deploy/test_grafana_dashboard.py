@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inference.metrics import exported_sample_names
+from controlplane.metrics import exported_sample_names
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy/grafana/dashboards/platform.json"
 

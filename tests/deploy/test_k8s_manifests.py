@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference.metrics import exported_sample_names
+from controlplane.metrics import exported_sample_names
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 NAMESPACE = "llm-platform"
@@ -109,11 +109,11 @@ def test_the_engine_gets_one_gpu_and_probes_its_own_status_record(manifests):
         shell, flag, script = container[probe_name]["exec"]["command"]
         assert (shell, flag) == ("sh", "-c")  # exec probes get no $(VAR) expansion
         argv = shlex.split(script)
-        assert argv[:3] == ["python", "-m", "inference.metrics.engine_ready"]
+        assert argv[:3] == ["python", "-m", "controlplane.metrics.engine_ready"]
         assert argv[argv.index("--engine-id") + 1] == "$POD_NAME"
         assert argv[argv.index("--model") + 1] == "$MODEL_NAME"
         assert ("--allow-draining" in argv) == (probe_name != "readinessProbe")
-    assert importlib.util.find_spec("inference.metrics.engine_ready") is not None
+    assert importlib.util.find_spec("controlplane.metrics.engine_ready") is not None
     # Long enough for the drain the engine does on SIGTERM.
     assert _pod_spec(manifests, "engine")["terminationGracePeriodSeconds"] >= 60
 

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from engine import protocol
 from engine.protocol import FIELD, Keys
+from engine.text.tokenizer import ChatTokenizer
 from inference.engine_client import (
     EngineClient,
     EngineError,
@@ -18,7 +19,6 @@ from inference.engine_client import (
     EngineUnavailable,
     SamplingOptions,
 )
-from inference.tokenizer import ChatTokenizer
 
 MODEL = "scripted"
 

@@ -14,10 +14,10 @@ from controlplane.adapters import services
 from controlplane.adapters.models import Adapter
 from controlplane.adapters.tasks import validate_adapter
 from controlplane.deployments.models import ServedModel
+from controlplane.tenants.access import Principal
 from controlplane.tenants.services import tenant_create
 from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
-from inference.access import Principal
 from inference.catalog import resolve_model, visible_models
 from inference.errors import ApiError
 

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from inference.tokenizer import ChatTokenizer
+from engine.text.tokenizer import ChatTokenizer
 
 pytestmark = pytest.mark.slow
 

@@ -101,7 +101,7 @@ def test_chart_assets_are_served_by_the_project(admin_client, redis_client):
 
 
 async def _record(tenant: str, *, prompt: int, cached: int, ttft: float) -> None:
-    from inference.metrics import record_request
+    from controlplane.metrics import record_request
 
     await record_request(
         model="tiny",

@@ -18,13 +18,15 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
 
+from controlplane.tenants import access  # noqa: E402
+from controlplane.tenants import admission as admission_policy  # noqa: E402
 from controlplane.tenants.redis_clients import async_redis  # noqa: E402
-from inference import access  # noqa: E402
+from inference import credentials  # noqa: E402
 
 
 async def _auth(cmd):
     try:
-        principal = await access.authenticate(f"Bearer {cmd['key']}", endpoint="completions")
+        principal = await credentials.authenticate(f"Bearer {cmd['key']}", endpoint="completions")
     except access.AccessError as error:
         return {"status": error.status, "body": error.body()}
     return {"status": 200, "tenant": principal.tenant_slug}
@@ -32,14 +34,16 @@ async def _auth(cmd):
 
 async def _one(principal):
     try:
-        admission = await access.admit(principal, model="tiny", prompt_tokens=5, max_tokens=5)
+        admission = await admission_policy.admit(
+            principal, model="tiny", prompt_tokens=5, max_tokens=5
+        )
     except access.AccessError as error:
         return {"status": error.status, "body": error.body(), "headers": error.headers}
     return {"status": 200, "headers": admission.headers}
 
 
 async def _burst(cmd):
-    principal = await access.authenticate(f"Bearer {cmd['key']}", endpoint="completions")
+    principal = await credentials.authenticate(f"Bearer {cmd['key']}", endpoint="completions")
     redis = async_redis()
     await redis.incr(cmd["ready"])
     while not await redis.exists(cmd["go"]):

@@ -1,4 +1,4 @@
-"""Authentication through inference.access: 401/403 with OpenAI bodies, caching, revocation."""
+"""Authentication through controlplane.tenants.access (and the header parsing in front of it): 401/403 with OpenAI bodies, caching, revocation."""
 
 from __future__ import annotations
 
@@ -10,22 +10,22 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from controlplane.tenants import key_secrets, keycache
-from controlplane.tenants.keycache import KeyCache
+from controlplane.tenants import access, key_secrets, keycache
+from controlplane.tenants.access import AccessError
+from controlplane.tenants.key_secrets import prefix_of
+from controlplane.tenants.keycache import KeyCache, key_cache
 from controlplane.tenants.models import ApiKey
 from controlplane.tenants.services import api_key_revoke, tenant_update
-from inference import access
-from inference.access import AccessError
+from inference import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _refused(authorization, endpoint="chat.completions") -> AccessError:
     with pytest.raises(AccessError) as info:
-        await access.authenticate(authorization, endpoint=endpoint)
+        await credentials.authenticate(authorization, endpoint=endpoint)
     return info.value
 
 
@@ -38,7 +38,7 @@ def tenant_and_secret(make_tenant, make_key):
 
 async def test_valid_key_resolves_to_its_tenant(tenant_and_secret):
     tenant, key, secret = tenant_and_secret
-    principal = await access.authenticate(f"Bearer {secret}", endpoint="chat.completions")
+    principal = await credentials.authenticate(f"Bearer {secret}", endpoint="chat.completions")
     assert principal.tenant_id == tenant.pk
     assert principal.key_prefix == key.prefix
     assert principal.limits.requests_per_minute == 100
@@ -79,7 +79,7 @@ async def test_right_prefix_wrong_secret_is_401_and_compared_in_constant_time(
 
 async def test_revoked_key_is_401(tenant_and_secret):
     _, key, secret = tenant_and_secret
-    await access.authenticate(f"Bearer {secret}", endpoint="models")
+    await credentials.authenticate(f"Bearer {secret}", endpoint="models")
     await sync_to_async(api_key_revoke)(key=key)
     error = await _refused(f"Bearer {secret}")
     assert (error.status, error.message) == (401, "This API key has been revoked.")
@@ -90,7 +90,7 @@ async def test_expired_key_is_401(make_tenant, make_key):
     _, secret = await sync_to_async(make_key)(
         tenant, expires_at=timezone.now() + timedelta(seconds=1)
     )
-    await access.authenticate(f"Bearer {secret}", endpoint="models")  # cached while valid
+    await credentials.authenticate(f"Bearer {secret}", endpoint="models")  # cached while valid
     await asyncio.sleep(1.1)
     error = await _refused(f"Bearer {secret}")
     assert (error.status, error.message) == (401, "This API key has expired.")
@@ -105,7 +105,7 @@ async def test_disabled_tenant_is_401(tenant_and_secret):
 async def test_endpoint_outside_scopes_is_403(make_tenant, make_key):
     tenant = await sync_to_async(make_tenant)("Scoped")
     _, secret = await sync_to_async(make_key)(tenant, scopes=["embeddings"])
-    principal = await access.authenticate(f"Bearer {secret}", endpoint="/v1/embeddings")
+    principal = await credentials.authenticate(f"Bearer {secret}", endpoint="/v1/embeddings")
     assert principal.scopes == frozenset({"embeddings"})
     error = await _refused(f"Bearer {secret}", endpoint="chat.completions")
     assert error.status == 403
@@ -114,23 +114,14 @@ async def test_endpoint_outside_scopes_is_403(make_tenant, make_key):
 
 async def test_hot_path_does_not_query_the_database(tenant_and_secret, monkeypatch):
     _, _, secret = tenant_and_secret
-    await access.authenticate(f"Bearer {secret}", endpoint="models")
+    await credentials.authenticate(f"Bearer {secret}", endpoint="models")
 
     def no_db(**kwargs):
         raise AssertionError("the database was queried on a cached key")
 
     monkeypatch.setattr(keycache, "key_record_load", no_db)
     for _ in range(20):
-        await access.authenticate(f"Bearer {secret}", endpoint="models")
-
-
-def test_sync_path_is_cached_too(tenant_and_secret):
-    _, _, secret = tenant_and_secret
-    access.authenticate_sync(f"Bearer {secret}", endpoint="models")
-    with CaptureQueriesContext(connection) as queries:
-        for _ in range(10):
-            access.authenticate_sync(f"Bearer {secret}", endpoint="models")
-    assert len(queries) == 0
+        await credentials.authenticate(f"Bearer {secret}", endpoint="models")
 
 
 def test_revocation_reaches_another_process_cache_within_the_epoch_interval(
@@ -173,9 +164,14 @@ def test_the_stored_row_never_contains_the_secret(tenant_and_secret):
     assert key_secrets.secret_matches(secret, stored)
 
 
+def _check_cached(secret: str):
+    """The key policy on the record the key cache holds (its synchronous path)."""
+    return access.check_key(key_cache.get(prefix_of(secret)), secret, endpoint="models")
+
+
 def test_keys_still_authenticate_while_redis_is_unreachable(tenant_and_secret, settings):
     _, _, secret = tenant_and_secret
-    access.authenticate_sync(f"Bearer {secret}", endpoint="models")
+    _check_cached(secret)
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     time.sleep(0.25)  # the epoch check is due again
-    assert access.authenticate_sync(f"Bearer {secret}", endpoint="models").key_prefix
+    assert _check_cached(secret).key_prefix

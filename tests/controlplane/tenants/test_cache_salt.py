@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.tenants import access
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import tenant_rotate_cache_salt
-from inference import access
+from inference import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _principal(secret):
-    return await access.authenticate(f"Bearer {secret}", endpoint="completions")
+    return await credentials.authenticate(f"Bearer {secret}", endpoint="completions")
 
 
 async def test_client_salt_cannot_reach_another_tenant_cache(make_tenant, make_key):

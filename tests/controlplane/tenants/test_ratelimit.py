@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from controlplane.tenants import admission as admission_policy
+from controlplane.tenants.access import AccessError, Principal
 from controlplane.tenants.ratelimit import Limits, format_reset
-from inference import access
-from inference.access import AccessError, Principal
 
 
 def _principal(tenant_id: int = 1, **limits) -> Principal:
@@ -24,11 +24,13 @@ def _principal(tenant_id: int = 1, **limits) -> Principal:
 
 
 async def _admit(principal, prompt=10, max_tokens=10):
-    return await access.admit(principal, model="m", prompt_tokens=prompt, max_tokens=max_tokens)
+    return await admission_policy.admit(
+        principal, model="m", prompt_tokens=prompt, max_tokens=max_tokens
+    )
 
 
 async def _finish(admission, prompt=10, completion=10):
-    await access.finish(
+    await admission_policy.finish(
         admission,
         prompt_tokens=prompt,
         completion_tokens=completion,
@@ -38,7 +40,7 @@ async def _finish(admission, prompt=10, completion=10):
         time_to_first_token=0.01,
         latency=0.1,
     )
-    await access.finish_pending()  # the release runs in the background; wait for it here
+    await admission_policy.finish_pending()  # the release runs in the background; wait for it here
 
 
 async def test_request_headers_count_down_then_429_in_openai_format(redis_client):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+from controlplane.tenants import admission as admission_policy
+from controlplane.tenants.access import Principal
 from controlplane.tenants.ratelimit import Limits
 from controlplane.tenants.redis_clients import redis_key
 from controlplane.usage.events import usage_queue_key
-from inference import access
-from inference.access import Principal
 
 PRINCIPAL = Principal(
     key_id=1,
@@ -24,7 +24,7 @@ PRINCIPAL = Principal(
 
 
 async def _finish(admission):
-    await access.finish(
+    await admission_policy.finish(
         admission,
         prompt_tokens=3,
         completion_tokens=4,
@@ -51,31 +51,31 @@ class _SlowPipeline:
 
 
 def _slow_redis(monkeypatch, *, delay: float, fail: bool = False):
-    real = access.async_redis
+    real = admission_policy.async_redis
 
     class Client:
         def pipeline(self, **kwargs):
             return _SlowPipeline(real().pipeline(**kwargs), delay, fail)
 
-    monkeypatch.setattr(access, "async_redis", lambda: Client())
+    monkeypatch.setattr(admission_policy, "async_redis", lambda: Client())
     return real
 
 
 async def test_finish_returns_before_redis_answers(redis_client, monkeypatch):
-    admission = await access.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
+    admission = await admission_policy.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
     _slow_redis(monkeypatch, delay=0.5)
     start = time.monotonic()
     await _finish(admission)
     assert time.monotonic() - start < 0.1
     assert redis_client.llen(usage_queue_key()) == 0  # not written yet...
-    await access.finish_pending()
+    await admission_policy.finish_pending()
     assert redis_client.llen(usage_queue_key()) == 1  # ...but written, and the slot released
     assert redis_client.zcard(redis_key("rl", 7, "inflight")) == 0
 
 
 async def test_a_failing_redis_is_logged_not_raised(redis_client, monkeypatch, caplog):
-    admission = await access.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
+    admission = await admission_policy.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
     _slow_redis(monkeypatch, delay=0.0, fail=True)
     await _finish(admission)
-    await access.finish_pending()
+    await admission_policy.finish_pending()
     assert "could not record usage" in caplog.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
+from controlplane.tenants import admission as admission_policy
 from controlplane.tenants.models import ApiKey
 from controlplane.usage.events import usage_queue_key
 from controlplane.usage.models import DailyUsage, UsageRecord
@@ -15,15 +16,17 @@ from controlplane.usage.selectors import (
     usage_records_for_tenant,
 )
 from controlplane.usage.services import usage_flush
-from inference import access
+from inference import credentials
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _request(secret, *, prompt, completion, status=200, adapter=None):
-    principal = await access.authenticate(f"Bearer {secret}", endpoint="completions")
-    admission = await access.admit(principal, model="tiny", prompt_tokens=prompt, max_tokens=64)
-    await access.finish(
+    principal = await credentials.authenticate(f"Bearer {secret}", endpoint="completions")
+    admission = await admission_policy.admit(
+        principal, model="tiny", prompt_tokens=prompt, max_tokens=64
+    )
+    await admission_policy.finish(
         admission,
         prompt_tokens=prompt,
         completion_tokens=completion,
@@ -34,7 +37,7 @@ async def _request(secret, *, prompt, completion, status=200, adapter=None):
         latency=0.2,
         adapter=adapter,
     )
-    await access.finish_pending()
+    await admission_policy.finish_pending()
 
 
 async def test_finish_queues_and_flush_writes_records_rollups_and_last_use(

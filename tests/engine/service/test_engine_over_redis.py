@@ -17,8 +17,8 @@ import redis
 from engine import protocol
 from engine.demo.tokenizer import CORPUS_PATH
 from engine.protocol import FIELD, Keys
+from engine.text.tokenizer import ChatTokenizer
 from inference.engine_client import EngineClient, SamplingOptions
-from inference.tokenizer import ChatTokenizer
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
 MODEL = "tiny-llama"

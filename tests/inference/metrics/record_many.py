@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from inference.metrics import record_request
+from controlplane.metrics import record_request
 
 
 async def main(count: int, tenant: str) -> None:

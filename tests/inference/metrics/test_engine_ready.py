@@ -16,7 +16,7 @@ from engine.protocol import EngineStatus, Keys
 def _probe(redis_url: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     return subprocess.run(
-        [sys.executable, "-m", "inference.metrics.engine_ready", *args],
+        [sys.executable, "-m", "controlplane.metrics.engine_ready", *args],
         env={**env, "REDIS_URL": redis_url},
         capture_output=True,
         text=True,
@@ -55,7 +55,7 @@ def test_unreachable_redis_is_not_ready_and_missing_config_is_an_error(redis_cli
     down = _probe("redis://127.0.0.1:1/0", "--model", "tiny")
     assert down.returncode == 1 and "Redis unreachable" in down.stderr
     no_url = subprocess.run(
-        [sys.executable, "-m", "inference.metrics.engine_ready", "--model", "tiny"],
+        [sys.executable, "-m", "controlplane.metrics.engine_ready", "--model", "tiny"],
         env={k: v for k, v in os.environ.items() if k != "REDIS_URL"},
         capture_output=True,
         text=True,

@@ -6,10 +6,10 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from controlplane.metrics import register_collector
+from controlplane.metrics.definitions import ALL_METRICS
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
-from inference.metrics import register_collector
-from inference.metrics.definitions import ALL_METRICS
 
 
 async def test_metrics_endpoint_serves_vllm_and_django_metrics(redis_client, async_client):

@@ -10,10 +10,10 @@ import sys
 import pytest
 from django.test import override_settings
 
-from inference.metrics import definitions as d
-from inference.metrics import record_request
-from inference.metrics.recorder import request_increments
-from tests.inference.metrics.scrape import scrape
+from controlplane.metrics import definitions as d
+from controlplane.metrics import record_request
+from controlplane.metrics.recorder import request_increments
+from tests.controlplane.metrics.scrape import scrape
 
 MODEL = "tiny"
 
@@ -101,7 +101,13 @@ def test_two_processes_neither_lose_nor_double_count(redis_client, redis_server)
     per_process = 150
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.inference.metrics.record_many", str(per_process), tenant],
+            [
+                sys.executable,
+                "-m",
+                "tests.controlplane.metrics.record_many",
+                str(per_process),
+                tenant,
+            ],
             env=env,
         )
         for tenant in ("acme", "acme", "globex")

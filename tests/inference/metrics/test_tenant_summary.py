@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference.metrics import atenant_metrics_summary, record_request, tenant_metrics_summary
-from inference.metrics.tenant_summary import histogram_quantile
+from controlplane.metrics import atenant_metrics_summary, record_request, tenant_metrics_summary
+from controlplane.metrics.tenant_summary import histogram_quantile
 
 
 async def _finished(*, tenant, model="tiny", prompt, cached, ttft):

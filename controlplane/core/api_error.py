@@ -1,6 +1,7 @@
 """The one exception type the API answers with: OpenAI's error fields plus an HTTP status.
 
-Dependency-free so that both the access layer and the error mapping can build on it.
+Dependency-free: the control plane's access policy raises it, and the API maps every other
+failure onto it (inference/errors.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Stop strings matched across text pieces, held back until decided."""
 
-from inference.stop_strings import StopStringMatcher
+from engine.text.stop_strings import StopStringMatcher
 
 
 def feed_all(matcher, pieces):

@@ -18,8 +18,8 @@ import weakref
 
 import redis.asyncio as aioredis
 
-from inference.metrics import definitions as d
-from inference.metrics.store import SEP, HistogramDelta, MetricKeys, series_member
+from controlplane.metrics import definitions as d
+from controlplane.metrics.store import SEP, HistogramDelta, MetricKeys, series_member
 
 logger = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from controlplane.metrics import definitions as d
+from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
-from inference.metrics import definitions as d
-from inference.metrics.store import MetricKeys, StoredSeries, parse_series_member
 
 logger = logging.getLogger(__name__)
 

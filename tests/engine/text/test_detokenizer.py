@@ -2,8 +2,8 @@
 
 import pytest
 
-from inference.detokenizer import IncrementalDetokenizer
-from inference.tokenizer import ChatTokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import ChatTokenizer
 
 TEXT = "Bonjour, ça va? 日本語のテキスト 🙂🚀 naïve café — done."
 

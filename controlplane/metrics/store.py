@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from inference.metrics.definitions import MetricSpec
+from controlplane.metrics.definitions import MetricSpec
 
 SEP = "|"
 

@@ -9,10 +9,10 @@
 docs/metrics.md lists every metric, its labels and where it is measured.
 """
 
-from inference.metrics.collector import PlatformCollector, register_collector
-from inference.metrics.definitions import exported_sample_names
-from inference.metrics.recorder import record_request
-from inference.metrics.tenant_summary import (
+from controlplane.metrics.collector import PlatformCollector, register_collector
+from controlplane.metrics.definitions import exported_sample_names
+from controlplane.metrics.recorder import record_request
+from controlplane.metrics.tenant_summary import (
     TenantMetrics,
     atenant_metrics_summary,
     tenant_metrics_summary,

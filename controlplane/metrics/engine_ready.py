@@ -1,4 +1,4 @@
-"""Readiness probe for engine containers: ``python -m inference.metrics.engine_ready``.
+"""Readiness probe for engine containers: ``python -m controlplane.metrics.engine_ready``.
 
 An engine serves no HTTP; it is ready once it has loaded its model and publishes its status
 record (the same record /metrics and /ready read), and stops being ready when it drains or
@@ -6,8 +6,8 @@ stops publishing. Exit status 0: ready; 1: not ready; 2: bad arguments. Reads RE
 PLATFORM_REDIS_PREFIX from the environment, imports neither Django nor torch, so a probe
 costs a fraction of a second.
 
-    python -m inference.metrics.engine_ready --model qwen --engine-id "$POD_NAME"
-    python -m inference.metrics.engine_ready --model qwen --allow-draining   # liveness
+    python -m controlplane.metrics.engine_ready --model qwen --engine-id "$POD_NAME"
+    python -m controlplane.metrics.engine_ready --model qwen --allow-draining   # liveness
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def find_ready_engine(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m inference.metrics.engine_ready")
+    parser = argparse.ArgumentParser(prog="python -m controlplane.metrics.engine_ready")
     parser.add_argument("--model", required=True, help="served model name")
     parser.add_argument("--engine-id", default=None, help="this engine's id (default: any)")
     parser.add_argument(

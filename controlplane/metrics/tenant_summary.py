@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inference.metrics import definitions as d
-from inference.metrics.store import MetricKeys, StoredSeries, parse_series_member
+from controlplane.metrics import definitions as d
+from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,217 @@
+"""Who is calling: API keys and staff sessions resolved to a Principal, and what it may use.
+
+The API parses credentials off the wire (inference/credentials.py) and asks here. Keys are
+resolved through a per-process cache that a Redis epoch invalidates within a second
+(keycache.py), so in steady state checking a key costs no database query and no round trip.
+Limits and usage live beside this, in admission.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from importlib import import_module
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
+from django.utils.crypto import constant_time_compare
+
+from controlplane.core.api_error import ApiError
+from controlplane.tenants.key_secrets import prefix_of, secret_matches
+from controlplane.tenants.keycache import key_cache
+from controlplane.tenants.ratelimit import Limits
+from controlplane.tenants.redis_clients import async_redis
+from controlplane.tenants.selectors import KeyRecord, key_record_for
+from controlplane.tenants.services import last_used_redis_key, tenant_get_or_create_playground
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AccessError",
+    "Principal",
+    "authenticate_secret",
+    "can_use_model",
+    "check_key",
+    "engine_cache_salt",
+    "staff_principal",
+    "staff_session_principal",
+    "unauthorized",
+]
+
+
+class AccessError(ApiError):
+    """Refused by the access policy (401, 403, 429): an ApiError whose status and type the
+    caller always states."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        type: str,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message, status=status, type=type, code=code, param=param, headers=headers)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller: one API key of one tenant (key_id 0: a staff session)."""
+
+    key_id: int
+    key_prefix: str
+    tenant_id: int
+    tenant_slug: str
+    cache_salt: str
+    # None: every served model; otherwise the names this tenant was granted.
+    allowed_models: frozenset[str] | None
+    scopes: frozenset[str] = field(default_factory=frozenset)
+    limits: Limits = field(default_factory=Limits)
+
+    def __repr__(self) -> str:  # never print the salt into logs
+        return f"Principal(key={self.key_prefix!r}, tenant={self.tenant_slug!r})"
+
+
+def unauthorized(message: str) -> AccessError:
+    return AccessError(message, status=401, type="invalid_request_error", code="invalid_api_key")
+
+
+# Keys ---------------------------------------------------------------------------------------
+
+_LAST_USED_PUSH_SECONDS = 30.0
+_last_used_pushed: dict[int, float] = {}
+# Compared against when the prefix is unknown, so both paths do the same hashing work.
+_DUMMY_HASH = "0" * 64
+
+
+def _masked(secret: str) -> str:
+    return f"{secret[:6]}****{secret[-4:]}" if len(secret) > 12 else "****"
+
+
+def _scope_name(endpoint: str) -> str:
+    """ "/v1/chat/completions" and "chat.completions" both name the scope "chat.completions"."""
+    name = endpoint.strip().strip("/")
+    name = name.removeprefix("v1/")
+    return name.replace("/", ".")
+
+
+def _scope_allows(scopes: frozenset[str], endpoint: str) -> bool:
+    if not scopes:
+        return True
+    name = _scope_name(endpoint)
+    return any(name == s or name.startswith(s + ".") for s in scopes)
+
+
+def _principal(record: KeyRecord) -> Principal:
+    return Principal(
+        key_id=record.key_id,
+        key_prefix=record.prefix,
+        tenant_id=record.tenant_id,
+        tenant_slug=record.tenant_slug,
+        cache_salt=record.cache_salt,
+        allowed_models=record.allowed_models,
+        scopes=record.scopes,
+        limits=Limits(
+            requests_per_minute=record.requests_per_minute,
+            tokens_per_minute=record.tokens_per_minute,
+            max_concurrent_requests=record.max_concurrent_requests,
+            monthly_token_budget=record.monthly_token_budget,
+        ),
+    )
+
+
+def check_key(record: KeyRecord | None, secret: str, *, endpoint: str) -> Principal:
+    """The policy on a loaded key record: raises AccessError (401/403) when refused."""
+    stored = record.secret_hash if record is not None else _DUMMY_HASH
+    if not secret_matches(secret, stored) or record is None:
+        raise unauthorized(f"Incorrect API key provided: {_masked(secret)}.")
+    if record.revoked:
+        raise unauthorized("This API key has been revoked.")
+    if not record.tenant_active:
+        raise unauthorized("This API key's account is disabled.")
+    if record.expires_at is not None and record.expires_at <= time.time():
+        raise unauthorized("This API key has expired.")
+    if not _scope_allows(record.scopes, endpoint):
+        raise AccessError(
+            f"This API key may not call {endpoint}.",
+            status=403,
+            type="invalid_request_error",
+            code="insufficient_scope",
+        )
+    return _principal(record)
+
+
+def _last_used_due(key_id: int) -> bool:
+    now = time.monotonic()
+    if now - _last_used_pushed.get(key_id, float("-inf")) < _LAST_USED_PUSH_SECONDS:
+        return False
+    _last_used_pushed[key_id] = now
+    return True
+
+
+async def authenticate_secret(secret: str, *, endpoint: str) -> Principal:
+    """The Principal an API key secret stands for; raises AccessError (401/403) when refused."""
+    prefix = prefix_of(secret)
+    record = await key_cache.aget(prefix) if prefix else None
+    principal = check_key(record, secret, endpoint=endpoint)
+    # Last use reaches Redis at most every 30 s per key and process; a job copies it to the DB.
+    if _last_used_due(principal.key_id):
+        try:
+            await async_redis().hset(last_used_redis_key(), principal.key_id, int(time.time()))
+        except Exception:
+            logger.warning("could not record last use of %s", principal.key_prefix, exc_info=True)
+    return principal
+
+
+def can_use_model(principal: Principal, model: str) -> bool:
+    return principal.allowed_models is None or model in principal.allowed_models
+
+
+def engine_cache_salt(principal: Principal, client_salt: str | None) -> str:
+    """The salt sent to the engine: always bound to the tenant's secret salt.
+
+    A client salt can only split its own tenant's cache further; it never replaces the
+    tenant's salt, so knowing another tenant's salt gains nothing.
+    """
+    material = principal.cache_salt if not client_salt else f"{principal.cache_salt}\0{client_salt}"
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+# Staff sessions -----------------------------------------------------------------------------
+
+
+def _staff_user_from_session(session_key: str):
+    """The staff user a session cookie belongs to, checked as Django's auth does, else None."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user_id = store.get(SESSION_KEY)
+    backend_path = store.get(BACKEND_SESSION_KEY)
+    if user_id is None or backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return None
+    user = load_backend(backend_path).get_user(user_id)
+    if user is None or not user.is_active or not user.is_staff:
+        return None
+    if not constant_time_compare(store.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):
+        return None  # the password changed since this session logged in
+    return user
+
+
+def _playground_record(user) -> KeyRecord:
+    return key_record_for(None, tenant_get_or_create_playground(user=user))
+
+
+async def staff_principal(user) -> Principal | None:
+    """An active staff user runs under their own private playground tenant; others: None."""
+    if user is None or not getattr(user, "is_staff", False) or not user.is_active:
+        return None
+    return _principal(await sync_to_async(_playground_record)(user))
+
+
+async def staff_session_principal(session_key: str) -> Principal | None:
+    """The playground Principal of the staff user a session cookie belongs to, else None."""
+    user = await sync_to_async(_staff_user_from_session)(session_key)
+    return await staff_principal(user)

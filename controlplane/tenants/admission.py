@@ -1,0 +1,201 @@
+"""Limits and usage: let a request in under its tenant's limits, and account for it once done.
+
+``admit`` reserves ``prompt + max_tokens`` tokens (one Redis round trip, a Lua script in
+ratelimit.py; none when the tenant is unlimited); ``finish`` releases the reservation, corrects
+it to the tokens really used and queues the usage record for the batch writer
+(controlplane.usage), in one background round trip, so no response waits on accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+from controlplane.tenants.access import AccessError, Principal
+from controlplane.tenants.ratelimit import RateLimiter, ratelimit_headers
+from controlplane.tenants.redis_clients import async_redis
+from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Admission", "admit", "finish", "finish_pending"]
+
+
+@dataclass
+class Admission:
+    """A request let in by the limits; ``headers`` go on the response (x-ratelimit-*)."""
+
+    principal: Principal
+    model: str
+    reserved_tokens: int
+    headers: dict[str, str] = field(default_factory=dict)
+    request_id: str = ""
+    started_at: float = 0.0  # time.monotonic() at admission
+    limited: bool = False  # whether a reservation is held in Redis
+
+
+_limiter = RateLimiter()
+
+
+def _rate_limited(principal: Principal, model: str, decision, headers: dict) -> AccessError:
+    limits = principal.limits
+    retry = max(1, math.ceil(decision.retry_after_s))
+    headers = {**headers, "retry-after": str(retry)}
+    if decision.reason == "budget":
+        return AccessError(
+            "You exceeded your monthly token budget; contact your administrator.",
+            status=429,
+            type="insufficient_quota",
+            code="insufficient_quota",
+            headers={k: v for k, v in headers.items() if k != "retry-after"},
+        )
+    if decision.reason == "concurrency":
+        message = (
+            f"Too many concurrent requests for {model}: limit "
+            f"{limits.max_concurrent_requests}. Retry when one finishes."
+        )
+        kind = "requests"
+    elif decision.reason == "requests":
+        message = (
+            f"Rate limit reached for {model} on requests per min (RPM): Limit "
+            f"{limits.requests_per_minute}. Please try again in {retry}s."
+        )
+        kind = "requests"
+    elif decision.reason == "too_large":
+        message = (
+            f"Request too large for {model} on tokens per min (TPM): Limit "
+            f"{limits.tokens_per_minute}. Lower the prompt or max_tokens."
+        )
+        kind = "tokens"
+        headers.pop("retry-after")  # waiting would not help
+    else:
+        message = (
+            f"Rate limit reached for {model} on tokens per min (TPM): Limit "
+            f"{limits.tokens_per_minute}. Please try again in {retry}s."
+        )
+        kind = "tokens"
+    return AccessError(message, status=429, type=kind, code="rate_limit_exceeded", headers=headers)
+
+
+async def admit(
+    principal: Principal, *, model: str, prompt_tokens: int, max_tokens: int
+) -> Admission:
+    """Reserve capacity for a request under the tenant's limits (raises AccessError 429).
+
+    Tokens reserved: ``prompt_tokens + max_tokens``; ``finish`` corrects them to the real count.
+    """
+    max_tokens = max_tokens or 0  # None: nothing reserved beyond the prompt; finish corrects
+    if prompt_tokens < 0 or max_tokens < 0:
+        raise AccessError(
+            "prompt_tokens and max_tokens must not be negative",
+            status=400,
+            type="invalid_request_error",
+        )
+    reserved = int(prompt_tokens) + int(max_tokens)
+    admission = Admission(
+        principal=principal,
+        model=model,
+        reserved_tokens=reserved,
+        request_id=os.urandom(12).hex(),
+        started_at=time.monotonic(),
+    )
+    if principal.limits.unlimited:
+        return admission
+    try:
+        decision = await _limiter.acquire(
+            async_redis(),
+            tenant_id=principal.tenant_id,
+            limits=principal.limits,
+            cost=reserved,
+            ticket=admission.request_id,
+        )
+    except Exception as exc:
+        logger.exception("rate limiter unavailable")
+        raise AccessError(
+            "The rate limiter is unavailable; try again shortly.",
+            status=503,
+            type="server_error",
+            code="service_unavailable",
+            headers={"retry-after": "1"},
+        ) from exc
+    headers = ratelimit_headers(principal.limits, decision)
+    if not decision.admitted:
+        raise _rate_limited(principal, model, decision, headers)
+    admission.headers = headers
+    admission.limited = True
+    return admission
+
+
+async def finish(
+    admission: Admission,
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int,
+    status: int,
+    finish_reason: str | None,
+    time_to_first_token: float | None,
+    latency: float,
+    adapter: str | None = None,
+) -> None:
+    """Release the reservation and queue the usage record, without making the caller wait.
+
+    Call it once per admission (the caller guards that: inference/use_cases). The Redis write
+    (one round trip) runs as a background task; ``finish_pending`` waits for those still in
+    flight. Never raises.
+    """
+    principal = admission.principal
+    event = UsageEvent(
+        finished_at=time.time(),
+        request_id=admission.request_id,
+        tenant_id=principal.tenant_id,
+        key_id=principal.key_id,
+        key_prefix=principal.key_prefix,
+        model=admission.model,
+        adapter=adapter or "",
+        prompt_tokens=int(prompt_tokens),
+        completion_tokens=int(completion_tokens),
+        cached_tokens=int(cached_tokens),
+        time_to_first_token=time_to_first_token,
+        latency=float(latency),
+        status=int(status),
+        finish_reason=finish_reason or "",
+    )
+    used = int(prompt_tokens) + int(completion_tokens)
+    task = asyncio.get_running_loop().create_task(_record(admission, event, used))
+    _pending.add(task)  # a strong reference until done: the loop keeps only weak ones
+    task.add_done_callback(_pending.discard)
+
+
+_pending: set[asyncio.Task] = set()
+
+
+async def _record(admission: Admission, event: UsageEvent, used: int) -> None:
+    principal = admission.principal
+    try:
+        pipe = async_redis().pipeline(transaction=False)
+        if admission.limited:
+            _limiter.release_into(
+                pipe,
+                tenant_id=principal.tenant_id,
+                limits=principal.limits,
+                reserved=admission.reserved_tokens,
+                used=used,
+                ticket=admission.request_id,
+            )
+        pipe.rpush(usage_queue_key(), encode_event(event))
+        await pipe.execute()
+    except Exception:
+        logger.exception("could not record usage of request %s", admission.request_id)
+
+
+async def finish_pending() -> None:
+    """Wait until every ``finish`` of this event loop has reached Redis (shutdown, tests)."""
+    loop = asyncio.get_running_loop()
+    mine = [t for t in _pending if t.get_loop() is loop]
+    if mine:
+        await asyncio.gather(*mine, return_exceptions=True)
