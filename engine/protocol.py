@@ -99,13 +99,15 @@ def new_frontend_id() -> str:
 class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Sampling fields as vLLM names them; the engine builds its SamplingParams from these.
 
+    The defaults here are the platform's only sampling defaults: the API leaves out what a
+    client did not send, and ``engine.SamplingParams`` takes its defaults from this struct.
     Stop strings are not here: the API process matches them on detokenized text.
     """
 
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1  # -1 or 0: off
+    top_k: int = 0  # 0 (or -1, as vLLM accepts): off
     min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

@@ -8,29 +8,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.protocol import SamplingOptions
+
 # Greedy below this temperature, as vLLM does; avoids dividing logits by ~0.
 GREEDY_EPSILON = 1e-5
 MAX_LOGPROBS = 20
+# One source of defaults for the API and the offline LLM alike: the protocol's.
+_DEFAULTS = SamplingOptions()
 
 
 @dataclass(slots=True)
 class SamplingParams:
-    n: int = 1
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 or -1: all tokens
-    min_p: float = 0.0
-    seed: int | None = None
+    n: int = _DEFAULTS.n
+    presence_penalty: float = _DEFAULTS.presence_penalty
+    frequency_penalty: float = _DEFAULTS.frequency_penalty
+    repetition_penalty: float = _DEFAULTS.repetition_penalty
+    temperature: float = _DEFAULTS.temperature
+    top_p: float = _DEFAULTS.top_p
+    top_k: int = _DEFAULTS.top_k  # 0 or -1: all tokens
+    min_p: float = _DEFAULTS.min_p
+    seed: int | None = _DEFAULTS.seed
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    max_tokens: int | None = 16  # None: up to max_model_len
-    min_tokens: int = 0
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
+    ignore_eos: bool = _DEFAULTS.ignore_eos
+    max_tokens: int | None = _DEFAULTS.max_tokens  # None: up to max_model_len
+    min_tokens: int = _DEFAULTS.min_tokens
+    logprobs: int | None = _DEFAULTS.logprobs
+    prompt_logprobs: int | None = _DEFAULTS.prompt_logprobs
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     _stop_token_set: frozenset[int] = field(default=frozenset(), repr=False, compare=False)

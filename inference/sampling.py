@@ -1,44 +1,42 @@
-"""Validated request fields -> the engine's SamplingOptions (vLLM names, OpenAI defaults)."""
+"""Validated request fields -> the engine's SamplingOptions (vLLM's names).
+
+Only the fields a client sent are passed on; everything else takes SamplingOptions' defaults,
+the platform's one source of sampling defaults.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from engine.protocol import SamplingOptions
 from inference.errors import invalid_request
 
+# Body fields that go to the engine as they are, when the client sent them (null: not sent).
+PASSED_THROUGH = (
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+    "stop_token_ids",
+    "ignore_eos",
+    "min_tokens",
+)
 
-def sampling_fields(body: dict[str, Any], *, max_tokens: int, logprobs: int | None) -> dict:
-    """The keyword arguments of ``engine.protocol.SamplingOptions`` for one request."""
 
-    def given(name: str, default):
-        value = body.get(name)
-        return default if value is None else value
-
-    min_tokens = body.get("min_tokens", 0)
-    if min_tokens > max_tokens:
+def build_sampling(
+    body: dict[str, Any], *, max_tokens: int, logprobs: int | None
+) -> SamplingOptions:
+    """The SamplingOptions of one request; ``max_tokens`` is already fitted to the context."""
+    given = {name: body[name] for name in PASSED_THROUGH if body.get(name) is not None}
+    options = SamplingOptions(**given, max_tokens=max_tokens, logprobs=logprobs)
+    if options.min_tokens > max_tokens:
         raise invalid_request(
-            f"min_tokens ({min_tokens}) must be at most max_tokens ({max_tokens}).",
+            f"min_tokens ({options.min_tokens}) must be at most max_tokens ({max_tokens}).",
             param="min_tokens",
         )
-    return {
-        "n": body.get("n", 1),
-        "temperature": given("temperature", 1.0),
-        "top_p": given("top_p", 1.0),
-        "top_k": given("top_k", -1),
-        "min_p": given("min_p", 0.0),
-        "presence_penalty": given("presence_penalty", 0.0),
-        "frequency_penalty": given("frequency_penalty", 0.0),
-        "repetition_penalty": given("repetition_penalty", 1.0),
-        "seed": body.get("seed"),
-        "stop_token_ids": list(body.get("stop_token_ids") or []),
-        "ignore_eos": body.get("ignore_eos", False),
-        "max_tokens": max_tokens,
-        "min_tokens": min_tokens,
-        "logprobs": logprobs,
-    }
-
-
-def build_sampling(body: dict[str, Any], *, max_tokens: int, logprobs: int | None):
-    from engine.protocol import SamplingOptions
-
-    return SamplingOptions(**sampling_fields(body, max_tokens=max_tokens, logprobs=logprobs))
+    return options

@@ -27,10 +27,14 @@ class ResponseFormatSerializer(serializers.Serializer):
 
 
 class SamplingRequestSerializer(serializers.Serializer):
-    """The body fields both generation endpoints accept."""
+    """The body fields both generation endpoints accept.
+
+    Sampling fields carry no defaults here: what a client leaves out takes the engine
+    protocol's default (engine.protocol.SamplingOptions), the platform's one source of them.
+    """
 
     model = StrictCharField(help_text="A model id from GET /v1/models.")
-    n = StrictIntegerField(required=False, default=1, min_value=1, max_value=MAX_N)
+    n = StrictIntegerField(required=False, min_value=1, max_value=MAX_N)
     max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     temperature = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
     top_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
@@ -51,8 +55,8 @@ class SamplingRequestSerializer(serializers.Serializer):
     top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1)
     min_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
     repetition_penalty = StrictFloatField(required=False, allow_null=True, min_value=0.01)
-    min_tokens = StrictIntegerField(required=False, default=0, min_value=0)
-    ignore_eos = StrictBooleanField(required=False, default=False)
+    min_tokens = StrictIntegerField(required=False, min_value=0)
+    ignore_eos = StrictBooleanField(required=False)
     stop_token_ids = TokenIdListField(required=False, allow_null=True)
     skip_special_tokens = StrictBooleanField(required=False, default=True)
     include_stop_str_in_output = StrictBooleanField(required=False, default=False)
@@ -62,11 +66,6 @@ class SamplingRequestSerializer(serializers.Serializer):
     def validate_top_p(self, value):
         if value is not None and value <= 0.0:
             raise serializers.ValidationError("must be in (0, 1].")
-        return value
-
-    def validate_top_k(self, value):
-        if value == 0:  # vLLM reads 0 as "off", like -1
-            return -1
         return value
 
     def validate_logit_bias(self, value):
