@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from controlplane.tenants import admission as admission_policy
 from controlplane.tenants.access import AccessError, Principal
 from inference import credentials
 from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
-from inference.generation import GenerationStats, engine_chunks, stream_chunks
-from inference.planning import prepare_generation
-from inference.settlement import settle_generation
+from inference.generation.plan import Kind
+from inference.generation.use_case import Generation
 
 logger = logging.getLogger(__name__)
 
-KINDS = {"chat.completions": "chat", "completions": "completion"}
+KINDS: dict[str, Kind] = {"chat.completions": "chat", "completions": "completion"}
 MAX_GENERATIONS_PER_CONNECTION = 16
 MAX_ID_LENGTH = 128
 
@@ -129,7 +126,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             }
         )
 
-    async def _start(self, kind: str, message: dict) -> None:
+    async def _start(self, kind: Kind, message: dict) -> None:
         gen_id = message.get("id")
         if not isinstance(gen_id, str) or not gen_id or len(gen_id) > MAX_ID_LENGTH:
             await self._error(
@@ -175,27 +172,13 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         self.cancel_requested.discard(gen_id)
         await self.send_json({"type": "done", "id": gen_id, "cancelled": True})
 
-    async def _generate(self, gen_id: str, kind: str, body, principal) -> None:
-        from inference.engine_client import EngineClient
-
-        started = time.monotonic()
-        admission = None
-        stats = GenerationStats()
-        status = 200
-        plan = None
+    async def _generate(self, gen_id: str, kind: Kind, body, principal: Principal) -> None:
         try:
             if not isinstance(body, dict):
                 raise invalid_request("body must be a JSON object.", param="body")
-            body = {**body, "stream": True}
-            _body, plan, tokenizer = await prepare_generation(kind, principal, body)
-            admission = await admission_policy.admit(
-                principal,
-                model=plan.model,
-                prompt_tokens=plan.prompt_tokens,
-                max_tokens=plan.sampling.max_tokens * plan.num_choices,
-            )
-            chunks = engine_chunks(EngineClient.for_process(), plan, tokenizer)
-            events = stream_chunks(chunks, plan, stats)
+            generation = await Generation.admit(kind, principal, {**body, "stream": True})
+            await generation.open()
+            events = generation.events()
             try:
                 async for event in events:
                     if gen_id in self.cancel_requested:
@@ -203,18 +186,9 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                     await self.send_json({"type": "chunk", "id": gen_id, "data": event})
             finally:
                 await events.aclose()
-                await chunks.aclose()
             await self.send_json({"type": "done", "id": gen_id})
-        except asyncio.CancelledError:
-            status = 499
-            raise
         except Exception as exc:  # reported to the client, tagged with its id
-            error = error_from_exception(exc)
-            status = error.status
-            await self._error(gen_id, error)
-        finally:
-            if admission is not None:
-                await settle_generation(admission, plan, stats, status=status, started=started)
+            await self._error(gen_id, error_from_exception(exc))
 
     async def _error(self, gen_id, error: ApiError) -> None:
         message = {"type": "error", "id": gen_id, "status": error.status, **error.body()}

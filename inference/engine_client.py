@@ -1,10 +1,10 @@
-"""The async client API processes use to run generations on engines over Redis.
+"""The async transport API processes use to run generations on engines over Redis.
 
 One client per process (per event loop): it submits GenerateRequests to a model's request
-stream, and a single reader task reads this frontend's output stream and fans each delta out
-to the queue of the request it belongs to. Detokenization, stop strings and usage counting
-happen here, per sample, so engines see token ids only. Imports nothing from engine/ but the
-protocol module, so API processes never load torch.
+stream (refusing fast when no engine is live or too much work waits), and a single reader task
+reads this frontend's output stream and fans each delta out to the queue of the request it
+belongs to. Per-sample output processing (detokenization, stop strings) is
+inference/output_processor.py's. Imports nothing heavy, so API processes never load torch.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 
 from engine import protocol
-from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
-from engine.text.detokenizer import IncrementalDetokenizer
-from engine.text.stop_strings import StopStringMatcher
+from engine.protocol import FIELD, AdapterRef, EngineStatus, Keys, SamplingOptions
+from engine.text.detokenizer import Decoder
+from inference.engine_capacity import EngineCapacity, EngineOverloaded, EngineUnavailable
+from inference.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
 
 logger = logging.getLogger(__name__)
 
@@ -32,33 +32,16 @@ __all__ = [
     "EngineOverloaded",
     "EngineTimeout",
     "EngineUnavailable",
-    "GenerationChunk",
     "SamplingOptions",
-    "TokenLogprob",
 ]
 
 # An abort marker outlives any request that could still be sitting in a stream.
 ABORT_MARKER_TTL_S = 600
-# Live-engine snapshots used for admission are reused this long: 64 requests arriving at
-# once cost one Redis round trip, not 64.
-ADMISSION_CACHE_S = 0.25
 # A request that has produced nothing yet may wait behind others this many silence timeouts
 # while live engines exist; a started request that goes silent fails after one.
 QUEUED_PATIENCE = 10
 # How long the output reader blocks in one XREAD.
 READ_BLOCK_MS = 250
-
-
-class EngineUnavailable(Exception):
-    """No live engine serves this model (the API answers 503)."""
-
-
-class EngineOverloaded(Exception):
-    """Too much work is waiting for this model; retry after ``retry_after`` seconds (503)."""
-
-    def __init__(self, message: str, *, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class EngineError(Exception):
@@ -67,132 +50,6 @@ class EngineError(Exception):
 
 class EngineTimeout(EngineError):
     """The engine stayed silent longer than ENGINE_SILENCE_TIMEOUT."""
-
-
-@dataclass(slots=True)
-class TokenLogprob:
-    """A token's logprob and its top alternatives as (token_id, text, logprob)."""
-
-    token_id: int
-    token: str
-    logprob: float
-    top: list[tuple[int, str, float]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class GenerationChunk:
-    """New output for one sample: text and tokens since the previous chunk of that index."""
-
-    index: int
-    text: str
-    token_ids: list[int]
-    logprobs: list[TokenLogprob] | None
-    finish_reason: str | None
-    stop_reason: int | str | None
-    prompt_tokens: int
-    completion_tokens: int  # cumulative for this index
-    cached_tokens: int
-    prompt_logprobs: list[TokenLogprob | None] | None = None
-    # Engine-side intervals, on the final chunk of a sample (None when the engine sent none).
-    queue_time: float | None = None
-    prefill_time: float | None = None
-    decode_time: float | None = None
-
-
-class _TokenTexts:
-    """Token id -> text for logprobs, cached: the same few thousand ids recur constantly."""
-
-    def __init__(self, tokenizer: Any):
-        self._tokenizer = tokenizer
-        self._cache: dict[int, str] = {}
-
-    def __call__(self, token_id: int) -> str:
-        text = self._cache.get(token_id)
-        if text is None:
-            text = self._tokenizer.decode([token_id], skip_special_tokens=False)
-            self._cache[token_id] = text
-        return text
-
-    def logprob(self, lp: protocol.TokenLogprob) -> TokenLogprob:
-        top = [(t, self(t), v) for t, v in zip(lp.top_ids, lp.top_logprobs, strict=False)]
-        return TokenLogprob(lp.token_id, self(lp.token_id), lp.logprob, top)
-
-
-class _Sample:
-    """One sample's detokenizer, stop-string matcher and token count."""
-
-    def __init__(self, index: int, request: _RequestState):
-        self.index = index
-        self.request = request
-        self.detok = IncrementalDetokenizer(
-            request.tokenizer, request.prompt_token_ids, skip_special_tokens=request.skip_special
-        )
-        self.matcher = StopStringMatcher(request.stop, include_stop_str_in_output=request.include)
-        self.num_tokens = 0
-        self.finished = False
-
-    def apply(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
-        if self.finished:
-            return None
-        req = self.request
-        token_ids: list[int] = []
-        texts: list[str] = []
-        logprobs: list[TokenLogprob] | None = [] if delta.logprobs is not None else None
-        finish_reason, stop_reason = None, None
-        for j, token_id in enumerate(delta.new_token_ids):
-            self.num_tokens += 1
-            token_ids.append(token_id)
-            if logprobs is not None and j < len(delta.logprobs):
-                logprobs.append(req.token_texts.logprob(delta.logprobs[j]))
-            piece = self.detok.push(token_id)
-            # As vLLM does: no stop string can end generation before min_tokens.
-            texts.append(self.matcher.feed(piece) if self.num_tokens > req.min_tokens else piece)
-            if self.matcher.matched is not None:
-                finish_reason, stop_reason = "stop", self.matcher.matched
-                break
-        if finish_reason is None and delta.finish_reason is not None:
-            texts.append(self.matcher.feed(self.detok.flush()))
-            if self.matcher.matched is not None:
-                finish_reason, stop_reason = "stop", self.matcher.matched
-            else:
-                texts.append(self.matcher.flush())
-                finish_reason, stop_reason = delta.finish_reason, delta.stop_reason
-        req.num_prompt_tokens = delta.num_prompt_tokens or req.num_prompt_tokens
-        req.num_cached_tokens = max(req.num_cached_tokens, delta.num_cached_tokens)
-        self.finished = finish_reason is not None
-        prompt_logprobs = None
-        if delta.prompt_logprobs is not None:
-            prompt_logprobs = [
-                None if lp is None else req.token_texts.logprob(lp) for lp in delta.prompt_logprobs
-            ]
-        return GenerationChunk(
-            index=self.index,
-            text="".join(texts),
-            token_ids=token_ids,
-            logprobs=logprobs,
-            finish_reason=finish_reason,
-            stop_reason=stop_reason,
-            prompt_tokens=req.num_prompt_tokens,
-            completion_tokens=self.num_tokens,
-            cached_tokens=req.num_cached_tokens,
-            prompt_logprobs=prompt_logprobs,
-            queue_time=delta.queue_time,
-            prefill_time=delta.prefill_time,
-            decode_time=delta.decode_time,
-        )
-
-
-@dataclass(slots=True)
-class _RequestState:
-    tokenizer: Any
-    prompt_token_ids: list[int]
-    stop: list[str] | None
-    include: bool
-    skip_special: bool
-    min_tokens: int
-    token_texts: _TokenTexts
-    num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0
 
 
 class EngineClient:
@@ -220,15 +77,13 @@ class EngineClient:
         self._reader_redis = aioredis.Redis.from_url(redis_url, max_connections=2)
         self.keys = Keys(prefix)
         self.silence_timeout = silence_timeout
-        self.max_waiting = max_waiting
+        self.capacity = EngineCapacity(self.redis, self.keys, max_waiting=max_waiting)
         self.frontend_id = frontend_id or protocol.new_frontend_id()
         self._queues: dict[str, asyncio.Queue[protocol.RequestDelta]] = {}
         self._reader: asyncio.Task | None = None
         self._closing = False
-        self._admission: dict[str, tuple[float, list[EngineStatus], int]] = {}
-        self._admission_locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task] = set()
-        self._token_texts: dict[int, _TokenTexts] = {}
+        self._token_texts: dict[int, TokenTexts] = {}
 
     @classmethod
     def for_process(cls) -> EngineClient:
@@ -252,6 +107,14 @@ class EngineClient:
             return client
         return entry[1]
 
+    @property
+    def max_waiting(self) -> int:
+        return self.capacity.max_waiting
+
+    @max_waiting.setter
+    def max_waiting(self, value: int) -> None:
+        self.capacity.max_waiting = value
+
     # ------------------------------------------------------------------ public API
 
     async def generate(
@@ -260,11 +123,11 @@ class EngineClient:
         model: str,
         prompt_token_ids: list[int],
         sampling: SamplingOptions,
-        tokenizer: Any,
+        tokenizer: Decoder,
         request_id: str | None = None,
         cache_salt: str = "",
         tenant: str = "",
-        adapter: Any = None,  # a name, or a route with name, checksum and path
+        adapter: AdapterRef | None = None,
         stop: list[str] | None = None,
         include_stop_str_in_output: bool = False,
         skip_special_tokens: bool = True,
@@ -282,57 +145,52 @@ class EngineClient:
         request_id = request_id or uuid.uuid4().hex
         if request_id in self._queues:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        await self._admit(model)
+        await self.capacity.check(model)
         request = protocol.GenerateRequest(
             request_id=request_id,
             frontend_id=self.frontend_id,
             prompt_token_ids=list(prompt_token_ids),
             sampling=sampling,
-            adapter=_adapter_ref(adapter),
+            adapter=adapter,
             cache_salt=cache_salt,
             tenant=tenant,
             arrival_time=time.time(),
             priority=priority,
         )
-        state = _RequestState(
+        outputs = RequestOutputProcessor(
             tokenizer=tokenizer,
             prompt_token_ids=request.prompt_token_ids,
-            stop=stop,
-            include=include_stop_str_in_output,
-            skip_special=skip_special_tokens,
+            num_samples=sampling.n,
             min_tokens=sampling.min_tokens,
+            stop=stop,
+            include_stop_str_in_output=include_stop_str_in_output,
+            skip_special_tokens=skip_special_tokens,
             token_texts=self._texts_for(tokenizer),
-            num_prompt_tokens=len(prompt_token_ids),
         )
-        samples = [_Sample(i, state) for i in range(sampling.n)]
         queue: asyncio.Queue[protocol.RequestDelta] = asyncio.Queue()
         self._queues[request_id] = queue
         self._ensure_reader()
         engine_finished: set[int] = set()
         try:
             await self.redis.xadd(self.keys.requests(model), {FIELD: protocol.encode(request)})
-            num_open = len(samples)
             got_output = False
-            while num_open:
+            while outputs.num_open:
                 delta = await self._next_delta(queue, model, request_id, got_output)
                 got_output = True
                 if delta.error:
-                    engine_finished.update(range(len(samples)))
+                    engine_finished.update(range(sampling.n))
                     raise EngineError(delta.error)
-                if not 0 <= delta.index < len(samples):
+                if not 0 <= delta.index < sampling.n:
                     logger.warning("delta for %s has bad index %d", request_id, delta.index)
                     continue
                 if delta.finish_reason is not None:
                     engine_finished.add(delta.index)
-                chunk = samples[delta.index].apply(delta)
-                if chunk is None:
-                    continue
-                if chunk.finish_reason is not None:
-                    num_open -= 1
-                yield chunk
+                chunk = outputs.process(delta)
+                if chunk is not None:
+                    yield chunk
         finally:
             self._queues.pop(request_id, None)
-            if len(engine_finished) < len(samples):
+            if len(engine_finished) < sampling.n:
                 self._abort_in_background(request_id)
 
     async def abort(self, request_id: str) -> None:
@@ -350,50 +208,10 @@ class EngineClient:
 
     async def live_engines(self, model: str | None = None) -> list[EngineStatus]:
         """Status records of every engine whose status key has not expired."""
-        members = [m.decode() for m in await self.redis.smembers(self.keys.engines())]
-        pairs = [protocol.split_engine_member(m) for m in sorted(members)]
-        if model is not None:
-            pairs = [(m, e) for m, e in pairs if m == model]
-        if not pairs:
-            return []
-        raw = await self.redis.mget([self.keys.status(m, e) for m, e in pairs])
-        statuses = []
-        for data in raw:
-            if data is None:
-                continue
-            try:
-                statuses.append(protocol.decode_status(data))
-            except Exception:
-                logger.warning("unreadable engine status record skipped", exc_info=True)
-        return statuses
+        return await self.capacity.live_engines(model)
 
     async def is_model_ready(self, model: str) -> bool:
         return any(not s.draining for s in await self.live_engines(model))
-
-    async def publish_adapter(self, *, model: str, name: str, path: str, checksum: str) -> None:
-        """Make a LoRA adapter servable by every engine of ``model``, now and after restarts."""
-        ref = protocol.AdapterRef(name=name, checksum=checksum, path=path)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self.keys.adapters(model), name, protocol.encode(ref))
-            pipe.xadd(
-                self.keys.control(model),
-                {FIELD: protocol.encode(protocol.LoadAdapter(adapter=ref))},
-            )
-            await pipe.execute()
-
-    async def withdraw_adapter(self, *, model: str, name: str) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hdel(self.keys.adapters(model), name)
-            pipe.xadd(
-                self.keys.control(model),
-                {FIELD: protocol.encode(protocol.UnloadAdapter(name=name))},
-            )
-            await pipe.execute()
-
-    async def drain(self, *, model: str, engine_id: str = "") -> None:
-        """Ask one engine (or, with no id, every engine) of ``model`` to drain and exit."""
-        message = protocol.Drain(engine_id=engine_id)
-        await self.redis.xadd(self.keys.control(model), {FIELD: protocol.encode(message)})
 
     async def close(self) -> None:
         if self._background:
@@ -411,50 +229,11 @@ class EngineClient:
 
     # ------------------------------------------------------------------ internals
 
-    def _texts_for(self, tokenizer: Any) -> _TokenTexts:
+    def _texts_for(self, tokenizer: Decoder) -> TokenTexts:
         texts = self._token_texts.get(id(tokenizer))
-        if texts is None or texts._tokenizer is not tokenizer:
-            texts = self._token_texts[id(tokenizer)] = _TokenTexts(tokenizer)
+        if texts is None or texts.tokenizer is not tokenizer:
+            texts = self._token_texts[id(tokenizer)] = TokenTexts(tokenizer)
         return texts
-
-    async def _admit(self, model: str) -> None:
-        cached = self._admission.get(model)
-        if cached is None or time.monotonic() - cached[0] > ADMISSION_CACHE_S:
-            # One refresh for a burst: the others wait for it instead of each asking Redis.
-            lock = self._admission_locks.setdefault(model, asyncio.Lock())
-            async with lock:
-                cached = self._admission.get(model)
-                if cached is None or time.monotonic() - cached[0] > ADMISSION_CACHE_S:
-                    statuses = [s for s in await self.live_engines(model) if not s.draining]
-                    lag = await self._stream_lag(model) if statuses else 0
-                    cached = (time.monotonic(), statuses, lag)
-                    self._admission[model] = cached
-        _, statuses, lag = cached
-        if not statuses:
-            raise EngineUnavailable(f"no engine is serving model {model!r} right now")
-        waiting = lag + sum(s.num_waiting for s in statuses)
-        if waiting >= self.max_waiting:
-            # Time for the engines to start the excess, at their current request rate.
-            capacity = max(1, sum(max(s.max_num_seqs, 1) for s in statuses))
-            retry_after = min(60.0, max(1.0, (waiting - self.max_waiting + 1) / capacity))
-            raise EngineOverloaded(
-                f"{waiting} requests are waiting for model {model!r} "
-                f"(limit {self.max_waiting}); retry later",
-                retry_after=round(retry_after, 1),
-            )
-
-    async def _stream_lag(self, model: str) -> int:
-        """Entries in the request stream no engine has read yet."""
-        try:
-            groups = await self.redis.xinfo_groups(self.keys.requests(model))
-        except aioredis.ResponseError:  # no stream yet
-            return 0
-        for group in groups:
-            name = group.get("name")
-            if name in (protocol.ENGINE_GROUP, protocol.ENGINE_GROUP.encode()):
-                lag = group.get("lag")
-                return int(lag) if lag is not None else 0
-        return 0
 
     async def _next_delta(
         self, queue: asyncio.Queue, model: str, request_id: str, got_output: bool
@@ -542,12 +321,3 @@ def _next_stream_id(entry_id: bytes | str) -> str:
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     ms, _, seq = text.partition("-")
     return f"{ms}-{int(seq or 0) + 1}"
-
-
-def _adapter_ref(adapter: Any) -> protocol.AdapterRef | None:
-    """A name, or a route with name, checksum and path (what the engine loads on first use)."""
-    if not adapter:
-        return None
-    if isinstance(adapter, str):
-        return protocol.AdapterRef(name=adapter)
-    return protocol.AdapterRef(name=adapter.name, checksum=adapter.checksum, path=adapter.path)

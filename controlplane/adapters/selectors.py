@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from controlplane.adapters.models import Adapter
 
@@ -47,19 +47,18 @@ def adapter_get(*, name: str) -> Adapter | None:
     return Adapter.objects.select_related("base_model").filter(name=name).first()
 
 
+def _servable() -> QuerySet[Adapter]:
+    """Adapters a request may name: ready, on a base model that is served."""
+    return Adapter.objects.filter(state=Adapter.State.READY, base_model__is_active=True)
+
+
 def _visible(tenant_id: int) -> QuerySet[Adapter]:
-    return Adapter.objects.select_related("base_model").filter(
-        tenants__id=tenant_id, state=Adapter.State.READY, base_model__is_active=True
-    )
+    return _servable().select_related("base_model").filter(tenants__id=tenant_id)
 
 
 def adapters_visible_to(*, tenant_id: int) -> list[AdapterRoute]:
     """Ready adapters granted to the tenant whose base model is served, ordered by name."""
     return [_route(a) for a in _visible(tenant_id).order_by("name")]
-
-
-async def aadapters_visible_to(*, tenant_id: int) -> list[AdapterRoute]:
-    return [_route(a) async for a in _visible(tenant_id).order_by("name")]
 
 
 def adapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
@@ -69,11 +68,22 @@ def adapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
     return None if adapter is None else _route(adapter)
 
 
-async def aadapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
-    adapter = await _visible(tenant_id).filter(name=name).afirst()
-    return None if adapter is None else _route(adapter)
+def adapter_routes_granted() -> dict[AdapterRoute, frozenset[int]]:
+    """Every servable adapter granted to some tenant, with those tenants' ids, ordered by
+    name: what the API processes cache (controlplane.deployments.catalog), in one query."""
+    rows = (
+        _servable()
+        .select_related("base_model")
+        .annotate(grantee=F("tenants__id"))  # one row per (adapter, tenant)
+        .filter(grantee__isnull=False)
+        .order_by("name")
+    )
+    granted: dict[AdapterRoute, set[int]] = {}
+    for adapter in rows:
+        granted.setdefault(_route(adapter), set()).add(adapter.grantee)
+    return {route: frozenset(tenants) for route, tenants in granted.items()}
 
 
 def tenant_adapter_names(*, tenant_id: int) -> frozenset[str]:
-    """Names of the ready adapters granted to the tenant (for cached key records)."""
+    """Names of the ready adapters granted to the tenant whose base model is served."""
     return frozenset(_visible(tenant_id).values_list("name", flat=True))

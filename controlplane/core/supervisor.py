@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,8 @@ class Child:
     name: str
     args: list[str]
     log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
+    # The whole environment (see process_commands.platform_environment); None: this process's.
+    env: dict[str, str] | None = None
     # Seconds to wait after SIGTERM before SIGKILL (engines drain for a while).
     stop_timeout: float = 10.0
     process: subprocess.Popen | None = None
@@ -63,13 +64,12 @@ class Supervisor:
     def start(self, child: Child) -> Child:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = child.log_path.open("ab")
-        env = {**os.environ, **child.env, "PYTHONUNBUFFERED": "1"}
         child.process = subprocess.Popen(
             child.args,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env=child.env,
             start_new_session=True,
             preexec_fn=die_with_parent,
         )

@@ -14,9 +14,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from controlplane.tenants import admission as admission_policy
 from controlplane.tenants.access import Principal
-from controlplane.tenants.admission import Admission
+from controlplane.tenants.admission import Admission, admit, finish
 from inference import credentials
 from inference.errors import ApiError, error_from_exception, error_response
 from inference.schemas.validation import parse_json_body
@@ -27,13 +26,14 @@ class AsyncApiView(APIView):
 
     parser_classes = [JSONParser]  # what the schema advertises; bodies are parsed by json_body
 
-    endpoint = ""  # the scope name access.authenticate checks
+    endpoint = ""  # the scope name the key's scopes are checked against
 
     async def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         self.request = request
         self.args, self.kwargs = args, kwargs
-        self.admission: Admission | None = None
-        self._finished = False
+        # x-ratelimit-* of an admitted request: on its response, and on its error response.
+        self.response_headers: dict[str, str] = {}
+        self.admission: Admission | None = None  # a one-shot request's (see ``admit``)
         self.started = time.monotonic()
         handler = getattr(self, request.method.lower(), None)
         if handler is None or request.method.lower() not in self.http_method_names:
@@ -48,8 +48,8 @@ class AsyncApiView(APIView):
         except Exception as exc:
             error = error_from_exception(exc)
             await self.finish_admission(status=error.status)
-            return error_response(error, self.admission_headers())
-        for name, value in self.admission_headers().items():
+            return error_response(error, self.response_headers)
+        for name, value in self.response_headers.items():
             response[name] = value
         return response
 
@@ -62,36 +62,27 @@ class AsyncApiView(APIView):
         return parse_json_body(self.request.body)
 
     async def admit(self, principal, *, model: str, prompt_tokens: int, max_tokens: int):
-        self.admission = await admission_policy.admit(
+        """Admit a one-shot request (its whole answer in one body); ``finish_admission``
+        settles it. Streams use the generation use case instead."""
+        self.admission = await admit(
             principal, model=model, prompt_tokens=prompt_tokens, max_tokens=max_tokens
         )
+        self.response_headers = dict(self.admission.headers)
         return self.admission
 
-    def admission_headers(self) -> dict[str, str]:
-        return dict(self.admission.headers) if self.admission else {}
-
-    async def finish_admission(
-        self,
-        *,
-        status: int,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        cached_tokens: int = 0,
-        finish_reason: str | None = None,
-        time_to_first_token: float | None = None,
-    ) -> None:
-        """Release the admission exactly once (success, error or client gone)."""
-        if self.admission is None or self._finished:
+    async def finish_admission(self, *, status: int, prompt_tokens: int = 0) -> None:
+        """Settle the one-shot request's admission: once, on success or failure."""
+        admission, self.admission = self.admission, None
+        if admission is None:
             return
-        self._finished = True
-        await admission_policy.finish(
-            self.admission,
+        await finish(
+            admission,
             prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cached_tokens=cached_tokens,
+            completion_tokens=0,
+            cached_tokens=0,
             status=status,
-            finish_reason=finish_reason,
-            time_to_first_token=time_to_first_token,
+            finish_reason=None,
+            time_to_first_token=None,
             latency=time.monotonic() - self.started,
         )
 

@@ -1,101 +1,38 @@
-"""/v1/chat/completions and /v1/completions: plan, admit, run, then stream SSE or collect."""
+"""/v1/chat/completions and /v1/completions: the generation use case, as SSE or one JSON body."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.errors import error_from_exception
-from inference.generation import (
-    GenerationPlan,
-    GenerationStats,
-    collect_response,
-    engine_chunks,
-    stream_chunks,
-)
-from inference.planning import Kind, prepare_generation
+from inference.generation.plan import Kind
+from inference.generation.use_case import Generation
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
-from inference.settlement import settle_generation
 from inference.sse import sse_stream
 from inference.views.base import AsyncApiView, json_response
-
-
-async def prefetched(chunks: AsyncIterator) -> AsyncIterator:
-    """Wait for the engine's first output before answering, so that a refusal (no engine,
-    queue full) is still an HTTP status and not an event inside a 200 stream."""
-    try:
-        first = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await chunks.aclose()
-        raise
-
-    async def rest():
-        try:
-            if first is not None:
-                yield first
-                async for item in chunks:
-                    yield item
-        finally:
-            await chunks.aclose()
-
-    return rest()
 
 
 class GenerationView(AsyncApiView):
     kind: Kind
 
     async def post(self, request):
-        from inference.engine_client import EngineClient
-
         principal = await self.authenticate()
-        body, plan, tokenizer = await prepare_generation(self.kind, principal, self.json_body())
-        await self.admit(
-            principal,
-            model=plan.model,
-            prompt_tokens=plan.prompt_tokens,
-            max_tokens=plan.sampling.max_tokens * plan.num_choices,
+        generation = await Generation.admit(
+            self.kind, principal, self.json_body(), started=self.started
         )
-        stats = GenerationStats()
-        chunks = await prefetched(engine_chunks(EngineClient.for_process(), plan, tokenizer))
-        if not body.get("stream"):
-            try:
-                payload = await collect_response(chunks, plan, stats)
-            finally:
-                await chunks.aclose()
-            await self._finish(plan, stats, status=200)
-            return json_response(payload)
+        self.response_headers = generation.headers  # on errors from here on too
+        await generation.open()
+        if not generation.plan.stream:
+            return json_response(await generation.response())
         response = StreamingHttpResponse(
-            self._stream(plan, stats, chunks), content_type="text/event-stream"
+            sse_stream(generation.events(), on_error=lambda exc: error_from_exception(exc).body()),
+            content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # proxies must pass tokens on as they come
         return response
-
-    async def _stream(self, plan: GenerationPlan, stats: GenerationStats, chunks):
-        status = 200
-        try:
-            async for event in sse_stream(
-                stream_chunks(chunks, plan, stats),
-                on_error=lambda exc: error_from_exception(exc).body(),
-            ):
-                yield event
-        except BaseException:
-            status = 499  # the client went away; closing `chunks` aborts the engine request
-            raise
-        finally:
-            await chunks.aclose()
-            await self._finish(plan, stats, status=status)
-
-    async def _finish(self, plan: GenerationPlan, stats: GenerationStats, *, status: int):
-        if self.admission is None or self._finished:
-            return
-        self._finished = True
-        await settle_generation(self.admission, plan, stats, status=status, started=self.started)
 
 
 class ChatCompletionsView(GenerationView):

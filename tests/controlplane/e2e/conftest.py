@@ -7,20 +7,19 @@ port. Started once for this directory.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import redis
 
-from controlplane.core.redis_server import RedisServer, free_port
+from controlplane.core.process_commands import engine_command
 from tests.controlplane.support.shared_database import FileDatabase
-from tests.support.processes import spawn as _spawn
-from tests.support.processes import stop as _stop
-from tests.support.processes import wait_for
+from tests.support.platform_services import (
+    engine_status_records,
+    platform_services,
+    serving_daphne,
+)
+from tests.support.processes import running
 
 MODEL = "tiny-cp"
 PREFIX = "cpe2e"
@@ -34,86 +33,28 @@ class LivePlatform:
     db: FileDatabase
     workdir: Path
 
-    def engine_statuses(self) -> list[bytes]:
-        client = redis.Redis.from_url(self.redis_url)
-        try:
-            return [client.get(k) for k in client.keys(f"{PREFIX}:status:{MODEL}:*")]
-        finally:
-            client.close()
+    def engine_statuses(self) -> list[bytes | None]:
+        return engine_status_records(self.redis_url, PREFIX, MODEL)
 
 
 @pytest.fixture(scope="package")
 def live_platform(tmp_path_factory, tiny_llama):
     workdir = tmp_path_factory.mktemp("cp-e2e")
-    server = RedisServer(workdir / "redis").start()
-    db = FileDatabase(workdir / "db.sqlite3", server.url)
-    db.env.update(
-        {
-            "PLATFORM_REDIS_PREFIX": PREFIX,
-            "PLATFORM_VAR_DIR": str(workdir / "var"),
-            "DJANGO_SUPERUSER_PASSWORD": ADMIN_PASSWORD,
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    processes: list[subprocess.Popen] = []
-    try:
-        db.migrate()
+    with platform_services(workdir, redis_prefix=PREFIX) as services:
+        db = FileDatabase(services.database_path, services.redis.url)
+        db.env.update(services.env, DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD)
         db.manage("load_model", str(tiny_llama), "--name", MODEL)
         db.manage("createsuperuser", "--noinput", "--username", "admin", "--email", "a@x.test")
-        engine_log = workdir / "engine.log"
-        engine = _spawn(
-            [
-                sys.executable,
-                "-m",
-                "engine",
-                "--model-path",
-                str(tiny_llama),
-                "--model-name",
-                MODEL,
-                "--redis-url",
-                server.url,
-                "--device",
-                "cpu",
-            ],
-            db.env,
-            engine_log,
-        )
-        processes.append(engine)
-        port = free_port()
-        daphne_log = workdir / "daphne.log"
-        daphne = _spawn(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "controlplane.asgi:application",
-            ],
-            db.env,
-            daphne_log,
-        )
-        processes.append(daphne)
-        base_url = f"http://127.0.0.1:{port}"
-        wait_for(
-            lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
-            what="daphne",
-            process=daphne,
-            log=daphne_log,
-            timeout=90,
-        )
-        platform = LivePlatform(base_url=base_url, redis_url=server.url, db=db, workdir=workdir)
-        wait_for(
-            lambda: bool(platform.engine_statuses()),
-            what="engine",
-            process=engine,
-            log=engine_log,
-            timeout=180,
-        )
-        yield platform
-    finally:
-        for process in reversed(processes):
-            _stop(process)
-        server.stop()
+        with serving_daphne(db.env, workdir / "daphne.log", timeout=90) as base_url:
+            platform = LivePlatform(
+                base_url=base_url, redis_url=services.redis.url, db=db, workdir=workdir
+            )
+            with running(
+                engine_command(tiny_llama, MODEL, redis_url=services.redis.url, device="cpu"),
+                db.env,
+                workdir / "engine.log",
+                ready=lambda: bool(platform.engine_statuses()),
+                what="engine",
+                timeout=180,
+            ):
+                yield platform

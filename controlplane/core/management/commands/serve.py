@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -21,6 +20,13 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.core.first_run import ensure_first_run_setup
+from controlplane.core.process_commands import (
+    celery_worker_command,
+    daphne_command,
+    platform_environment,
+    pooling_engine_command,
+    run_engine_command,
+)
 from controlplane.core.progress import Progress
 from controlplane.core.redis_server import RedisServer
 from controlplane.core.supervisor import Child, Supervisor
@@ -112,52 +118,19 @@ class Command(BaseCommand):
                 credentials_path=var_dir / "credentials.json", served_model_names=names
             )
 
-        env = {"REDIS_URL": redis_url}
-        manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
+        env = platform_environment(
+            redis_url=redis_url, redis_prefix=settings.PLATFORM_REDIS_PREFIX, var_dir=var_dir
+        )
         with progress.step("Starting engines, Celery and Daphne") as st:
             if not opts["no_engine"]:
                 for model in models:
-                    self.supervisor.start(self._engine_child(model, manage, log_dir, env))
-            self.supervisor.start(
-                Child(
-                    "celery",
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "controlplane",
-                        "worker",
-                        "--pool",
-                        "solo",
-                        # Beat inside the worker: one process runs the periodic usage flush.
-                        "--beat",
-                        "--schedule",
-                        str(var_dir / "celerybeat-schedule"),
-                        "--loglevel",
-                        "info",
-                    ],
-                    log_dir / "celery.log",
-                    env=env,
-                )
+                    self.supervisor.start(self._engine_child(model, log_dir, env))
+            celery = celery_worker_command(
+                beat_schedule=var_dir / "celerybeat-schedule", loglevel="info"
             )
-            self.supervisor.start(
-                Child(
-                    "daphne",
-                    [
-                        sys.executable,
-                        "-m",
-                        "daphne",
-                        "-b",
-                        host,
-                        "-p",
-                        str(port),
-                        "controlplane.asgi:application",
-                    ],
-                    log_dir / "daphne.log",
-                    env=env,
-                )
-            )
+            self.supervisor.start(Child("celery", celery, log_dir / "celery.log", env=env))
+            daphne = daphne_command(host, port)
+            self.supervisor.start(Child("daphne", daphne, log_dir / "daphne.log", env=env))
             st["note"] = f"logs in {log_dir}"
 
         base = f"http://{host}:{port}"
@@ -202,12 +175,11 @@ class Command(BaseCommand):
         return models
 
     @staticmethod
-    def _engine_child(model, manage: list[str], log_dir: Path, env: dict[str, str]) -> Child:
-        if model.is_embedding:  # a pooling engine: batched embeddings, no KV cache
-            args = [sys.executable, "-m", "engine.pooling", "--model-path", model.path,
-                    "--model-name", model.name]  # fmt: skip
+    def _engine_child(model, log_dir: Path, env: dict[str, str]) -> Child:
+        if model.is_embedding:
+            args = pooling_engine_command(model.name, model_path=model.path)
         else:
-            args = [*manage, "run_engine", "--model", model.name]
+            args = run_engine_command(model.name)
         return Child(
             f"engine:{model.name}", args, log_dir / f"engine-{model.name}.log", env=env,
             stop_timeout=20,

@@ -7,13 +7,13 @@ same errors before anything reaches the engine.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from controlplane.tenants.access import Principal, engine_cache_salt
 from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.errors import invalid_request
-from inference.generation import GenerationPlan
+from inference.generation.plan import GenerationPlan, Kind
 from inference.prompts import (
     check_token_ids,
     completion_prompts,
@@ -25,7 +25,6 @@ from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.schemas.validation import validate_body
 
-Kind = Literal["chat", "completion"]
 SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": CompletionRequestSerializer}
 # OpenAI's default max_tokens for /v1/completions (chat defaults to what the context leaves).
 DEFAULT_COMPLETION_MAX_TOKENS = 16
@@ -43,13 +42,13 @@ async def load_generation_model(
 def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
     stream_options = body.get("stream_options") or {}
     return {
-        "n": body.get("n", 1),
         "stop": body.get("stop") or [],
         "cache_salt": engine_cache_salt(principal, body.get("cache_salt")),
         "tenant": principal.tenant_slug,
         "include_stop_str_in_output": body.get("include_stop_str_in_output", False),
         "skip_special_tokens": body.get("skip_special_tokens", True),
         "priority": body.get("priority", 0),
+        "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),
         "continuous_usage": stream_options.get("continuous_usage_stats", False),
     }
@@ -113,11 +112,11 @@ def plan_completion(
 
 async def prepare_generation(
     kind: Kind, principal: Principal, raw_body: dict[str, Any]
-) -> tuple[dict[str, Any], GenerationPlan, ChatTokenizer]:
+) -> tuple[GenerationPlan, ChatTokenizer]:
     """Validate ``raw_body`` and plan the generation; raises ApiError for anything wrong."""
     body = validate_body(SERIALIZERS[kind], raw_body)
     entry, tokenizer = await load_generation_model(principal, body["model"])
     if body.get("stop_token_ids"):
         check_token_ids(tokenizer, body["stop_token_ids"], param="stop_token_ids")
     plan_for = plan_chat if kind == "chat" else plan_completion
-    return body, plan_for(principal, body, entry, tokenizer), tokenizer
+    return plan_for(principal, body, entry, tokenizer), tokenizer

@@ -1,8 +1,8 @@
 """What happens once a generation ends, however it ends: limits released, usage queued, metrics.
 
-HTTP views and the WebSocket consumer both call ``settle_generation``. It runs shielded from
-cancellation: SDKs close the connection right after ``data: [DONE]``, which cancels the request
-task, and the reservation must still be released and the request still counted.
+Only ``Generation.settle`` calls it, once per generation. It runs shielded from cancellation:
+SDKs close the connection right after ``data: [DONE]``, which cancels the request task, and the
+reservation must still be released and the request still counted.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import asyncio
 import time
 
 from controlplane.metrics import record_request
-from controlplane.tenants import admission as admission_policy
-from controlplane.tenants.admission import Admission
-from inference.generation import GenerationPlan, GenerationStats
+from controlplane.tenants.admission import Admission, finish
+from inference.generation.plan import GenerationPlan, GenerationStats
 
 
 def _finished_reason(stats: GenerationStats, status: int) -> str:
@@ -23,15 +22,10 @@ def _finished_reason(stats: GenerationStats, status: int) -> str:
 
 
 async def _settle(
-    admission: Admission,
-    plan: GenerationPlan,
-    stats: GenerationStats,
-    *,
-    status: int,
-    started: float,
+    admission: Admission, plan: GenerationPlan, stats: GenerationStats, *, status: int
 ) -> None:
-    latency = time.monotonic() - started
-    await admission_policy.finish(
+    latency = time.monotonic() - stats.started
+    await finish(
         admission,
         prompt_tokens=plan.prompt_tokens,
         completion_tokens=stats.num_completion_tokens,
@@ -59,13 +53,6 @@ async def _settle(
 
 
 async def settle_generation(
-    admission: Admission,
-    plan: GenerationPlan,
-    stats: GenerationStats,
-    *,
-    status: int,
-    started: float,
+    admission: Admission, plan: GenerationPlan, stats: GenerationStats, *, status: int
 ) -> None:
-    await asyncio.shield(
-        asyncio.ensure_future(_settle(admission, plan, stats, status=status, started=started))
-    )
+    await asyncio.shield(asyncio.ensure_future(_settle(admission, plan, stats, status=status)))

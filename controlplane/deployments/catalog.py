@@ -1,0 +1,155 @@
+"""The model catalog every API process caches: served models, and the adapters tenants may call.
+
+Every request looks its model up, so each process keeps one snapshot of the catalog (loaded in
+two queries) and never queries the database for it in steady state. As with the key cache
+(controlplane/tenants/keycache.py), every write that changes what the snapshot holds bumps the
+*catalog epoch* in Redis after commit (``catalog_epoch_bump``: the served-model and adapter
+services call it), each process re-reads the epoch at most every ``AUTH_EPOCH_CHECK_SECONDS``
+(default 1 s), and ``max_age`` bounds staleness should a bump be lost. If Redis is unreachable
+the snapshot keeps being served until max_age.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from asgiref.sync import sync_to_async
+
+from controlplane.adapters.selectors import AdapterRoute, adapter_routes_granted
+from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
+from controlplane.tenants.redis_epoch import RedisEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogModel:
+    """An active served model, detached from the ORM so it can be cached."""
+
+    name: str
+    path: str
+    architecture: str
+    max_model_len: int
+    created: int  # Unix time, for /v1/models
+    is_embedding: bool  # served by a pooling engine (/v1/embeddings)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
+    """What requests may name, as of one load.
+
+    ``models``: the active served models by name, in name order. ``adapters``: the ready
+    adapters granted to some tenant, by name, in name order, each with the ids of the tenants
+    granted it; every adapter's base model is in ``models``.
+    """
+
+    models: Mapping[str, CatalogModel]
+    adapters: Mapping[str, tuple[AdapterRoute, frozenset[int]]]
+
+    def adapter_route(self, *, tenant_id: int, name: str) -> AdapterRoute | None:
+        """The adapter ``name`` if granted to the tenant; None for unknown and not granted
+        alike, so adapter names do not leak across tenants."""
+        route, tenants = self.adapters.get(name, (None, frozenset()))
+        return route if tenant_id in tenants else None
+
+    def adapter_routes(self, *, tenant_id: int) -> list[AdapterRoute]:
+        """The adapters granted to the tenant, in name order."""
+        return [route for route, tenants in self.adapters.values() if tenant_id in tenants]
+
+
+def _is_embedding(model: ServedModel) -> bool:
+    # sentence-transformers checkpoints describe their pooling in modules.json.
+    return model.architecture in POOLING_ARCHITECTURES or (Path(model.path) / "modules.json").is_file()
+
+
+def _catalog_model(model: ServedModel) -> CatalogModel:
+    return CatalogModel(
+        name=model.name,
+        path=model.path,
+        architecture=model.architecture,
+        max_model_len=model.max_model_len,
+        created=int(model.created_at.timestamp()),
+        is_embedding=_is_embedding(model),
+    )
+
+
+def catalog_load() -> CatalogSnapshot:
+    """Read the catalog from the database (two queries)."""
+    models = {
+        m.name: _catalog_model(m) for m in ServedModel.objects.filter(is_active=True).order_by("name")
+    }
+    # A base deactivated between the two queries takes its adapters with it.
+    adapters = {
+        route.name: (route, tenants)
+        for route, tenants in adapter_routes_granted().items()
+        if route.base_model in models
+    }
+    return CatalogSnapshot(models=models, adapters=adapters)
+
+
+class CatalogCache:
+    """One snapshot, valid while its epoch is the current one and it is younger than max_age."""
+
+    def __init__(self, *, max_age: float = 60.0):
+        self.max_age = max_age
+        self.epoch = RedisEpoch("catalog")
+        # (snapshot, the epoch read before loading it, when): one attribute, swapped whole.
+        self._entry: tuple[CatalogSnapshot, int, float] | None = None
+
+    def invalidate_local(self) -> None:
+        """Forget the snapshot and re-read the epoch on the next lookup."""
+        self._entry = None
+        self.epoch.check_soon()
+
+    def _cached(self, now: float) -> CatalogSnapshot | None:
+        entry = self._entry
+        if entry is None:
+            return None
+        snapshot, epoch, loaded_at = entry
+        if epoch != self.epoch.value or now - loaded_at > self.max_age:
+            return None
+        return snapshot
+
+    def _load(self, now: float) -> CatalogSnapshot:
+        # sync_to_async runs this on one thread, so requests that queued behind a load find its
+        # snapshot here rather than loading again.
+        snapshot = self._cached(now)
+        if snapshot is None:
+            epoch = self.epoch.value  # read before the load: a bump during it makes this stale
+            snapshot = catalog_load()
+            self._entry = (snapshot, epoch, now)
+        return snapshot
+
+    async def aget(self) -> CatalogSnapshot:
+        now = time.monotonic()
+        await self.epoch.arefresh(now)
+        snapshot = self._cached(now)
+        if snapshot is None:
+            snapshot = await sync_to_async(self._load)(now)
+        return snapshot
+
+    def get(self) -> CatalogSnapshot:
+        now = time.monotonic()
+        self.epoch.refresh(now)
+        snapshot = self._cached(now)
+        if snapshot is None:
+            snapshot = self._load(now)
+        return snapshot
+
+
+catalog_cache = CatalogCache()
+
+
+async def acatalog_snapshot() -> CatalogSnapshot:
+    """This process's catalog; no database query while it is current."""
+    return await catalog_cache.aget()
+
+
+def catalog_snapshot() -> CatalogSnapshot:
+    return catalog_cache.get()
+
+
+def catalog_epoch_bump() -> None:
+    """Make every API process reload the catalog within a second (after commit)."""
+    catalog_cache.epoch.bump(invalidate_local=catalog_cache.invalidate_local)

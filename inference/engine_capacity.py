@@ -1,0 +1,105 @@
+"""Backpressure before a request enters Redis: is an engine live, and is too much waiting?
+
+A refusal here is fast and clear (503 with Retry-After) instead of a request that sits in a
+stream until its client gives up. Engine status records are read at most every
+ADMISSION_CACHE_S per model, so a burst of requests costs one Redis round trip, not one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import redis.asyncio as aioredis
+
+from engine import protocol
+from engine.protocol import EngineStatus, Keys
+
+logger = logging.getLogger(__name__)
+
+# Live-engine snapshots used for admission are reused this long: 64 requests arriving at
+# once cost one Redis round trip, not 64.
+ADMISSION_CACHE_S = 0.25
+
+
+class EngineUnavailable(Exception):
+    """No live engine serves this model (the API answers 503)."""
+
+
+class EngineOverloaded(Exception):
+    """Too much work is waiting for this model; retry after ``retry_after`` seconds (503)."""
+
+    def __init__(self, message: str, *, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineCapacity:
+    """Live engines per model and the work waiting for them, as seen from one API process."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, *, max_waiting: int):
+        self.redis = redis
+        self.keys = keys
+        self.max_waiting = max_waiting
+        self._snapshots: dict[str, tuple[float, list[EngineStatus], int]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def live_engines(self, model: str | None = None) -> list[EngineStatus]:
+        """Status records of every engine whose status key has not expired."""
+        members = [m.decode() for m in await self.redis.smembers(self.keys.engines())]
+        pairs = [protocol.split_engine_member(m) for m in sorted(members)]
+        if model is not None:
+            pairs = [(m, e) for m, e in pairs if m == model]
+        if not pairs:
+            return []
+        raw = await self.redis.mget([self.keys.status(m, e) for m, e in pairs])
+        statuses = []
+        for data in raw:
+            if data is None:
+                continue
+            try:
+                statuses.append(protocol.decode_status(data))
+            except Exception:
+                logger.warning("unreadable engine status record skipped", exc_info=True)
+        return statuses
+
+    async def check(self, model: str) -> None:
+        """Raise EngineUnavailable or EngineOverloaded unless ``model`` can take a request now."""
+        cached = self._snapshots.get(model)
+        if cached is None or time.monotonic() - cached[0] > ADMISSION_CACHE_S:
+            # One refresh for a burst: the others wait for it instead of each asking Redis.
+            lock = self._locks.setdefault(model, asyncio.Lock())
+            async with lock:
+                cached = self._snapshots.get(model)
+                if cached is None or time.monotonic() - cached[0] > ADMISSION_CACHE_S:
+                    statuses = [s for s in await self.live_engines(model) if not s.draining]
+                    lag = await self._stream_lag(model) if statuses else 0
+                    cached = (time.monotonic(), statuses, lag)
+                    self._snapshots[model] = cached
+        _, statuses, lag = cached
+        if not statuses:
+            raise EngineUnavailable(f"no engine is serving model {model!r} right now")
+        waiting = lag + sum(s.num_waiting for s in statuses)
+        if waiting >= self.max_waiting:
+            # Time for the engines to start the excess, at their current request rate.
+            capacity = max(1, sum(max(s.max_num_seqs, 1) for s in statuses))
+            retry_after = min(60.0, max(1.0, (waiting - self.max_waiting + 1) / capacity))
+            raise EngineOverloaded(
+                f"{waiting} requests are waiting for model {model!r} "
+                f"(limit {self.max_waiting}); retry later",
+                retry_after=round(retry_after, 1),
+            )
+
+    async def _stream_lag(self, model: str) -> int:
+        """Entries in the request stream no engine has read yet."""
+        try:
+            groups = await self.redis.xinfo_groups(self.keys.requests(model))
+        except aioredis.ResponseError:  # no stream yet
+            return 0
+        for group in groups:
+            name = group.get("name")
+            if name in (protocol.ENGINE_GROUP, protocol.ENGINE_GROUP.encode()):
+                lag = group.get("lag")
+                return int(lag) if lag is not None else 0
+        return 0

@@ -1,0 +1,142 @@
+"""The interface every OpenAI response shape implements, and the two loops that drive one.
+
+A formatter turns one generation's engine chunks into OpenAI objects: stream chunks as they
+arrive, or the whole response at the end. The loops here (``stream_events``,
+``collect_response``) are shared; what differs between chat, completions and later the
+Responses API is only the shape of a choice, which each formatter's methods build.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from inference.generation.plan import GenerationPlan, GenerationStats
+from inference.output_processor import GenerationChunk, TokenLogprob
+
+# (prompt index, choice index, chunk): what the engine stream yields for every choice.
+EngineItem = tuple[int, int, GenerationChunk]
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+@dataclass
+class ChoiceOutput:
+    """Everything one choice produced, gathered for a whole (non-streamed) response."""
+
+    texts: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+
+class ResponseFormatter(ABC):
+    """OpenAI objects for one generation; subclasses build the choices."""
+
+    object_name: str  # of a whole response
+    chunk_object_name: str  # of a stream chunk
+
+    def __init__(self, plan: GenerationPlan, stats: GenerationStats):
+        self.plan = plan
+        self.stats = stats
+
+    # The shape of a choice -------------------------------------------------------------------
+
+    @abstractmethod
+    def opening_choices(self) -> list[dict]:
+        """Choices streamed before any engine output (chat's role, completions' echo)."""
+
+    @abstractmethod
+    def delta_choice(self, choice: int, chunk: GenerationChunk) -> dict | None:
+        """The streamed choice carrying ``chunk``'s new text or logprobs; None if it has none."""
+
+    @abstractmethod
+    def finish_choice(self, choice: int, chunk: GenerationChunk) -> dict:
+        """The streamed choice that ends ``choice`` with ``chunk.finish_reason``."""
+
+    @abstractmethod
+    def whole_choice(self, choice: int, output: ChoiceOutput) -> dict:
+        """One choice of the whole response."""
+
+    # Envelopes -------------------------------------------------------------------------------
+
+    def final_usage(self) -> dict[str, Any]:
+        stats = self.stats
+        return usage(self.plan.prompt_tokens, stats.num_completion_tokens, stats.num_cached_tokens)
+
+    def stream_chunk(self, choices: list[dict], *, final_usage: bool = False) -> dict[str, Any]:
+        plan = self.plan
+        chunk = {
+            "id": plan.request_id,
+            "object": self.chunk_object_name,
+            "created": plan.created,
+            "model": plan.model,
+            "choices": choices,
+            "system_fingerprint": None,
+        }
+        if plan.include_usage:
+            if final_usage:
+                chunk["usage"] = self.final_usage()
+            elif plan.continuous_usage and choices:
+                chunk["usage"] = usage(plan.prompt_tokens, self.stats.num_completion_tokens)
+            else:
+                chunk["usage"] = None
+        return chunk
+
+    def response(self, choices: list[dict]) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "id": plan.request_id,
+            "object": self.object_name,
+            "created": plan.created,
+            "model": plan.model,
+            "choices": choices,
+            "usage": self.final_usage(),
+            "system_fingerprint": None,
+        }
+
+
+async def stream_events(
+    formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
+) -> AsyncIterator[dict]:
+    """Stream chunk objects: the opening choices, one chunk per new text or finish, usage."""
+    for choice in formatter.opening_choices():
+        yield formatter.stream_chunk([choice])
+    async for prompt_index, choice, chunk in items:
+        formatter.stats.observe(prompt_index, choice, chunk)
+        body = formatter.delta_choice(choice, chunk)
+        if body is not None:
+            yield formatter.stream_chunk([body])
+        if chunk.finish_reason:
+            yield formatter.stream_chunk([formatter.finish_choice(choice, chunk)])
+    if formatter.plan.include_usage:
+        yield formatter.stream_chunk([], final_usage=True)
+
+
+async def collect_response(
+    formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
+) -> dict[str, Any]:
+    """The whole response once every choice has finished."""
+    outputs = [ChoiceOutput() for _ in range(formatter.plan.num_choices)]
+    async for prompt_index, choice, chunk in items:
+        formatter.stats.observe(prompt_index, choice, chunk)
+        output = outputs[choice]
+        output.texts.append(chunk.text)
+        if chunk.logprobs:
+            output.logprobs.extend(chunk.logprobs)
+        if chunk.finish_reason:
+            output.finish_reason, output.stop_reason = chunk.finish_reason, chunk.stop_reason
+    return formatter.response([formatter.whole_choice(i, o) for i, o in enumerate(outputs)])

@@ -1,0 +1,103 @@
+"""What a generation is, once planned (GenerationPlan), and what it did (GenerationStats)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from controlplane.adapters.selectors import AdapterRoute
+from engine.protocol import SamplingOptions
+from inference.output_processor import GenerationChunk
+
+Kind = Literal["chat", "completion"]
+
+
+@dataclass
+class GenerationPlan:
+    """Everything decided before the engine sees the request."""
+
+    kind: Kind
+    model: str
+    request_id: str
+    prompts: list[tuple[str, list[int]]]
+    sampling: SamplingOptions
+    stop: list[str]
+    cache_salt: str
+    tenant: str
+    # The base model whose engines run the request ("" : ``model`` itself) and, for a LoRA
+    # adapter, its route (name, checksum, path).
+    engine_model: str = ""
+    adapter: AdapterRoute | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    priority: int = 0
+    logprobs: bool = False
+    echo: bool = False
+    stream: bool = False
+    include_usage: bool = False
+    continuous_usage: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def n(self) -> int:
+        return self.sampling.n
+
+    @property
+    def num_choices(self) -> int:
+        return len(self.prompts) * self.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(ids) for _text, ids in self.prompts)
+
+
+@dataclass
+class GenerationStats:
+    """What settlement records once the request ends (usage and metrics)."""
+
+    started: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    completion_tokens: dict[int, int] = field(default_factory=dict)
+    cached_tokens: dict[int, int] = field(default_factory=dict)
+    finish_reason: str | None = None
+    # Gaps between consecutive token arrivals of each choice (vllm:inter_token_latency_seconds).
+    inter_token_latencies: list[float] = field(default_factory=list)
+    last_token_at: dict[int, float] = field(default_factory=dict)
+    # Engine-side intervals (the engine's own clock); None until the engine reports them.
+    queue_time: float | None = None
+    prefill_time: float | None = None
+    decode_time: float | None = None
+
+    def observe(self, prompt_index: int, choice: int, chunk: GenerationChunk) -> None:
+        if chunk.token_ids:
+            now = time.monotonic()
+            if self.first_token_at is None:
+                self.first_token_at = now
+            last = self.last_token_at.get(choice)
+            if last is not None:
+                self.inter_token_latencies.append(now - last)
+            self.last_token_at[choice] = now
+        self.completion_tokens[choice] = chunk.completion_tokens
+        self.cached_tokens[prompt_index] = max(
+            self.cached_tokens.get(prompt_index, 0), chunk.cached_tokens or 0
+        )
+        if chunk.finish_reason:
+            self.finish_reason = chunk.finish_reason
+        # One request's intervals: the longest over its samples and prompts.
+        for name in ("queue_time", "prefill_time", "decode_time"):
+            value = getattr(chunk, name, None)
+            if value is not None and value >= (getattr(self, name) or 0.0):
+                setattr(self, name, value)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return sum(self.completion_tokens.values())
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return sum(self.cached_tokens.values())
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.started

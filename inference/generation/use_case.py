@@ -1,0 +1,144 @@
+"""The one generation use case, for HTTP (SSE or JSON) and the WebSocket alike.
+
+    generation = await Generation.admit(kind, principal, body)  # plan + admit (or raise)
+    await generation.open()          # engine request(s) sent, first output awaited
+    async for event in generation.events(): ...   # or: await generation.response()
+
+However it ends (done, error, client gone, cancelled), the generation is settled exactly once:
+limits released, usage queued and metrics recorded, with the prompt tokens it was planned with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from controlplane.tenants.access import Principal
+from controlplane.tenants.admission import Admission, admit
+from inference.engine_client import EngineClient
+from inference.errors import error_from_exception
+from inference.formatters import collect_response, formatter_for, stream_events
+from inference.formatters.base import EngineItem
+from inference.generation.engine_stream import engine_chunks
+from inference.generation.plan import GenerationPlan, GenerationStats, Kind
+from inference.generation.planning import prepare_generation
+from inference.generation.settlement import settle_generation
+
+
+def _status_of(exc: BaseException) -> int:
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        return 499  # the client went away (or cancelled); closing the stream aborted the engine
+    return error_from_exception(exc).status
+
+
+async def _prefetched(items: AsyncIterator[EngineItem]) -> AsyncIterator[EngineItem]:
+    """Wait for the engine's first output before answering, so that a refusal (no engine,
+    queue full) is still an HTTP status and not an event inside a 200 stream."""
+    try:
+        first = await anext(items)
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await items.aclose()
+        raise
+
+    async def rest():
+        try:
+            if first is not None:
+                yield first
+                async for item in items:
+                    yield item
+        finally:
+            await items.aclose()
+
+    return rest()
+
+
+class Generation:
+    """One admitted chat or text completion, from the engine stream to its settlement."""
+
+    def __init__(self, plan: GenerationPlan, tokenizer, admission: Admission, *, started: float):
+        self.plan = plan
+        self.tokenizer = tokenizer
+        self.admission = admission
+        self.stats = GenerationStats(started=started)
+        self.formatter = formatter_for(plan, self.stats)
+        self._items: AsyncIterator[EngineItem] | None = None
+        self._settled = False
+
+    @classmethod
+    async def admit(
+        cls, kind: Kind, principal: Principal, body: dict[str, Any], *, started: float | None = None
+    ) -> Generation:
+        """Validate and plan ``body``, then reserve it under the tenant's limits.
+
+        Raises ApiError (bad input, unknown model) or AccessError (429) with nothing reserved.
+        """
+        started = time.monotonic() if started is None else started
+        plan, tokenizer = await prepare_generation(kind, principal, body)
+        admission = await admit(
+            principal,
+            model=plan.model,
+            prompt_tokens=plan.prompt_tokens,
+            max_tokens=plan.sampling.max_tokens * plan.num_choices,
+        )
+        return cls(plan, tokenizer, admission, started=started)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The x-ratelimit-* headers of the admission, for the response."""
+        return dict(self.admission.headers)
+
+    async def open(self, client: EngineClient | None = None) -> None:
+        """Send the engine request(s) and wait for the first output; a refusal settles the
+        generation with its status and raises."""
+        client = client or EngineClient.for_process()
+        try:
+            self._items = await _prefetched(engine_chunks(client, self.plan, self.tokenizer))
+        except BaseException as exc:
+            await self.settle(_status_of(exc))
+            raise
+
+    async def events(self) -> AsyncIterator[dict]:
+        """OpenAI stream chunks until every choice has finished."""
+        status = 200
+        try:
+            async for event in stream_events(self.formatter, self._opened()):
+                yield event
+        except BaseException as exc:
+            status = _status_of(exc)
+            raise
+        finally:
+            await self._close(status)
+
+    async def response(self) -> dict[str, Any]:
+        """The whole OpenAI response object."""
+        status = 200
+        try:
+            return await collect_response(self.formatter, self._opened())
+        except BaseException as exc:
+            status = _status_of(exc)
+            raise
+        finally:
+            await self._close(status)
+
+    async def settle(self, status: int) -> None:
+        """Release the reservation, queue usage and record metrics: exactly once."""
+        if self._settled:
+            return
+        self._settled = True
+        await settle_generation(self.admission, self.plan, self.stats, status=status)
+
+    def _opened(self) -> AsyncIterator[EngineItem]:
+        if self._items is None:
+            raise RuntimeError("Generation.open() must be awaited before reading its output")
+        return self._items
+
+    async def _close(self, status: int) -> None:
+        try:
+            if self._items is not None:
+                await self._items.aclose()
+        finally:
+            await self.settle(status)

@@ -1,0 +1,177 @@
+"""Engine deltas -> client-ready chunks, per sample: detokenization, stop strings, counts.
+
+The API-side half of vLLM V1's OutputProcessor. Engines send token ids only; each sample of a
+request keeps an incremental detokenizer and a stop-string matcher here (both from the
+torch-free ``engine.text``, the one implementation the offline ``LLM`` uses too), so a stop
+string that spans tokens is cut exactly and never half-shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine import protocol
+from engine.text.detokenizer import Decoder, IncrementalDetokenizer
+from engine.text.stop_strings import StopStringMatcher
+
+__all__ = ["GenerationChunk", "RequestOutputProcessor", "TokenLogprob", "TokenTexts"]
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """A token's logprob and its top alternatives as (token_id, text, logprob)."""
+
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[int, str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class GenerationChunk:
+    """New output for one sample: text and tokens since the previous chunk of that index."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None
+    finish_reason: str | None
+    stop_reason: int | str | None
+    prompt_tokens: int
+    completion_tokens: int  # cumulative for this index
+    cached_tokens: int
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    # Engine-side intervals, on the final chunk of a sample (None when the engine sent none).
+    queue_time: float | None = None
+    prefill_time: float | None = None
+    decode_time: float | None = None
+
+
+class TokenTexts:
+    """Token id -> text for logprobs, cached: the same few thousand ids recur constantly."""
+
+    def __init__(self, tokenizer: Decoder):
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            self._cache[token_id] = text
+        return text
+
+    def logprob(self, lp: protocol.TokenLogprob) -> TokenLogprob:
+        top = [(t, self(t), v) for t, v in zip(lp.top_ids, lp.top_logprobs, strict=False)]
+        return TokenLogprob(lp.token_id, self(lp.token_id), lp.logprob, top)
+
+
+class _SampleOutput:
+    """One sample's detokenizer, stop-string matcher and token count."""
+
+    def __init__(self, index: int, request: RequestOutputProcessor):
+        self.index = index
+        self.request = request
+        self.detok = IncrementalDetokenizer(
+            request.tokenizer,
+            request.prompt_token_ids,
+            skip_special_tokens=request.skip_special_tokens,
+        )
+        self.matcher = StopStringMatcher(
+            request.stop, include_stop_str_in_output=request.include_stop_str_in_output
+        )
+        self.num_tokens = 0
+        self.finished = False
+
+    def _texts(self, delta: protocol.RequestDelta, logprobs: list | None):
+        """The text pieces of the delta's tokens, up to a stop string; (pieces, tokens, stop)."""
+        req = self.request
+        token_ids: list[int] = []
+        texts: list[str] = []
+        for j, token_id in enumerate(delta.new_token_ids):
+            self.num_tokens += 1
+            token_ids.append(token_id)
+            if logprobs is not None and j < len(delta.logprobs):
+                logprobs.append(req.token_texts.logprob(delta.logprobs[j]))
+            piece = self.detok.push(token_id)
+            # As vLLM does: no stop string can end generation before min_tokens.
+            texts.append(self.matcher.feed(piece) if self.num_tokens > req.min_tokens else piece)
+            if self.matcher.matched is not None:
+                return texts, token_ids, self.matcher.matched
+        return texts, token_ids, None
+
+    def apply(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
+        if self.finished:
+            return None
+        req = self.request
+        logprobs: list[TokenLogprob] | None = [] if delta.logprobs is not None else None
+        texts, token_ids, matched = self._texts(delta, logprobs)
+        finish_reason, stop_reason = ("stop", matched) if matched is not None else (None, None)
+        if finish_reason is None and delta.finish_reason is not None:
+            texts.append(self.matcher.feed(self.detok.flush()))
+            if self.matcher.matched is not None:
+                finish_reason, stop_reason = "stop", self.matcher.matched
+            else:
+                texts.append(self.matcher.flush())
+                finish_reason, stop_reason = delta.finish_reason, delta.stop_reason
+        req.num_prompt_tokens = delta.num_prompt_tokens or req.num_prompt_tokens
+        req.num_cached_tokens = max(req.num_cached_tokens, delta.num_cached_tokens)
+        self.finished = finish_reason is not None
+        prompt_logprobs = None
+        if delta.prompt_logprobs is not None:
+            prompt_logprobs = [
+                None if lp is None else req.token_texts.logprob(lp) for lp in delta.prompt_logprobs
+            ]
+        return GenerationChunk(
+            index=self.index,
+            text="".join(texts),
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+            prompt_tokens=req.num_prompt_tokens,
+            completion_tokens=self.num_tokens,
+            cached_tokens=req.num_cached_tokens,
+            prompt_logprobs=prompt_logprobs,
+            queue_time=delta.queue_time,
+            prefill_time=delta.prefill_time,
+            decode_time=delta.decode_time,
+        )
+
+
+class RequestOutputProcessor:
+    """Turns one engine request's deltas into GenerationChunks, one sample per index.
+
+    ``process`` returns None for a delta that adds nothing (a sample already ended by a stop
+    string keeps receiving tokens until the engine sees the abort).
+    """
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Decoder,
+        prompt_token_ids: list[int],
+        num_samples: int,
+        min_tokens: int,
+        stop: list[str] | None,
+        include_stop_str_in_output: bool,
+        skip_special_tokens: bool,
+        token_texts: TokenTexts | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.prompt_token_ids = prompt_token_ids
+        self.min_tokens = min_tokens
+        self.stop = stop
+        self.include_stop_str_in_output = include_stop_str_in_output
+        self.skip_special_tokens = skip_special_tokens
+        self.token_texts = token_texts or TokenTexts(tokenizer)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_cached_tokens = 0
+        self.samples = [_SampleOutput(i, self) for i in range(num_samples)]
+
+    @property
+    def num_open(self) -> int:
+        return sum(not s.finished for s in self.samples)
+
+    def process(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
+        return self.samples[delta.index].apply(delta)
