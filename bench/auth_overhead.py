@@ -2,7 +2,7 @@
 
 Runs Django's real async request path (middleware, URL routing, an async view, JSON response)
 in-process against a private Redis and a throwaway SQLite database, twice: a bare view, and the
-same view calling inference.access the way the API views do (authenticate, admit, finish). The
+same view calling the access policy the way the API views do (authenticate, admit, finish). The
 difference of the medians is the control plane's cost. Every tenant limit is set (requests,
 tokens, concurrency, monthly budget), so admission runs the full Lua script.
 

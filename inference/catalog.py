@@ -6,20 +6,21 @@ with_adapters=True)`` returns such an entry with ``adapter`` set (what the engin
 it: name, checksum, path), ``engine_model`` naming the base model's request stream, and ``path``
 the base checkpoint (the adapter shares its tokenizer). Adapters of other tenants, unknown and
 not ready ones are all the same 404, so adapter names do not leak across tenants.
+
+Lookups read this process's catalog snapshot (controlplane/deployments/catalog.py): no
+database query per request, and a change reaches every process within about a second.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from asgiref.sync import sync_to_async
 
-from controlplane.adapters.selectors import AdapterRoute, aadapter_route_for, aadapters_visible_to
-from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
-from controlplane.deployments.selectors import served_model_get
+from controlplane.adapters.selectors import AdapterRoute
+from controlplane.deployments.catalog import CatalogModel, acatalog_snapshot
 from controlplane.tenants.access import Principal, can_use_model
 from engine.text.tokenizer import ChatTokenizer
 from inference.embeddings_client import EmbeddingTokenizer
@@ -47,27 +48,17 @@ class ModelEntry:
         return self.adapter.base_model if self.adapter is not None else None
 
 
-def _is_embedding(model: ServedModel) -> bool:
-    return model.architecture in POOLING_ARCHITECTURES or _has_pooling_modules(model.path)
-
-
-@lru_cache(maxsize=256)
-def _has_pooling_modules(path: str) -> bool:
-    # sentence-transformers checkpoints describe their pooling in modules.json.
-    return (Path(path) / "modules.json").is_file()
-
-
-def _entry(model: ServedModel) -> ModelEntry:
+def _entry(model: CatalogModel) -> ModelEntry:
     return ModelEntry(
         name=model.name,
         path=model.path,
         max_model_len=model.max_model_len,
-        created=int(model.created_at.timestamp()),
-        is_embedding=_is_embedding(model),
+        created=model.created,
+        is_embedding=model.is_embedding,
     )
 
 
-def _adapter_entry(route: AdapterRoute, base: ServedModel) -> ModelEntry:
+def _adapter_entry(route: AdapterRoute, base: CatalogModel) -> ModelEntry:
     return ModelEntry(
         name=route.name,
         path=base.path,
@@ -81,16 +72,11 @@ def _adapter_entry(route: AdapterRoute, base: ServedModel) -> ModelEntry:
 async def visible_models(principal: Principal, *, with_adapters: bool = False) -> list[ModelEntry]:
     """Every active model this caller may use, ordered by name; then, with ``with_adapters``,
     the ready adapters granted to its tenant (ordered by name, each after the base models)."""
-    bases = {
-        model.name: model
-        async for model in ServedModel.objects.filter(is_active=True).order_by("name")
-    }
-    entries = [_entry(m) for name, m in bases.items() if can_use_model(principal, name)]
+    catalog = await acatalog_snapshot()
+    entries = [_entry(m) for name, m in catalog.models.items() if can_use_model(principal, name)]
     if with_adapters:
-        for route in await aadapters_visible_to(tenant_id=principal.tenant_id):
-            base = bases.get(route.base_model)
-            if base is not None:
-                entries.append(_adapter_entry(route, base))
+        for route in catalog.adapter_routes(tenant_id=principal.tenant_id):
+            entries.append(_adapter_entry(route, catalog.models[route.base_model]))
     return entries
 
 
@@ -100,16 +86,14 @@ async def resolve_model(
     """The served model ``name`` if it exists and this caller may use it; with
     ``with_adapters``, else the adapter ``name`` if granted to the caller's tenant and ready;
     404 otherwise."""
-    if can_use_model(principal, name):
-        model = await served_model_get(name=name)
-        if model is not None:
-            return _entry(model)
+    catalog = await acatalog_snapshot()
+    model = catalog.models.get(name)
+    if model is not None and can_use_model(principal, name):
+        return _entry(model)
     if with_adapters:
-        route = await aadapter_route_for(tenant_id=principal.tenant_id, name=name)
+        route = catalog.adapter_route(tenant_id=principal.tenant_id, name=name)
         if route is not None:
-            base = await served_model_get(name=route.base_model)
-            if base is not None and base.is_active:
-                return _adapter_entry(route, base)
+            return _adapter_entry(route, catalog.models[route.base_model])
     raise model_not_found(name)
 
 

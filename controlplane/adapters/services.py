@@ -2,8 +2,9 @@
 
 Registering or uploading creates an adapter in state ``uploaded`` and queues its validation;
 validation (``adapter_validate``, run by the Celery worker) moves it through ``validating`` to
-``ready`` or ``failed`` and, once ready, announces it to the base model's engines. Grants and
-deletions bump the auth epoch, so every API process sees them within seconds.
+``ready`` or ``failed`` and, once ready, announces it to the base model's engines. Every write
+bumps the catalog epoch (controlplane/deployments/catalog.py), so every API process sees new,
+granted, revoked, re-validated and deleted adapters within a second.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from controlplane.adapters import engine_sync
 from controlplane.adapters.models import Adapter, adapter_name_validator
 from controlplane.adapters.uploads import ADAPTER_FILES, store_upload
 from controlplane.audit.services import audit_record
+from controlplane.deployments.catalog import catalog_epoch_bump
 from controlplane.deployments.models import ServedModel
-from controlplane.tenants.keycache import auth_epoch_bump
 from controlplane.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def _create(
     tenants = list(tenants)
     if tenants:
         adapter.tenants.add(*tenants)
-        auth_epoch_bump()
+    catalog_epoch_bump()
     audit_record(
         actor=actor,
         actor_label=actor_label,
@@ -192,6 +193,8 @@ def adapter_validate(*, adapter_id: int) -> Adapter | None:
         adapter.state = Adapter.State.VALIDATING
         adapter.failure_reason = ""
         adapter.save(update_fields=["state", "failure_reason", "updated_at"])
+        if was_ready:  # not servable while validating again
+            catalog_epoch_bump()
 
     outcome = _inspect(adapter)
     with transaction.atomic():
@@ -226,7 +229,7 @@ def adapter_validate(*, adapter_id: int) -> Adapter | None:
             )
         elif was_ready:
             engine_sync.withdraw_adapter(model=adapter.base_model.name, name=current.name)
-        auth_epoch_bump()
+        catalog_epoch_bump()
     return current
 
 
@@ -264,7 +267,7 @@ def adapter_grant(
         target=adapter,
         details={"tenant": tenant.slug},
     )
-    auth_epoch_bump()
+    catalog_epoch_bump()
 
 
 @transaction.atomic
@@ -279,7 +282,7 @@ def adapter_revoke_grant(
         target=adapter,
         details={"tenant": tenant.slug},
     )
-    auth_epoch_bump()
+    catalog_epoch_bump()
 
 
 @transaction.atomic
@@ -290,6 +293,6 @@ def adapter_delete(*, adapter: Adapter, actor: Any = None, actor_label: str | No
     audit_record(actor=actor, actor_label=actor_label, action="adapter.delete", target=adapter)
     adapter.delete()
     engine_sync.withdraw_adapter(model=model, name=name)
-    auth_epoch_bump()
+    catalog_epoch_bump()
     if stored:
         transaction.on_commit(lambda: shutil.rmtree(path, ignore_errors=True))

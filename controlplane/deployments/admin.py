@@ -1,8 +1,31 @@
-"""Admin for served models (registration itself goes through ``manage.py load_model``)."""
+"""Admin for served models. Every write goes through ``controlplane.deployments.services``
+(adding validates the checkpoint as ``manage.py load_model`` does), so API processes see it
+within a second."""
 
+from __future__ import annotations
+
+from django import forms
 from django.contrib import admin
 
+from controlplane.deployments import services
 from controlplane.deployments.models import ServedModel
+
+
+class ServedModelAddForm(forms.ModelForm):
+    """A name and a checkpoint directory on the server, validated before anything is saved."""
+
+    class Meta:
+        model = ServedModel
+        fields = ["name", "path"]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("name") and data.get("path"):
+            try:
+                services.served_model_validate(path=data["path"], name=data["name"])
+            except services.ModelRegistrationError as exc:
+                raise forms.ValidationError(str(exc)) from exc
+        return data
 
 
 @admin.register(ServedModel)
@@ -10,4 +33,47 @@ class ServedModelAdmin(admin.ModelAdmin):
     list_display = ("name", "architecture", "dtype", "max_model_len", "is_active", "updated_at")
     list_filter = ("is_active", "architecture")
     search_fields = ("name", "path")
-    readonly_fields = ("architecture", "dtype", "num_parameters", "created_at", "updated_at")
+    readonly_on_change = (
+        "name",
+        "path",
+        "architecture",
+        "dtype",
+        "num_parameters",
+        "created_at",
+        "updated_at",
+    )
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ServedModelAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["name", "path"]
+        return [*self.readonly_on_change, "max_model_len", "is_active"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_on_change if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            # ``obj`` already holds the new values; the service compares with the stored row.
+            services.served_model_update(
+                model=ServedModel.objects.get(pk=obj.pk),
+                actor=request.user,
+                **{field: form.cleaned_data[field] for field in form.changed_data},
+            )
+            return
+        created = services.served_model_register(path=obj.path, name=obj.name)
+        for field in ServedModel._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(created, field.attname))
+        obj._state.adding = False
+        obj._state.db = created._state.db
+
+    def delete_model(self, request, obj):
+        services.served_model_delete(model=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for model in queryset:
+            services.served_model_delete(model=model, actor=request.user)

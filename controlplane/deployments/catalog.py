@@ -59,8 +59,10 @@ class CatalogSnapshot:
 
 
 def _is_embedding(model: ServedModel) -> bool:
+    if model.architecture in POOLING_ARCHITECTURES:
+        return True
     # sentence-transformers checkpoints describe their pooling in modules.json.
-    return model.architecture in POOLING_ARCHITECTURES or (Path(model.path) / "modules.json").is_file()
+    return (Path(model.path) / "modules.json").is_file()
 
 
 def _catalog_model(model: ServedModel) -> CatalogModel:
@@ -76,9 +78,8 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
 
 def catalog_load() -> CatalogSnapshot:
     """Read the catalog from the database (two queries)."""
-    models = {
-        m.name: _catalog_model(m) for m in ServedModel.objects.filter(is_active=True).order_by("name")
-    }
+    active = ServedModel.objects.filter(is_active=True).order_by("name")
+    models = {m.name: _catalog_model(m) for m in active}
     # A base deactivated between the two queries takes its adapters with it.
     adapters = {
         route.name: (route, tenants)

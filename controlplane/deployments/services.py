@@ -1,7 +1,8 @@
 """Writes on served models: validate and register checkpoints, make demo checkpoints.
 
 Validation reads config.json, the safetensors headers and the tokenizer only: the control
-plane never loads torch to register a model.
+plane never loads torch to register a model. Every write bumps the catalog epoch, so every API
+process sees it within a second (controlplane/deployments/catalog.py).
 """
 
 from __future__ import annotations
@@ -9,10 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from controlplane.audit.services import audit_record
+from controlplane.deployments.catalog import catalog_epoch_bump
 from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
+from controlplane.tenants.keycache import auth_epoch_bump
 
 Progress = Callable[[str], None]
 
@@ -61,6 +67,17 @@ def checkpoint_validate(*, path: str | Path, progress: Progress = _quiet):
     return info
 
 
+def served_model_validate(*, path: str | Path, name: str, progress: Progress = _quiet):
+    """Check the name and the checkpoint as ``served_model_register`` does; returns the
+    CheckpointInfo, or raises ModelRegistrationError."""
+    name = (name or "").strip()
+    if not name or any(c.isspace() for c in name) or ":" in name or len(name) > 200:
+        raise ModelRegistrationError(
+            f"model name {name!r} is invalid: use 1-200 characters, no spaces or ':'"
+        )
+    return checkpoint_validate(path=path, progress=progress)
+
+
 def served_model_register(
     *, path: str | Path, name: str, progress: Progress = _quiet
 ) -> ServedModel:
@@ -68,15 +85,10 @@ def served_model_register(
 
     Raises ModelRegistrationError, and registers nothing, when the checkpoint is unusable.
     """
-    name = (name or "").strip()
-    if not name or any(c.isspace() for c in name) or ":" in name or len(name) > 200:
-        raise ModelRegistrationError(
-            f"model name {name!r} is invalid: use 1-200 characters, no spaces or ':'"
-        )
-    info = checkpoint_validate(path=path, progress=progress)
+    info = served_model_validate(path=path, name=name, progress=progress)
     with transaction.atomic():
         model, _ = ServedModel.objects.update_or_create(
-            name=name,
+            name=name.strip(),
             defaults={
                 "path": str(info.path),
                 "architecture": info.architecture,
@@ -86,7 +98,43 @@ def served_model_register(
                 "is_active": True,
             },
         )
+        catalog_epoch_bump()
     return model
+
+
+@transaction.atomic
+def served_model_update(
+    *, model: ServedModel, actor: Any = None, actor_label: str | None = None, **changes: Any
+) -> ServedModel:
+    """Deactivate or reactivate a model, or change its context length (``is_active``,
+    ``max_model_len``). A new path or name is a new registration (``served_model_register``)."""
+    unknown = set(changes) - {"is_active", "max_model_len"}
+    if unknown:
+        raise ValidationError(
+            f"cannot change {', '.join(sorted(unknown))} with served_model_update"
+        )
+    before = {k: getattr(model, k) for k in changes}
+    for field, value in changes.items():
+        setattr(model, field, value)
+    model.save(update_fields=[*changes, "updated_at"])
+    diff = {k: [before[k], v] for k, v in changes.items() if before[k] != v}
+    if diff:
+        audit_record(
+            actor=actor, actor_label=actor_label, action="model.update", target=model, details=diff
+        )
+        catalog_epoch_bump()
+    return model
+
+
+@transaction.atomic
+def served_model_delete(
+    *, model: ServedModel, actor: Any = None, actor_label: str | None = None
+) -> None:
+    """Delete a model no adapter is built on (Django raises ProtectedError otherwise)."""
+    audit_record(actor=actor, actor_label=actor_label, action="model.delete", target=model)
+    model.delete()
+    catalog_epoch_bump()
+    auth_epoch_bump()  # tenants granted this model lose the grant: cached keys hold grants
 
 
 def demo_model_create(*, path: str | Path, arch: str = "llama", size: str = "small") -> Path:
@@ -129,4 +177,5 @@ def embedding_model_register(*, name: str, path: str | Path | None = None) -> Se
             "is_active": True,
         },
     )
+    catalog_epoch_bump()
     return model

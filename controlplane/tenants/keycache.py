@@ -66,7 +66,8 @@ class KeyCache:
             self._entries.clear()
         record = self._cached(prefix, now)
         if record is _MISSING:
-            epoch = self.epoch.value  # read before the load: a bump during it makes this entry stale
+            # Read before the load: a bump during it makes this entry stale.
+            epoch = self.epoch.value
             record = await sync_to_async(key_record_load)(prefix=prefix)
             self._store(prefix, record, epoch, now)
         return record

@@ -93,7 +93,9 @@ class RedisEpoch:
             try:
                 sync_redis().incr(self.key())
             except Exception as exc:  # Redis down: cached data still expires after max_age
-                logger.warning("could not bump the %s epoch (%s); relying on max_age", self.name, exc)
+                logger.warning(
+                    "could not bump the %s epoch (%s); relying on max_age", self.name, exc
+                )
 
         bump()
         transaction.on_commit(bump)

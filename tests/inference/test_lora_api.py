@@ -14,6 +14,7 @@ from controlplane.adapters import services
 from controlplane.adapters.models import Adapter
 from controlplane.adapters.tasks import validate_adapter
 from controlplane.deployments.models import ServedModel
+from controlplane.deployments.services import served_model_update
 from controlplane.tenants.access import Principal
 from controlplane.tenants.services import tenant_create
 from engine.lora.testing import make_random_adapter
@@ -111,7 +112,7 @@ async def test_failed_or_deactivated_adapters_are_not_served(served, tiny_llama,
     assert failed.state == Adapter.State.FAILED and "rank" in failed.failure_reason
     with pytest.raises(ApiError):
         await _resolve(_principal(tenant_a), "too-big")
-    await ServedModel.objects.filter(pk=base.pk).aupdate(is_active=False)
+    await sync_to_async(served_model_update)(model=base, is_active=False)
     with pytest.raises(ApiError):
         await _resolve(_principal(tenant_a), "support-bot")
     assert await visible_models(_principal(tenant_a), with_adapters=True) == []

@@ -1,6 +1,6 @@
 """A stand-in API process for cross-process tests: JSON commands on stdin, answers on stdout.
 
-It runs the real ``inference.access`` code with its own per-process key cache, against the
+It runs the real access policy (controlplane.tenants.access and admission) with its own per-process key cache, against the
 database and Redis named by DATABASE_URL and REDIS_URL.
 
 Commands: {"op": "auth", "key": ...} -> {"status": 200|401|403, ...}

@@ -244,6 +244,18 @@ async def test_status_reports_liveness_fields(engine, client, tokenizer):
     assert await client.is_model_ready(MODEL)
 
 
+async def announce_adapter(redis, keys, model, *, load=None, unload=None) -> None:
+    """What the control plane's adapter services write (controlplane/adapters/engine_sync.py):
+    the per-model registry hash, and a control message engines follow."""
+    if load is not None:
+        await redis.hset(keys.adapters(model), load.name, protocol.encode(load))
+        message = protocol.LoadAdapter(adapter=load)
+    else:
+        await redis.hdel(keys.adapters(model), unload)
+        message = protocol.UnloadAdapter(name=unload)
+    await redis.xadd(keys.control(model), {protocol.FIELD: protocol.encode(message)})
+
+
 async def test_adapters_must_be_published_before_use(
     engine, client, tokenizer, tiny_llama, tmp_path
 ):
@@ -252,19 +264,22 @@ async def test_adapters_must_be_published_before_use(
 
     prompt = tokenizer.encode("adapter test")
     greedy = SamplingOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
+    ghost = protocol.AdapterRef(name="ghost")
     with pytest.raises(EngineError, match="adapter 'ghost' is not loaded"):
-        await run(client, tokenizer, prompt, adapter="ghost", sampling=greedy)
+        await run(client, tokenizer, prompt, adapter=ghost, sampling=greedy)
     path = make_random_adapter(tiny_llama, tmp_path / "ghost", rank=4, b_std=0.5)
-    await client.publish_adapter(model=MODEL, name="ghost", path=str(path), checksum="")
+    await announce_adapter(
+        client.redis, client.keys, MODEL, load=protocol.AdapterRef(name="ghost", path=str(path))
+    )
     await asyncio.to_thread(
         wait_for, lambda: "ghost" in engine.status().adapters, 10, "adapter listed"
     )
     base = await run(client, tokenizer, prompt, sampling=greedy)
-    tuned = await run(client, tokenizer, prompt, adapter="ghost", sampling=greedy)
+    tuned = await run(client, tokenizer, prompt, adapter=ghost, sampling=greedy)
     assert tuned[-1].completion_tokens == 12
     # The adapter's weights are applied: greedy output differs from the base model's.
     assert [t for c in tuned for t in c.token_ids] != [t for c in base for t in c.token_ids]
-    await client.withdraw_adapter(model=MODEL, name="ghost")
+    await announce_adapter(client.redis, client.keys, MODEL, unload="ghost")
     await asyncio.to_thread(
         wait_for, lambda: "ghost" not in engine.status().adapters, 10, "adapter withdrawn"
     )
