@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from controlplane.core.redis_server import free_port
 from controlplane.metrics import PlatformCollector
-from tests.controlplane.metrics.scrape import Scrape
+from tests.inference.metrics.scrape import Scrape
 from tests.inference.conftest import REDIS_PREFIX, _spawn, _stop, _wait_for
 
 pytestmark = pytest.mark.slow
