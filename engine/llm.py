@@ -9,6 +9,7 @@ for the base model) runs prompts with a LoRA adapter, loaded into the engine on 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import fields
@@ -20,6 +21,8 @@ from engine.llm_engine import LLMEngine
 from engine.lora.request import LoRARequest
 from engine.outputs import CompletionOutput, RequestOutput, RequestOutputDelta
 from engine.sampling_params import SamplingParams
+from engine.text.detokenizer import Decoder, IncrementalDetokenizer
+from engine.text.stop_strings import StopStringMatcher
 
 _ENGINE_ARGS = {f.name for f in fields(EngineConfig)} - {"model"}
 
@@ -74,13 +77,15 @@ class LLM:
                 text, token_ids = self._encode(prompt)
                 request_id = str(next(self._counter))
                 engine.add_request(request_id, token_ids, params, adapter=adapter)
-                states[request_id] = _RequestState(request_id, text, token_ids, params)
+                states[request_id] = _RequestState(
+                    request_id, text, token_ids, params, self.get_tokenizer()
+                )
                 order.append(request_id)
             while engine.has_unfinished_requests():
                 for delta in engine.step():
                     state = states[delta.request_id]
-                    state.apply(delta, self)
-                    if state.stopped_by_string and not state.abort_sent:
+                    state.apply(delta)
+                    if state.needs_abort:
                         state.abort_sent = True
                         engine.abort_request([delta.request_id])
         except BaseException:
@@ -88,7 +93,7 @@ class LLM:
             while engine.has_unfinished_requests():
                 engine.step()
             raise
-        return [states[rid].to_output(self) for rid in order]
+        return [states[rid].to_output() for rid in order]
 
     def _adapters_for(
         self, lora_request: LoRARequest | Sequence[LoRARequest | None] | None, count: int
@@ -123,78 +128,99 @@ class LLM:
             return prompt["prompt"], self.get_tokenizer().encode(prompt["prompt"])
         raise ValueError('a prompt must be a string or a dict with "prompt_token_ids" or "prompt"')
 
-    def _decode(self, token_ids: list[int], params: SamplingParams) -> str:
-        return self.get_tokenizer().decode(
-            token_ids, skip_special_tokens=params.skip_special_tokens
-        )
-
 
 class _SampleState:
-    __slots__ = ("finish_reason", "logprobs", "stop_reason", "text", "token_ids")
+    """One sample's tokens and text, detokenized as tokens arrive and cut at a stop string
+    the way the API process cuts a stream."""
 
-    def __init__(self, want_logprobs: bool) -> None:
+    def __init__(self, tokenizer: Decoder, params: SamplingParams) -> None:
+        self.params = params
         self.token_ids: list[int] = []
-        self.logprobs: list | None = [] if want_logprobs else None
+        self.logprobs: list | None = [] if params.logprobs is not None else None
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
-        self.text: str | None = None
+        self.text = ""  # what the matcher let through; final once finish_reason is set
+        # Ended by a stop string while the engine still runs it.
+        self.cut_short = False
+        # Without the prompt as context, as the text of token_ids decoded on their own.
+        self._detokenizer = IncrementalDetokenizer(
+            tokenizer, skip_special_tokens=params.skip_special_tokens
+        )
+        self._matcher = StopStringMatcher(
+            params.stop, include_stop_str_in_output=params.include_stop_str_in_output
+        )
+        self._text_ends: list[int] = []  # detokenized length after each token
+
+    def apply(self, delta: RequestOutputDelta) -> None:
+        if self.finish_reason is not None:
+            return  # ended by a stop string: later tokens (and the abort) are dropped
+        self.token_ids.extend(delta.new_token_ids)
+        if delta.new_logprobs is not None and self.logprobs is not None:
+            self.logprobs.extend(delta.new_logprobs)
+        for token_id in delta.new_token_ids:
+            piece = self._detokenizer.push(token_id)
+            self._text_ends.append(len(self._detokenizer.text))
+            # As the API does: no stop string can end a sample before min_tokens.
+            if len(self._text_ends) > self.params.min_tokens:
+                piece = self._matcher.feed(piece)
+            self.text += piece
+            if self._matcher.matched is not None:
+                self.cut_short = True
+                self._stop_at_string()
+                return
+        if delta.finished:
+            self.text += self._matcher.feed(self._detokenizer.flush())
+            if self._text_ends:  # the held-back bytes complete the last token's text
+                self._text_ends[-1] = len(self._detokenizer.text)
+            if self._matcher.matched is not None:
+                self._stop_at_string()
+                return
+            self.text += self._matcher.flush()
+            self.finish_reason = delta.finish_reason
+            self.stop_reason = delta.stop_reason
+
+    def _stop_at_string(self) -> None:
+        self.finish_reason = "stop"
+        self.stop_reason = self._matcher.matched
+        # Keep the shortest token prefix whose text still reaches the cut.
+        num_kept = bisect.bisect_left(self._text_ends, len(self.text)) + 1 if self.text else 0
+        del self.token_ids[num_kept:]
+        if self.logprobs is not None:
+            del self.logprobs[num_kept:]
 
 
 class _RequestState:
-    def __init__(self, request_id, prompt, prompt_token_ids, params: SamplingParams) -> None:
+    def __init__(
+        self, request_id, prompt, prompt_token_ids, params: SamplingParams, tokenizer: Decoder
+    ) -> None:
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
-        self.params = params
-        self.samples = [_SampleState(params.logprobs is not None) for _ in range(params.n)]
+        self.samples = [_SampleState(tokenizer, params) for _ in range(params.n)]
         self.prompt_logprobs = None
         self.num_cached_tokens = 0
-        self.stopped_by_string = False
         self.abort_sent = False
 
     @property
     def finished(self) -> bool:
         return all(s.finish_reason is not None for s in self.samples)
 
-    def apply(self, delta: RequestOutputDelta, llm: LLM) -> None:
-        sample = self.samples[delta.index]
-        if sample.finish_reason is not None:
-            return  # ended by a stop string: later tokens (and the abort) are dropped
-        sample.token_ids.extend(delta.new_token_ids)
-        if delta.new_logprobs is not None and sample.logprobs is not None:
-            sample.logprobs.extend(delta.new_logprobs)
+    @property
+    def needs_abort(self) -> bool:
+        """Every sample is done, yet the engine still runs those cut short by a stop string:
+        it ends samples only per request."""
+        return self.finished and not self.abort_sent and any(s.cut_short for s in self.samples)
+
+    def apply(self, delta: RequestOutputDelta) -> None:
         if delta.prompt_logprobs is not None and self.prompt_logprobs is None:
             self.prompt_logprobs = delta.prompt_logprobs
         if delta.index == 0:
             self.num_cached_tokens = delta.num_cached_tokens
-        if self.params.stop and delta.new_token_ids:
-            text = llm._decode(sample.token_ids, self.params)
-            cut = _find_stop(text, self.params)
-            if cut is not None:
-                sample.text, sample.stop_reason = cut
-                sample.finish_reason = "stop"
-                self._trim_tokens(sample, llm)
-                # The engine ends samples only per request: abort once every sample is done.
-                if self.finished:
-                    self.stopped_by_string = True
-                return
-        if delta.finished:
-            sample.finish_reason = delta.finish_reason
-            sample.stop_reason = delta.stop_reason
+        self.samples[delta.index].apply(delta)
 
-    def _trim_tokens(self, sample: _SampleState, llm: LLM) -> None:
-        # Keep the shortest token prefix whose text still reaches the cut point.
-        for n in range(len(sample.token_ids) + 1):
-            if len(llm._decode(sample.token_ids[:n], self.params)) >= len(sample.text):
-                del sample.token_ids[n:]
-                if sample.logprobs is not None:
-                    del sample.logprobs[n:]
-                return
-
-    def to_output(self, llm: LLM) -> RequestOutput:
+    def to_output(self) -> RequestOutput:
         outputs = []
         for i, s in enumerate(self.samples):
-            text = s.text if s.text is not None else llm._decode(s.token_ids, self.params)
             logprobs = None
             cumulative = None
             if s.logprobs is not None:
@@ -203,7 +229,7 @@ class _RequestState:
             outputs.append(
                 CompletionOutput(
                     index=i,
-                    text=text,
+                    text=s.text,
                     token_ids=s.token_ids,
                     cumulative_logprob=cumulative,
                     logprobs=logprobs,
@@ -226,17 +252,3 @@ class _RequestState:
             finished=True,
             num_cached_tokens=self.num_cached_tokens,
         )
-
-
-def _find_stop(text: str, params: SamplingParams) -> tuple[str, str] | None:
-    """Text up to the earliest stop string (kept if include_stop_str_in_output), and the string."""
-    best = None
-    for stop in params.stop:
-        pos = text.find(stop)
-        if pos >= 0 and (best is None or pos < best[0]):
-            best = (pos, stop)
-    if best is None:
-        return None
-    pos, stop = best
-    end = pos + len(stop) if params.include_stop_str_in_output else pos
-    return text[:end], stop

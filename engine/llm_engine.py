@@ -14,7 +14,6 @@ allocated on the first load, so engines that never serve an adapter spend no mem
 from __future__ import annotations
 
 import copy
-import logging
 import time
 from collections.abc import Iterable
 
@@ -31,8 +30,6 @@ from engine.outputs import EngineStats, RequestOutputDelta
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
-
-logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -59,19 +56,38 @@ class LLMEngine:
         self.model_config = ModelConfig.from_pretrained(config.model, config.max_model_len)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device, self.model_config.checkpoint_dtype)
-        self.runner = ModelRunner(config, self.model_config, device=self.device, dtype=self.dtype)
+        self.lora, self._no_lora_reason = self._build_lora_manager()
+        self.runner = ModelRunner(
+            config, self.model_config, device=self.device, dtype=self.dtype, lora=self.lora
+        )
         self.scheduler = Scheduler(
             config,
             num_blocks=self.runner.num_blocks,
             max_model_len=self.model_config.max_model_len,
             eos_token_ids=self.model_config.eos_token_ids,
+            lora=self.lora,
         )
         self._samples: dict[str, list[Request]] = {}  # user request id -> its live samples
         self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
         self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
-        self.lora: LoraManager | None = None  # built by the first load_adapter
 
     # -- LoRA adapters ---------------------------------------------------------------------------
+
+    def _build_lora_manager(self) -> tuple[LoraManager | None, str]:
+        """The adapter manager, or None and the reason when this model cannot take adapters."""
+        try:
+            base = BaseModelShape.from_pretrained(self.config.model)
+        except ValueError as exc:
+            return None, str(exc)
+        manager = LoraManager(
+            base,
+            max_loras=self.config.max_loras,
+            max_lora_rank=self.config.max_lora_rank,
+            modules=PACKED_MODULES,  # the decoder fuses q|k|v and gate|up
+            device=self.device,
+            dtype=self.dtype,
+        )
+        return manager, ""
 
     def load_adapter(self, name: str, path: str, checksum: str = "") -> AdapterIdentity:
         """Validate and cache the PEFT adapter at ``path``; return the identity to request it by.
@@ -83,7 +99,9 @@ class LLMEngine:
         """
         if not isinstance(name, str) or not name:
             raise ValueError("adapter name must be a non-empty string")
-        return self._lora_manager().add_adapter(name, path, checksum)
+        if self.lora is None:
+            raise ValueError(f"this model cannot serve LoRA adapters: {self._no_lora_reason}")
+        return self.lora.add_adapter(name, path, checksum)
 
     def unload_adapter(self, name: str) -> None:
         """Forget every version of ``name``; running requests finish with it, waiting ones end
@@ -107,29 +125,6 @@ class LLMEngine:
             "waiting_lora_adapters": sorted(waiting),
             "max_lora": self.config.max_loras,
         }
-
-    def _lora_manager(self) -> LoraManager:
-        if self.lora is None:
-            try:
-                base = BaseModelShape.from_pretrained(self.config.model)
-            except ValueError as exc:
-                raise ValueError(f"this model cannot serve LoRA adapters: {exc}") from exc
-            self.lora = LoraManager(
-                base,
-                max_loras=self.config.max_loras,
-                max_lora_rank=self.config.max_lora_rank,
-                modules=PACKED_MODULES,  # the decoder fuses q|k|v and gate|up
-                device=self.device,
-                dtype=self.dtype,
-            )
-            self.scheduler.lora = self.lora
-            self.runner.lora = self.lora
-            logger.info(
-                "LoRA slots allocated: max_loras=%d max_lora_rank=%d",
-                self.config.max_loras,
-                self.config.max_lora_rank,
-            )
-        return self.lora
 
     # -- requests in ---------------------------------------------------------------------------
 
@@ -227,14 +222,12 @@ class LLMEngine:
     def step(self) -> list[RequestOutputDelta]:
         outputs, self._pending = self._pending, []
         sched_out = self.scheduler.schedule()
-        if self.scheduler.dropped:  # their adapter was unloaded while they waited
-            for request in self.scheduler.dropped:
-                outputs.append(self._delta(request))
-                self._on_finished(request)
-            self.scheduler.dropped.clear()
+        for request in sched_out.dropped_requests:  # their adapter was unloaded while waiting
+            outputs.append(self._delta(request))
+            self._on_finished(request)
         if sched_out.is_empty:
             return outputs
-        model_out = self.runner.execute(sched_out, self.scheduler.kv_cache.get_block_ids)
+        model_out = self.runner.execute(sched_out)
         for request in self.scheduler.update_from_output(sched_out, model_out):
             outputs.append(self._delta(request))
             if request.is_finished:

@@ -95,7 +95,10 @@ class _SampleOutput:
                 logprobs.append(req.token_texts.logprob(delta.logprobs[j]))
             piece = self.detok.push(token_id)
             # As vLLM does: no stop string can end generation before min_tokens.
-            texts.append(self.matcher.feed(piece) if self.num_tokens > req.min_tokens else piece)
+            if self.num_tokens > req.min_tokens:
+                texts.append(self.matcher.feed(piece))
+            else:
+                texts.append(self.matcher.pass_through(piece))
             if self.matcher.matched is not None:
                 return texts, token_ids, self.matcher.matched
         return texts, token_ids, None

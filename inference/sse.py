@@ -28,3 +28,20 @@ async def sse_stream(chunks: AsyncIterator[dict], *, on_error) -> AsyncIterator[
     except Exception as exc:
         yield sse_event(on_error(exc))
     yield DONE
+
+
+class SseBody:
+    """A streaming response body: ``chunks`` framed as SSE. Django calls ``close`` when the
+    response ends, also when it never sent the body; that closes ``chunks`` too."""
+
+    def __init__(self, chunks: AsyncIterator[dict], *, on_error):
+        self._chunks = chunks
+        self._on_error = on_error
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return sse_stream(self._chunks, on_error=self._on_error)
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()

@@ -5,8 +5,8 @@ two queries) and never queries the database for it in steady state. As with the 
 (controlplane/tenants/keycache.py), every write that changes what the snapshot holds bumps the
 *catalog epoch* in Redis after commit (``catalog_epoch_bump``: the served-model and adapter
 services call it), each process re-reads the epoch at most every ``AUTH_EPOCH_CHECK_SECONDS``
-(default 1 s), and ``max_age`` bounds staleness should a bump be lost. If Redis is unreachable
-the snapshot keeps being served until max_age.
+(default 1 s), and ``max_age`` bounds staleness should a bump be lost. While Redis is
+unreachable the snapshot is still served, reloaded from the database every max_age.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from asgiref.sync import sync_to_async
 
 from controlplane.adapters.selectors import AdapterRoute, adapter_routes_granted
-from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
+from controlplane.deployments.models import ServedModel
 from controlplane.tenants.redis_epoch import RedisEpoch
 
 
@@ -58,13 +57,6 @@ class CatalogSnapshot:
         return [route for route, tenants in self.adapters.values() if tenant_id in tenants]
 
 
-def _is_embedding(model: ServedModel) -> bool:
-    if model.architecture in POOLING_ARCHITECTURES:
-        return True
-    # sentence-transformers checkpoints describe their pooling in modules.json.
-    return (Path(model.path) / "modules.json").is_file()
-
-
 def _catalog_model(model: ServedModel) -> CatalogModel:
     return CatalogModel(
         name=model.name,
@@ -72,7 +64,7 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
         architecture=model.architecture,
         max_model_len=model.max_model_len,
         created=int(model.created_at.timestamp()),
-        is_embedding=_is_embedding(model),
+        is_embedding=model.is_embedding,
     )
 
 
@@ -153,5 +145,4 @@ def catalog_snapshot() -> CatalogSnapshot:
 
 def catalog_epoch_bump() -> None:
     """Make every API process reload the catalog within a second (after commit)."""
-    return
     catalog_cache.epoch.bump(invalidate_local=catalog_cache.invalidate_local)

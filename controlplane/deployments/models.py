@@ -1,5 +1,7 @@
 """Served models: checkpoints registered with the platform and the engines that serve them."""
 
+from pathlib import Path
+
 from django.db import models
 
 # Architectures served by a pooling engine (embeddings) rather than a generation engine.
@@ -27,4 +29,8 @@ class ServedModel(models.Model):
 
     @property
     def is_embedding(self) -> bool:
-        return self.architecture in POOLING_ARCHITECTURES
+        """Served by a pooling engine (/v1/embeddings) rather than a generation engine."""
+        if self.architecture in POOLING_ARCHITECTURES:
+            return True
+        # sentence-transformers checkpoints describe their pooling in modules.json.
+        return (Path(self.path) / "modules.json").is_file()

@@ -10,7 +10,3 @@ def served_model_list(*, active_only: bool = True) -> list[ServedModel]:
     if active_only:
         qs = qs.filter(is_active=True)
     return list(qs)
-
-
-async def served_model_get(*, name: str) -> ServedModel | None:
-    return await ServedModel.objects.filter(name=name, is_active=True).afirst()

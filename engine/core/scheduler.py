@@ -42,6 +42,7 @@ class Scheduler:
         num_blocks: int,
         max_model_len: int,
         eos_token_ids: Iterable[int] = (),
+        lora: LoraManager | None = None,
     ) -> None:
         if num_blocks * config.block_size < max_model_len:
             raise ValueError(
@@ -68,11 +69,8 @@ class Scheduler:
         self.prefix_cache_hits = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        # Set by the engine when the first adapter is loaded (slots cost memory until then).
-        self.lora: LoraManager | None = None
+        self.lora = lora  # None when the model cannot serve adapters
         self._lora_holders: set[str] = set()  # ids of requests holding their adapter
-        # Waiting requests ended because their adapter was unloaded; the engine reports them.
-        self.dropped: list[Request] = []
 
     # -- admission and removal -------------------------------------------------------------
 
@@ -112,14 +110,14 @@ class Scheduler:
             self._lora_holders.discard(request.request_id)
             self.lora.release(request.adapter)
 
-    def _adapter_available(self, request: Request) -> bool:
+    def _adapter_available(self, request: Request, out: SchedulerOutput) -> bool:
         """False, after ending it as aborted, if the head request's adapter was unloaded."""
         if self.lora is not None and self.lora.knows(request.adapter):
             return True
         self.waiting.pop()
         request.status = RequestStatus.FINISHED_ABORTED
         del self.requests[request.request_id]
-        self.dropped.append(request)
+        out.dropped_requests.append(request)
         logger.info(
             "request %s dropped: adapter %s unloaded", request.request_id, request.adapter.name
         )
@@ -154,6 +152,8 @@ class Scheduler:
             budget = self._admit_waiting(out, budget)
 
         out.total_num_scheduled_tokens = self.config.max_num_batched_tokens - budget
+        for request in out.scheduled_requests:
+            out.block_tables[request.request_id] = self.kv_cache.get_block_ids(request.request_id)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "scheduled %d tokens: %d running, %d new, %d preempted, %d waiting",
@@ -171,7 +171,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
             if request.adapter is not None:
-                if not self._adapter_available(request):
+                if not self._adapter_available(request, out):
                     continue
                 if not self.lora.can_hold(request.adapter):  # all max_loras slots are held
                     skipped.append(self.waiting.pop())

@@ -11,10 +11,14 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """Requests to run this step and how many tokens of each.
+    """Everything the model runner and the engine need from one step, so neither asks the
+    scheduler.
 
     ``new_requests`` start (or restart after preemption) this step; ``running_requests`` were
-    already running and continue a prefill or decode. ``num_scheduled_tokens`` covers both.
+    already running and continue a prefill or decode. ``num_scheduled_tokens`` and
+    ``block_tables`` (the KV block ids each holds, valid for this step) cover both.
+    ``dropped_requests`` were waiting and ended as aborted without running, because their
+    adapter was unloaded; the engine reports them.
     """
 
     new_requests: list[Request] = field(default_factory=list)
@@ -22,6 +26,8 @@ class SchedulerOutput:
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     total_num_scheduled_tokens: int = 0
     preempted_requests: list[Request] = field(default_factory=list)
+    block_tables: dict[str, list[int]] = field(default_factory=dict)
+    dropped_requests: list[Request] = field(default_factory=list)
 
     @property
     def scheduled_requests(self) -> list[Request]:

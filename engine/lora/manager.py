@@ -53,17 +53,13 @@ class LoraManager:
         fold_scaling: bool = False,
     ):
         self.base = base
+        self.max_loras = max_loras
         self.max_lora_rank = max_lora_rank
         self.dtype = dtype
-        self.slots = LoraSlots(
-            base,
-            max_loras=max_loras,
-            max_lora_rank=max_lora_rank,
-            modules=modules,
-            device=device,
-            dtype=dtype,
-            fold_scaling=fold_scaling,
-        )
+        self.modules = modules
+        self.device = device
+        self.fold_scaling = fold_scaling
+        self._slots: LoraSlots | None = None
         self.host_cache = AdapterHostCache(max(max_cpu_loras or 0, max_loras))
         # Where each known adapter's files are: from requests' AdapterRef or LoadAdapter.
         self._paths: dict[AdapterIdentity, Path] = {}
@@ -71,8 +67,25 @@ class LoraManager:
         self._removed: set[AdapterIdentity] = set()
 
     @property
-    def max_loras(self) -> int:
-        return self.slots.max_loras
+    def slots(self) -> LoraSlots:
+        """The device slots, allocated on first use: an engine that never serves an adapter
+        spends no device memory on them."""
+        if self._slots is None:
+            self._slots = LoraSlots(
+                self.base,
+                max_loras=self.max_loras,
+                max_lora_rank=self.max_lora_rank,
+                modules=self.modules,
+                device=self.device,
+                dtype=self.dtype,
+                fold_scaling=self.fold_scaling,
+            )
+            logger.info(
+                "LoRA slots allocated: max_loras=%d max_lora_rank=%d",
+                self.max_loras,
+                self.max_lora_rank,
+            )
+        return self._slots
 
     # Registry (control messages) ---------------------------------------------------------
 
@@ -82,6 +95,7 @@ class LoraManager:
         Raises AdapterError (a ValueError) when the files do not fit the base model or do
         not match ``checksum``.
         """
+        _ = self.slots  # allocate now, so a lack of memory fails this load, not a later step
         identity = AdapterIdentity(name, checksum or adapter_checksum(path))
         self._paths[identity] = Path(path)
         self._host_adapter(identity)
@@ -97,7 +111,8 @@ class LoraManager:
                 self._removed.add(identity)
             else:
                 self._forget(identity)
-        self.slots.evict(name)
+        if self._slots is not None:
+            self._slots.evict(name)
 
     def _forget(self, identity: AdapterIdentity) -> None:
         self._paths.pop(identity, None)

@@ -1,9 +1,9 @@
 """EngineService: the busy loop that connects an LLMEngine to Redis streams.
 
 Each iteration has three named phases, and none of them waits on Redis:
-``drain_inputs()`` (new requests, aborts, control commands from the Inbox), ``step()`` (one
-engine step) and ``publish()`` (one PublishJob for the writer thread: ONE output entry per
-frontend for everything this step produced).
+``drain_inputs()`` (new requests and aborts through the RequestIntake, control commands, all
+from the Inbox), ``step()`` (one engine step) and ``publish()`` (the Outbox's PublishJob for
+the writer thread: ONE output entry per frontend for everything this step produced).
 """
 
 from __future__ import annotations
@@ -12,41 +12,29 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 
 import redis
 
 from engine import protocol
-from engine.adapters import AdapterIdentity
 from engine.outputs import EngineStats
-from engine.service import convert
+from engine.service.adapter_registry import AdapterRegistry
 from engine.service.inbox import AbortEvent, ControlEvent, Inbox, NewRequest
+from engine.service.outbox import ActiveRequest, Outbox
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_io import (
     BroadcastReader,
     Channels,
     OutputWriter,
-    PublishJob,
     RequestReader,
     ensure_group,
 )
+from engine.service.request_intake import RequestIntake
 from engine.service.settings import ServiceSettings
-from engine.service.status import StatusPublisher
+from engine.service.status import EngineSnapshot, StatusPublisher
 
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05
-# Aborts for requests this engine has not seen yet are remembered this long, for the race
-# in which the abort overtakes its request between the Redis threads.
-RECENT_ABORT_S = 60.0
-
-
-@dataclass(slots=True)
-class _Active:
-    entry_id: str
-    request: protocol.GenerateRequest
-    open_indexes: set[int] = field(default_factory=set)
-    started: bool = False
 
 
 class EngineService:
@@ -58,16 +46,15 @@ class EngineService:
         self.keys = protocol.Keys(settings.prefix)
         self.channels = Channels(self.keys, settings.model_name, settings.engine_id)
         self.inbox = Inbox()
-        self.active: dict[str, _Active] = {}
-        self.recent_aborts: dict[str, float] = {}
-        self.adapters: dict[str, AdapterIdentity] = {}
+        self.outbox = Outbox()
+        self.adapters = AdapterRegistry(engine, settings.model_name)
+        self.intake = RequestIntake(engine, self.outbox, self.adapters)
         self.num_steps = 0
         self.max_num_seqs = int(getattr(engine.config, "max_num_seqs", 256))
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested = False
         self._drain_deadline: float | None = None
-        self._job = PublishJob()
         self._stats: EngineStats | None = engine.stats()
         # Read by the status thread; refreshed on the loop thread with the stats.
         self._lora_info: dict | None = engine.lora_requests_info()
@@ -97,11 +84,16 @@ class EngineService:
             on_tick=self.reaper.check,
         )
 
+    @property
+    def active(self) -> dict[str, ActiveRequest]:
+        """Requests taken from the stream and not yet answered in full, by request id."""
+        return self.outbox.active
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Announce this engine (status first, so it is alive before it joins the group)."""
-        self._load_adapter_registry()
+        self.adapters.load_published(self.redis, self.keys)
         self.status.publish()
         ensure_group(self.redis, self.channels.requests)
         for thread in (self.writer, self.reader, self.broadcast, self.status):
@@ -144,15 +136,12 @@ class EngineService:
     def drain_inputs(self, timeout: float = 0.0) -> None:
         for event in self.inbox.take_all(timeout):
             if isinstance(event, NewRequest):
-                self._add(event)
+                self.intake.admit(event, draining=self.draining)
             elif isinstance(event, AbortEvent):
-                self._abort(event.request_id)
+                self.intake.abort(event.request_id)
             elif isinstance(event, ControlEvent):
                 self._control(event.message)
-        if self.recent_aborts:
-            cutoff = time.monotonic() - RECENT_ABORT_S
-            for request_id in [k for k, t in self.recent_aborts.items() if t < cutoff]:
-                del self.recent_aborts[request_id]
+        self.intake.forget_old_aborts()
 
     def step(self) -> list:
         if not self.engine.has_unfinished_requests():
@@ -162,158 +151,28 @@ class EngineService:
         return deltas
 
     def publish(self, deltas: list) -> None:
-        job = self._job
-        for delta in deltas:
-            active = self.active.get(delta.request_id)
-            if active is None:  # aborted or failed here already
-                continue
-            if not active.started:
-                active.started = True
-                job.started[active.entry_id] = protocol.StartedRecord(
-                    active.request.request_id, active.request.frontend_id
-                )
-            job.add(active.request.frontend_id, convert.request_delta(delta))
-            if delta.finished:
-                active.open_indexes.discard(delta.index)
-                if not active.open_indexes:
-                    self._forget(active)
+        self.outbox.add_engine_deltas(deltas)
         self._stats = self.engine.stats()
         self._lora_info = self.engine.lora_requests_info()
-        if job:
+        job = self.outbox.take_job()
+        if job is not None:
             job.step = self.num_steps
             self.writer.submit(job)
-            self._job = PublishJob()
         if deltas or self.inbox.num_requests == 0:
             self.reader.room_changed.set()
 
-    # ------------------------------------------------------------------ inputs
-
-    def _add(self, event: NewRequest) -> None:
-        request = event.request
-        request_id = request.request_id
-        if request_id in self.recent_aborts:
-            del self.recent_aborts[request_id]
-            self._finish_without_running(event.entry_id, request, finish_reason="abort")
-            return
-        if self.draining:
-            self._job.requeue.append(request)
-            self._job.done.append(event.entry_id)
-            return
-        if request_id in self.active:
-            self._finish_without_running(
-                event.entry_id, request, error=f"request id {request_id!r} is already running"
-            )
-            return
-        try:
-            params = convert.sampling_params(request.sampling)
-            adapter = self._adapter_identity(request.adapter)
-            # The engine orders by its monotonic clock; carry over the time spent queued.
-            queued_for = max(0.0, time.time() - request.arrival_time)
-            self.engine.add_request(
-                request_id,
-                request.prompt_token_ids,
-                params,
-                cache_salt=request.cache_salt or None,
-                adapter=adapter,
-                priority=request.priority,
-                arrival_time=time.monotonic() - queued_for if request.arrival_time else None,
-            )
-        except (ValueError, TypeError) as exc:
-            logger.info("request %s refused: %s", request_id, exc)
-            self._finish_without_running(event.entry_id, request, error=str(exc))
-            return
-        self.active[request_id] = _Active(
-            event.entry_id, request, open_indexes=set(range(request.sampling.n))
-        )
-
-    def _abort(self, request_id: str) -> None:
-        active = self.active.get(request_id)
-        if active is None:
-            self.recent_aborts[request_id] = time.monotonic()
-            return
-        self.engine.abort_request([request_id])
-        for index in sorted(active.open_indexes):
-            self._job.add(
-                active.request.frontend_id,
-                protocol.RequestDelta(request_id=request_id, index=index, finish_reason="abort"),
-            )
-        self._forget(active)
-
-    def _forget(self, active: _Active) -> None:
-        self.active.pop(active.request.request_id, None)
-        self._job.done.append(active.entry_id)
-
-    def _finish_without_running(
-        self,
-        entry_id: str,
-        request: protocol.GenerateRequest,
-        *,
-        finish_reason: str = "abort",
-        error: str = "",
-    ) -> None:
-        for index in range(max(1, request.sampling.n)):
-            self._job.add(
-                request.frontend_id,
-                protocol.RequestDelta(
-                    request_id=request.request_id,
-                    index=index,
-                    finish_reason=finish_reason,
-                    num_prompt_tokens=len(request.prompt_token_ids),
-                    error=error,
-                ),
-            )
-        self._job.done.append(entry_id)
-
-    # ------------------------------------------------------------------ adapters and control
-
-    def _load_adapter_registry(self) -> None:
-        """Load the adapters the control plane published for this model before we started."""
-        for name, raw in self.redis.hgetall(self.keys.adapters(self.settings.model_name)).items():
-            try:
-                ref = protocol.decode_adapter(raw)
-            except Exception:
-                logger.error("unreadable adapter record %r skipped", name)
-                continue
-            self._load_adapter(ref)
-
-    def _load_adapter(self, ref: protocol.AdapterRef) -> None:
-        try:
-            identity = self.engine.load_adapter(ref.name, ref.path, ref.checksum)
-        except Exception as exc:  # a bad adapter must not take the engine down
-            logger.error("adapter %r from %s not loaded: %s", ref.name, ref.path, exc)
-            return
-        self.adapters[ref.name] = identity
-        logger.info("adapter %r loaded (checksum %s)", ref.name, identity.checksum)
-
-    def _adapter_identity(self, ref: protocol.AdapterRef | None) -> AdapterIdentity | None:
-        if ref is None:
-            return None
-        identity = self.adapters.get(ref.name)
-        if identity is None:
-            raise ValueError(
-                f"adapter {ref.name!r} is not loaded for model {self.settings.model_name!r}"
-            )
-        if ref.checksum and ref.checksum != identity.checksum:
-            raise ValueError(
-                f"adapter {ref.name!r} version {ref.checksum[:12]} is not loaded here "
-                f"(loaded: {identity.checksum[:12]})"
-            )
-        return identity
+    # ------------------------------------------------------------------ control and drain
 
     def _control(self, message: protocol.ControlMessage) -> None:
         if isinstance(message, protocol.LoadAdapter):
-            self._load_adapter(message.adapter)
+            self.adapters.load(message.adapter)
         elif isinstance(message, protocol.UnloadAdapter):
-            self.engine.unload_adapter(message.name)
-            self.adapters.pop(message.name, None)
-            logger.info("adapter %r unloaded", message.name)
+            self.adapters.unload(message.name)
         elif isinstance(message, protocol.Drain) and message.engine_id in (
             "",
             self.settings.engine_id,
         ):
             self.request_drain()
-
-    # ------------------------------------------------------------------ drain and shutdown
 
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
@@ -324,9 +183,8 @@ class EngineService:
         if handed_back:
             self.engine.abort_request([a.request.request_id for a in handed_back])
         for active in handed_back:
-            self.active.pop(active.request.request_id, None)
-            self._job.requeue.append(active.request)
-            self._job.done.append(active.entry_id)
+            del self.active[active.request.request_id]
+            self.outbox.hand_back(active.entry_id, active.request)
         logger.info(
             "draining: %d requests handed back, %d running ones get %.0fs to finish",
             len(handed_back),
@@ -343,17 +201,9 @@ class EngineService:
         if self.active:
             self.engine.abort_request(list(self.active))
             for active in list(self.active.values()):
-                for index in sorted(active.open_indexes):
-                    self._job.add(
-                        active.request.frontend_id,
-                        protocol.RequestDelta(
-                            request_id=active.request.request_id,
-                            index=index,
-                            finish_reason="abort",
-                            error="the engine shut down before this request finished",
-                        ),
-                    )
-                self._forget(active)
+                self.outbox.abort_open_samples(
+                    active, error="the engine shut down before this request finished"
+                )
         self.publish([])
         self.status.stop()
         self.writer.close()
@@ -386,13 +236,13 @@ class EngineService:
         stats = self._stats
         return stats.num_waiting if stats is not None else 0
 
-    def _snapshot(self):
-        return (
-            self._stats,
-            self.inbox.num_requests,
-            self.max_num_seqs,
-            sorted(self.adapters),
-            self.draining,
-            self.num_steps,
-            self._lora_info,
+    def _snapshot(self) -> EngineSnapshot:
+        return EngineSnapshot(
+            stats=self._stats,
+            num_inbox_requests=self.inbox.num_requests,
+            max_num_seqs=self.max_num_seqs,
+            adapters=tuple(self.adapters.names()),
+            draining=self.draining,
+            num_steps=self.num_steps,
+            lora_info=self._lora_info,
         )

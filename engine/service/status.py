@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import redis
 
@@ -36,6 +37,19 @@ class TokenRate:
         return (total - first_total) / (now - first_t) if now > first_t else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """The loop's state as the status record reports it, taken by the status thread."""
+
+    stats: EngineStats | None
+    num_inbox_requests: int  # read from the stream, not yet in the engine
+    max_num_seqs: int
+    adapters: tuple[str, ...]
+    draining: bool
+    num_steps: int
+    lora_info: dict | None  # LLMEngine.lora_requests_info()
+
+
 class StatusPublisher(threading.Thread):
     """Every ``interval``: SET the status record with a TTL, then look for dead engines."""
 
@@ -48,9 +62,7 @@ class StatusPublisher(threading.Thread):
         engine_id: str,
         interval: float,
         ttl: float,
-        snapshot: Callable[
-            [], tuple[EngineStats | None, int, int, list[str], bool, int, dict | None]
-        ],
+        snapshot: Callable[[], EngineSnapshot],
         on_tick: Callable[[], None] | None = None,
     ):
         super().__init__(name="engine-status", daemon=True)
@@ -67,18 +79,19 @@ class StatusPublisher(threading.Thread):
         self._stop_event = threading.Event()
 
     def build(self) -> protocol.EngineStatus:
-        stats, num_inbox, max_num_seqs, adapters, draining, num_steps, lora_info = self.snapshot()
+        snapshot = self.snapshot()
+        stats, lora_info = snapshot.stats, snapshot.lora_info
         now = time.time()
         status = protocol.EngineStatus(
             engine_id=self.engine_id,
             model=self.model,
-            adapters=adapters,
+            adapters=list(snapshot.adapters),
             started_at=self.started_at,
             updated_at=now,
-            draining=draining,
-            max_num_seqs=max_num_seqs,
-            num_steps=num_steps,
-            num_waiting=num_inbox,
+            draining=snapshot.draining,
+            max_num_seqs=snapshot.max_num_seqs,
+            num_steps=snapshot.num_steps,
+            num_waiting=snapshot.num_inbox_requests,
             pid=os.getpid(),
             hostname=socket.gethostname(),
         )

@@ -1,9 +1,10 @@
 """Model runner: builds the flattened varlen batch of a step, runs the model, samples.
 
-Per step it gathers each scheduled request's new tokens, positions and block table (O(batch)
-Python, the rest in tensor ops), orders decodes before prefill chunks as the attention
-backends expect, computes logits only where a token is sampled (the end of a request's known
-tokens) plus prompt positions of requests that asked for prompt logprobs.
+A step is ``prepare_inputs`` (each scheduled request's new tokens, positions and block table
+from the SchedulerOutput, O(batch) Python, the rest in tensor ops; decodes before prefill
+chunks as the attention backends expect), ``run_model`` and ``sample``, which computes logits
+only where a token is sampled (the end of a request's known tokens) plus prompt positions of
+requests that asked for prompt logprobs.
 
 With LoRA, the step's adapter layout (which slot each token uses, grouped into segments) is
 built once from the same request order and handed to the model, which applies it in every
@@ -13,7 +14,7 @@ projection. Steps without an adapter request skip LoRA entirely.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -36,6 +37,21 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class ModelInputs:
+    """One step's flattened batch: decodes first, then prefill chunks, in ``requests`` order."""
+
+    requests: list[Request]
+    num_scheduled_tokens: dict[str, int]
+    input_ids: torch.Tensor  # [num_tokens]
+    positions: torch.Tensor  # [num_tokens]
+    attention: AttentionMetadata
+    lora: LoraApply | None  # None: no request of this step uses an adapter
+    # Requests that reach the end of their known tokens and so sample one, and their last row.
+    sample_requests: list[Request]
+    sample_rows: list[int]
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -44,6 +60,7 @@ class ModelRunner:
         *,
         device: torch.device,
         dtype: torch.dtype,
+        lora: LoraManager | None = None,
     ) -> None:
         self.config = config
         self.model_config = model_config
@@ -73,8 +90,7 @@ class ModelRunner:
         generator.manual_seed(config.seed)
         self.sampler = Sampler(generator)
         self.generators: dict[str, torch.Generator] = {}
-        # Set by the engine when the first adapter is loaded.
-        self.lora: LoraManager | None = None
+        self.lora = lora  # None when the model cannot serve adapters
 
     # -- per-request state -------------------------------------------------------------------
 
@@ -92,9 +108,13 @@ class ModelRunner:
     # -- one step ----------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def execute(
-        self, out: SchedulerOutput, block_ids_of: Callable[[str], list[int]]
-    ) -> ModelRunnerOutput:
+    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        inputs = self.prepare_inputs(out)
+        hidden = self.run_model(inputs)
+        return self.sample(inputs, hidden)
+
+    def prepare_inputs(self, out: SchedulerOutput) -> ModelInputs:
+        """Flatten the scheduled requests into one varlen batch, decodes first."""
         counts = out.num_scheduled_tokens
         requests = out.scheduled_requests
         decodes = [r for r in requests if counts[r.request_id] == 1]
@@ -110,13 +130,13 @@ class ModelRunner:
         seq_lens: list[int] = []
         query_start_loc = [0]
         tables: list[list[int]] = []
-        sample_rows: list[Request] = []
-        sample_index: list[int] = []
+        sample_requests: list[Request] = []
+        sample_rows: list[int] = []
         for r in ordered:
             start = r.num_computed_tokens
             n = counts[r.request_id]
             end = start + n
-            table = block_ids_of(r.request_id)
+            table = out.block_tables[r.request_id]
             if n == 1:
                 input_ids.append(r.all_token_ids[start])
                 positions.append(start)
@@ -129,52 +149,68 @@ class ModelRunner:
             query_start_loc.append(query_start_loc[-1] + n)
             tables.append(table)
             if end == r.num_tokens:
-                sample_rows.append(r)
-                sample_index.append(query_start_loc[-1] - 1)
+                sample_requests.append(r)
+                sample_rows.append(query_start_loc[-1] - 1)
 
         device = self.device
         max_blocks = max(len(t) for t in tables)
-        block_tables = torch.tensor(
-            [t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long
-        ).to(device)
-        positions_t = torch.tensor(positions, dtype=torch.long).to(device)
-        slot_mapping = torch.tensor(slots, dtype=torch.long).to(device)
         metadata = AttentionMetadata(
-            slot_mapping=slot_mapping,
+            slot_mapping=torch.tensor(slots, dtype=torch.long).to(device),
             seq_lens=torch.tensor(seq_lens, dtype=torch.long).to(device),
-            block_tables=block_tables,
+            block_tables=torch.tensor(
+                [t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long
+            ).to(device),
             seq_lens_list=seq_lens,
             query_start_loc=query_start_loc,
             num_decodes=len(decodes),
             block_size=bs,
         )
         self.backend.prepare(metadata)
-        input_t = torch.tensor(input_ids, dtype=torch.long).to(device)
-        lora = self._lora_apply(ordered, counts)
-        if lora is None and self.cuda_graphs is not None and self.cuda_graphs.can_run(metadata):
-            hidden = self.cuda_graphs.forward(input_t, positions_t, metadata)  # CUDA graphs
-        else:
-            hidden = self.model.forward(input_t, positions_t, self.kv_caches, metadata, lora=lora)
+        return ModelInputs(
+            requests=ordered,
+            num_scheduled_tokens=counts,
+            input_ids=torch.tensor(input_ids, dtype=torch.long).to(device),
+            positions=torch.tensor(positions, dtype=torch.long).to(device),
+            attention=metadata,
+            lora=self._lora_apply(ordered, counts),
+            sample_requests=sample_requests,
+            sample_rows=sample_rows,
+        )
 
+    def run_model(self, inputs: ModelInputs) -> torch.Tensor:
+        """Hidden states of every token in the batch; replays a CUDA graph where one fits."""
+        graphs = self.cuda_graphs
+        if inputs.lora is None and graphs is not None and graphs.can_run(inputs.attention):
+            return graphs.forward(inputs.input_ids, inputs.positions, inputs.attention)
+        return self.model.forward(
+            inputs.input_ids, inputs.positions, self.kv_caches, inputs.attention, lora=inputs.lora
+        )
+
+    def sample(self, inputs: ModelInputs, hidden: torch.Tensor) -> ModelRunnerOutput:
+        """Prompt logprobs where asked, and one token per request at the end of its tokens."""
         result = ModelRunnerOutput()
-        for i, r in enumerate(ordered):
+        query_start_loc = inputs.attention.query_start_loc
+        for i, r in enumerate(inputs.requests):
             if r.prompt_logprobs is not None and r.num_computed_tokens < r.num_prompt_tokens - 1:
-                start = query_start_loc[i]
                 result.prompt_logprobs[r.request_id] = self._prompt_logprobs(
-                    r, hidden[start : query_start_loc[i + 1]], counts[r.request_id]
+                    r,
+                    hidden[query_start_loc[i] : query_start_loc[i + 1]],
+                    inputs.num_scheduled_tokens[r.request_id],
                 )
-        if not sample_rows:
+        if not inputs.sample_requests:
             return result
-        logits = self.model.compute_logits(hidden[sample_index])
+        logits = self.model.compute_logits(hidden[inputs.sample_rows])
         batch = SamplingBatch.from_requests(
-            sample_rows,
+            inputs.sample_requests,
             generators=self.generators,
             eos_token_ids=self.eos_token_ids,
             vocab_size=self.model_config.vocab_size,
-            device=device,
+            device=self.device,
         )
         sampled = self.sampler(logits, batch)
-        for r, token, lp in zip(sample_rows, sampled.token_ids, sampled.logprobs, strict=True):
+        for r, token, lp in zip(
+            inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True
+        ):
             result.sampled_token_ids[r.request_id] = token
             if lp is not None:
                 result.logprobs[r.request_id] = lp

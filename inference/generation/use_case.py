@@ -67,6 +67,7 @@ class Generation:
         self.formatter = formatter_for(plan, self.stats)
         self._items: AsyncIterator[EngineItem] | None = None
         self._settled = False
+        self._done = asyncio.Event()
 
     @classmethod
     async def admit(
@@ -101,8 +102,11 @@ class Generation:
             await self.settle(_status_of(exc))
             raise
 
-    async def events(self) -> AsyncIterator[dict]:
-        """OpenAI stream chunks until every choice has finished."""
+    def events(self) -> GenerationEvents:
+        """OpenAI stream chunks until every choice has finished (see GenerationEvents)."""
+        return GenerationEvents(self)
+
+    async def _stream(self) -> AsyncIterator[dict]:
         status = 200
         try:
             async for event in stream_events(self.formatter, self._opened()):
@@ -129,7 +133,13 @@ class Generation:
         if self._settled:
             return
         self._settled = True
-        await settle_generation(self.admission, self.plan, self.stats, status=status)
+        try:
+            await settle_generation(self.admission, self.plan, self.stats, status=status)
+        finally:
+            self._done.set()
+
+    async def wait_settled(self) -> None:
+        await self._done.wait()
 
     def _opened(self) -> AsyncIterator[EngineItem]:
         if self._items is None:
@@ -142,3 +152,43 @@ class Generation:
                 await self._items.aclose()
         finally:
             await self.settle(status)
+
+
+class GenerationEvents:
+    """A generation's stream chunks, as an async iterator that settles however it ends.
+
+    Closed before its first chunk, an async generator never runs its ``finally``; this one
+    settles then too (499). Django closes a streaming response's content through a sync
+    ``close`` when the response ends, also when the client left while the response start was
+    being sent and the body was never read: ``close`` settles a stream never started.
+    """
+
+    def __init__(self, generation: Generation):
+        self._generation = generation
+        self._stream: AsyncIterator[dict] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._closing: asyncio.Task | None = None
+
+    def __aiter__(self) -> GenerationEvents:
+        return self
+
+    async def __anext__(self) -> dict:
+        if self._stream is None:
+            self._stream = self._generation._stream()
+        return await self._stream.__anext__()
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            await self._stream.aclose()
+        else:
+            await self._generation._close(499)
+
+    def close(self) -> None:
+        """For Django, from any thread: settle the generation if its stream never started
+        (a started one settles when its iteration is closed)."""
+        if self._stream is None:
+            self._loop.call_soon_threadsafe(self._close_soon)
+
+    def _close_soon(self) -> None:
+        if self._stream is None and self._closing is None:
+            self._closing = self._loop.create_task(self.aclose())

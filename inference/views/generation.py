@@ -10,7 +10,7 @@ from inference.generation.plan import Kind
 from inference.generation.use_case import Generation
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
-from inference.sse import sse_stream
+from inference.sse import SseBody
 from inference.views.base import AsyncApiView, json_response
 
 
@@ -27,7 +27,7 @@ class GenerationView(AsyncApiView):
         if not generation.plan.stream:
             return json_response(await generation.response())
         response = StreamingHttpResponse(
-            sse_stream(generation.events(), on_error=lambda exc: error_from_exception(exc).body()),
+            SseBody(generation.events(), on_error=lambda exc: error_from_exception(exc).body()),
             content_type="text/event-stream",
         )
         response["Cache-Control"] = "no-cache"

@@ -26,19 +26,13 @@ from controlplane.deployments.services import (
 from controlplane.tenants.access import Principal
 from engine.lora.testing import make_random_adapter
 from inference.catalog import resolve_model, visible_models
+from tests.inference.generation.factories import make_principal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _principal(tenant) -> Principal:
-    return Principal(
-        key_id=1,
-        key_prefix="sk-test",
-        tenant_id=tenant.pk,
-        tenant_slug=tenant.slug,
-        cache_salt=tenant.cache_salt,
-        allowed_models=None,
-    )
+    return make_principal(tenant.slug, tenant_id=tenant.pk)
 
 
 def test_the_snapshot_holds_active_models_and_granted_ready_adapters(
@@ -137,9 +131,7 @@ def test_changes_reach_another_process_cache_within_the_epoch_interval(
 
 async def test_this_process_sees_its_own_writes_at_once(served):
     principal = _principal(served.tenant_b)
-    assert [m.name for m in await visible_models(principal, with_adapters=True)] == [
-        "tiny-llama"
-    ]
+    assert [m.name for m in await visible_models(principal, with_adapters=True)] == ["tiny-llama"]
     await sync_to_async(adapter_grant)(adapter=served.adapter, tenant=served.tenant_b)
     assert (await resolve_model(principal, "bot", with_adapters=True)).name == "bot"
 

@@ -94,8 +94,11 @@ async def test_a_chunk_without_text_sends_no_content_delta():
     # A token that completes no character yet (half of a multi-byte one) has no text.
     plan = make_plan()
     items = single_prompt(
-        [make_chunk("", completion_tokens=1), make_chunk("é", completion_tokens=2)]
-        + [make_chunk("", completion_tokens=3, finish_reason="length")]
+        [
+            make_chunk("", completion_tokens=1),
+            make_chunk("é", completion_tokens=2),
+            make_chunk("", completion_tokens=3, finish_reason="length"),
+        ]
     )
     deltas = [c["choices"][0]["delta"] for c in await stream(plan, items)]
     assert deltas == [{"role": "assistant", "content": ""}, {"content": "é"}, {}]

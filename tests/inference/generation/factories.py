@@ -1,16 +1,22 @@
-"""Factories for generation tests: callers, plans and engine chunks made by hand."""
+"""Factories for generation tests: callers, plans, engine chunks and admitted generations."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterable
 
 from controlplane.tenants.access import Principal
+from controlplane.tenants.admission import admit
 from controlplane.tenants.ratelimit import Limits
+from controlplane.usage.events import UsageEvent
 from engine.protocol import SamplingOptions
 from inference.generation.plan import GenerationPlan, Kind
+from inference.generation.use_case import Generation
 from inference.output_processor import GenerationChunk, TokenLogprob
 
 MODEL = "tiny"
+# A step of a scripted engine: it goes quiet and never answers again.
+HANG = "hang"
 
 
 def make_principal(
@@ -113,3 +119,20 @@ async def engine_items(
 
 def single_prompt(chunks: Iterable[GenerationChunk]) -> list[tuple[int, int, GenerationChunk]]:
     return [(0, chunk.index, chunk) for chunk in chunks]
+
+
+async def generation_for(plan, *, principal=None, tokenizer=None) -> Generation:
+    """A Generation admitted for ``plan`` (Generation.admit without the model lookup); the
+    tokenizer is the engine client's, for detokenizing (a stand-in client needs none)."""
+    admission = await admit(
+        principal or make_principal(),
+        model=plan.model,
+        prompt_tokens=plan.prompt_tokens,
+        max_tokens=plan.sampling.max_tokens * plan.num_choices,
+    )
+    return Generation(plan, tokenizer, admission, started=time.monotonic())
+
+
+def billed(event: UsageEvent) -> tuple[int, int, int, str]:
+    """What a usage record bills: (status, prompt, completion tokens, finish_reason)."""
+    return event.status, event.prompt_tokens, event.completion_tokens, event.finish_reason

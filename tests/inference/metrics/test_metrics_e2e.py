@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from controlplane.core.redis_server import free_port
 from controlplane.metrics import PlatformCollector
-from tests.inference.metrics.scrape import Scrape
 from tests.inference.conftest import REDIS_PREFIX, _spawn, _stop, _wait_for
+from tests.inference.metrics.scrape import Scrape
 
 pytestmark = pytest.mark.slow
 

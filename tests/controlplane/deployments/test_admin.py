@@ -1,0 +1,53 @@
+"""The served-model admin: adding validates the checkpoint, changes and deletions go through
+the services (audited, and seen by every API process's catalog)."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from controlplane.audit.models import AuditEvent
+from controlplane.deployments.catalog import catalog_snapshot
+from controlplane.deployments.models import ServedModel
+
+pytestmark = pytest.mark.django_db
+
+
+def test_adding_validates_the_checkpoint_and_registers_it(admin_client, tiny_llama, tmp_path):
+    url = reverse("admin:deployments_servedmodel_add")
+    response = admin_client.post(url, {"name": "broken", "path": str(tmp_path)})
+    assert response.status_code == 200
+    assert "config.json" in response.content.decode()
+    assert not ServedModel.objects.exists()
+
+    response = admin_client.post(url, {"name": "tiny", "path": str(tiny_llama)})
+    assert response.status_code == 302, response.content[:3000]
+    model = ServedModel.objects.get(name="tiny")
+    assert model.architecture == "LlamaForCausalLM" and model.num_parameters > 0
+    assert "tiny" in catalog_snapshot().models
+
+
+def test_deactivating_goes_through_the_service(admin_client, tiny_llama):
+    admin_client.post(
+        reverse("admin:deployments_servedmodel_add"), {"name": "tiny", "path": str(tiny_llama)}
+    )
+    model = ServedModel.objects.get(name="tiny")
+    assert "tiny" in catalog_snapshot().models
+
+    response = admin_client.post(
+        reverse("admin:deployments_servedmodel_change", args=[model.pk]),
+        {"max_model_len": 1024},  # is_active unticked
+    )
+    assert response.status_code == 302, response.content[:3000]
+    model.refresh_from_db()
+    assert not model.is_active and model.max_model_len == 1024
+    event = AuditEvent.objects.get(action="model.update")
+    assert event.details == {"is_active": [True, False], "max_model_len": [2048, 1024]}
+    assert "tiny" not in catalog_snapshot().models
+
+    response = admin_client.post(
+        reverse("admin:deployments_servedmodel_delete", args=[model.pk]), {"post": "yes"}
+    )
+    assert response.status_code == 302
+    assert not ServedModel.objects.exists()
+    assert AuditEvent.objects.filter(action="model.delete").exists()
