@@ -71,6 +71,16 @@ class ServedModelAdmin(admin.ModelAdmin):
         obj._state.adding = False
         obj._state.db = created._state.db
 
+    def get_deleted_objects(self, objs, request):
+        # The confirmation page refuses, as for protected objects, what the service refuses.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        protected = list(protected) + [
+            f"tenant {name} (its only granted model is {model.name})"
+            for model in objs
+            for name in services.tenants_confined_to(model=model)
+        ]
+        return deleted, counts, perms_needed, protected
+
     def delete_model(self, request, obj):
         services.served_model_delete(model=obj, actor=request.user)
 

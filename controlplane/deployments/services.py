@@ -127,10 +127,27 @@ def served_model_update(
 
 
 @transaction.atomic
+def tenants_confined_to(*, model: ServedModel) -> list[str]:
+    """Names of the tenants whose only granted model is ``model``."""
+    from django.db.models import Count
+
+    confined = model.tenants.annotate(num_grants=Count("allowed_models")).filter(num_grants=1)
+    return sorted(confined.values_list("name", flat=True))
+
+
 def served_model_delete(
     *, model: ServedModel, actor: Any = None, actor_label: str | None = None
 ) -> None:
-    """Delete a model no adapter is built on (Django raises ProtectedError otherwise)."""
+    """Delete a model no adapter is built on (Django raises ProtectedError otherwise).
+
+    Refused while it is the only model granted to some tenant: an empty grant list means
+    "every model", so deleting it would widen that tenant's access instead of narrowing it.
+    """
+    if names := tenants_confined_to(model=model):
+        raise ModelRegistrationError(
+            f"{model.name} is the only model granted to {', '.join(names)}; grant them another "
+            "model (or deactivate this one) before deleting it"
+        )
     audit_record(actor=actor, actor_label=actor_label, action="model.delete", target=model)
     model.delete()
     catalog_epoch_bump()

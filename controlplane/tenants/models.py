@@ -32,8 +32,8 @@ class Tenant(models.Model):
     max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     # Grants. No model granted means every served model. Adapter grants live on the adapter
-    # (``Adapter.tenants``, reverse name ``tenant.allowed_adapters``), read per request by
-    # ``controlplane.adapters.selectors``; granting bumps the auth epoch like model grants do.
+    # (``Adapter.tenants``, reverse name ``tenant.allowed_adapters``), read from the per-process
+    # model catalog (controlplane/deployments/catalog.py); granting bumps the catalog's epoch.
     allowed_models = models.ManyToManyField(
         "deployments.ServedModel", blank=True, related_name="tenants"
     )

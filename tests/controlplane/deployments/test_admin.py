@@ -9,6 +9,7 @@ from django.urls import reverse
 from controlplane.audit.models import AuditEvent
 from controlplane.deployments.catalog import catalog_snapshot
 from controlplane.deployments.models import ServedModel
+from controlplane.deployments.services import ModelRegistrationError, served_model_delete
 
 pytestmark = pytest.mark.django_db
 
@@ -51,3 +52,22 @@ def test_deactivating_goes_through_the_service(admin_client, tiny_llama):
     assert response.status_code == 302
     assert not ServedModel.objects.exists()
     assert AuditEvent.objects.filter(action="model.delete").exists()
+
+
+def test_a_tenants_only_granted_model_cannot_be_deleted(admin_client, tiny_llama, make_tenant):
+    """An empty grant list means every model: deleting a tenant's only grant would widen it."""
+    admin_client.post(
+        reverse("admin:deployments_servedmodel_add"), {"name": "tiny", "path": str(tiny_llama)}
+    )
+    model = ServedModel.objects.get(name="tiny")
+    tenant = make_tenant("Narrow")
+    tenant.allowed_models.add(model)
+    url = reverse("admin:deployments_servedmodel_delete", args=[model.pk])
+
+    page = admin_client.get(url).content.decode()
+    assert "tenant Narrow (its only granted model is tiny)" in page
+    admin_client.post(url, {"post": "yes"})
+    assert ServedModel.objects.filter(name="tiny").exists()
+    with pytest.raises(ModelRegistrationError, match="only model granted to Narrow"):
+        served_model_delete(model=model)
+    assert list(tenant.allowed_models.values_list("name", flat=True)) == ["tiny"]
