@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from controlplane.core.process_commands import celery_worker_command, manage_command
 from engine.lora.testing import make_random_adapter
 from tests.inference.conftest import REPO, _spawn, _stop
 
@@ -28,7 +28,7 @@ ADMIN = ("lora-admin", "lora-admin-password-1")
 
 def _manage_shell(platform, code: str) -> str:
     done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code],
+        manage_command("shell", "-c", code),
         cwd=REPO,
         env=platform.env,
         capture_output=True,
@@ -42,24 +42,7 @@ def _manage_shell(platform, code: str) -> str:
 @pytest.fixture(scope="module")
 def celery_worker(platform):
     log = Path(platform.env["PLATFORM_VAR_DIR"]).parent / "celery.log"
-    worker = _spawn(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "controlplane",
-            "worker",
-            "--pool",
-            "solo",
-            "--concurrency",
-            "1",
-            "--loglevel",
-            "INFO",
-        ],
-        platform.env,
-        log,
-    )
+    worker = _spawn(celery_worker_command(concurrency=1, loglevel="INFO"), platform.env, log)
     yield worker
     _stop(worker)
 

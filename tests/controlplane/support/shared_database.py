@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from controlplane.core.process_commands import manage_command
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -26,7 +28,7 @@ class FileDatabase:
 
     def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
+            manage_command(*args),
             cwd=ROOT,
             env=self.env,
             capture_output=True,

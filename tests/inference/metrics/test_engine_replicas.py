@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import pytest
 
+from controlplane.core.process_commands import engine_command
 from tests.inference.conftest import (
     ENGINE_MAX_NUM_SEQS,
     ENGINE_MAX_QUEUED,
-    _spawn,
-    _stop,
-    _wait_for,
 )
+from tests.support.processes import running
 
 pytestmark = pytest.mark.slow
 
@@ -28,25 +26,22 @@ def _generated_per_engine(platform) -> dict[str, int]:
 @pytest.fixture
 def second_engine(platform):
     """Another engine process for the platform's chat model, on the same Redis."""
-    log = platform.checkpoint.parent / "engine-replica.log"
-    args = ["--model-path", str(platform.checkpoint), "--model-name", platform.chat_model,
-            "--max-queued", str(ENGINE_MAX_QUEUED), "--max-num-seqs", str(ENGINE_MAX_NUM_SEQS)]  # fmt: skip
-    process = _spawn(
-        [sys.executable, "-m", "engine", *args, "--redis-url", platform.redis_url],
-        platform.env,
-        log,
+    command = engine_command(
+        platform.checkpoint,
+        platform.chat_model,
+        max_queued=ENGINE_MAX_QUEUED,
+        max_num_seqs=ENGINE_MAX_NUM_SEQS,
+        redis_url=platform.redis_url,
     )
-    try:
-        _wait_for(
-            lambda: len(platform.engine_status()) >= 2,
-            timeout=120,
-            what="second engine",
-            process=process,
-            log=log,
-        )
+    with running(
+        command,
+        platform.env,
+        platform.checkpoint.parent / "engine-replica.log",
+        ready=lambda: len(platform.engine_status()) >= 2,
+        what="second engine",
+        timeout=120,
+    ) as process:
         yield process
-    finally:
-        _stop(process)
 
 
 async def test_two_replicas_share_100_requests_and_lose_none(platform, second_engine):

@@ -6,16 +6,14 @@ the traffic with one after it.
 
 from __future__ import annotations
 
-import sys
-
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controlplane.core.redis_server import free_port
 from controlplane.metrics import PlatformCollector
-from tests.inference.conftest import REDIS_PREFIX, _spawn, _stop, _wait_for
+from tests.inference.conftest import REDIS_PREFIX
 from tests.inference.metrics.scrape import Scrape
+from tests.support.platform_services import serving_daphne
 
 pytestmark = pytest.mark.slow
 
@@ -150,23 +148,10 @@ def test_metrics_endpoint_agrees_with_the_traffic_served(platform):
 @pytest.fixture
 def second_daphne(platform):
     """Another Daphne process on the same Redis and database as the platform's."""
-    env = platform.env
-    port = free_port()
-    log = platform.checkpoint.parent / f"daphne-{port}.log"
-    args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    process = _spawn([*args, "controlplane.asgi:application"], env, log)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for(
-            lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
-            timeout=60,
-            what="second daphne",
-            process=process,
-            log=log,
-        )
-        yield base_url
-    finally:
-        _stop(process)
+    with serving_daphne(
+        platform.env, platform.checkpoint.parent / "daphne-2.log", timeout=60
+    ) as url:
+        yield url
 
 
 def test_two_daphne_processes_render_the_same_complete_totals(platform, second_daphne):
