@@ -1,10 +1,16 @@
-"""URL routes: the admin, the OpenAI-compatible API, health, metrics and the schema."""
+"""URL routes: the landing page, the admin, the OpenAI-compatible API, health, metrics and the
+schema."""
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView
 
+# The admin's "View site" link leads to the landing page.
+admin.site.site_url = "/"
+
 urlpatterns = [
+    path("", TemplateView.as_view(template_name="landing/index.html"), name="landing"),
     path("admin/", admin.site.urls),
     path("dashboard/", include("controlplane.dashboard.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),

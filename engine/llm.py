@@ -1,8 +1,9 @@
 """The offline API, shaped like vLLM's: ``LLM(model=path).generate(prompts, sampling_params)``.
 
 Prompts are strings (tokenized with the checkpoint's tokenizer) or ``{"prompt_token_ids": [...]}``.
-Unlike the engine, this class also honours ``stop`` strings, as vLLM's offline API does: it
-detokenizes each sample as tokens arrive and ends the sample at the first stop string.
+Unlike the engine, this class also honours ``stop`` strings, as vLLM's offline API does: each
+sample is detokenized as tokens arrive and cut at the first stop string, by the same
+engine/text classes the API processes use.
 ``lora_request=LoRARequest(name, int_id, path)`` (one for all prompts, or one per prompt, None
 for the base model) runs prompts with a LoRA adapter, loaded into the engine on first use.
 """
@@ -142,6 +143,7 @@ class _SampleState:
         self.text = ""  # what the matcher let through; final once finish_reason is set
         # Ended by a stop string while the engine still runs it.
         self.cut_short = False
+        self._tokenizer = tokenizer
         # Without the prompt as context, as the text of token_ids decoded on their own.
         self._detokenizer = IncrementalDetokenizer(
             tokenizer, skip_special_tokens=params.skip_special_tokens
@@ -162,8 +164,9 @@ class _SampleState:
             self._text_ends.append(len(self._detokenizer.text))
             # As the API does: no stop string can end a sample before min_tokens.
             if len(self._text_ends) > self.params.min_tokens:
-                piece = self._matcher.feed(piece)
-            self.text += piece
+                self.text += self._matcher.feed(piece)
+            else:
+                self.text += self._matcher.pass_through(piece)
             if self._matcher.matched is not None:
                 self.cut_short = True
                 self._stop_at_string()
@@ -179,11 +182,20 @@ class _SampleState:
             self.finish_reason = delta.finish_reason
             self.stop_reason = delta.stop_reason
 
+    def _decode(self, token_ids: list[int]) -> str:
+        return self._tokenizer.decode(
+            token_ids, skip_special_tokens=self.params.skip_special_tokens
+        )
+
     def _stop_at_string(self) -> None:
         self.finish_reason = "stop"
         self.stop_reason = self._matcher.matched
         # Keep the shortest token prefix whose text still reaches the cut.
         num_kept = bisect.bisect_left(self._text_ends, len(self.text)) + 1 if self.text else 0
+        # The detokenizer holds back bytes that end mid-character until the next token; when
+        # they turn out not to complete one, that next token may lie wholly past the cut.
+        while num_kept and self._decode(self.token_ids[: num_kept - 1]).startswith(self.text):
+            num_kept -= 1
         del self.token_ids[num_kept:]
         if self.logprobs is not None:
             del self.logprobs[num_kept:]

@@ -107,7 +107,7 @@ class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0  # 0 (or -1, as vLLM accepts): off
+    top_k: int = -1  # -1 (or 0, as vLLM accepts both): off
     min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

@@ -36,6 +36,7 @@ class ModelEntry:
     is_embedding: bool
     # Set when ``name`` is a LoRA adapter (then ``path``/``max_model_len`` are its base's).
     adapter: AdapterRoute | None = None
+    completions_only: bool = False  # a base model without chat template (an adapter's base)
 
     @property
     def engine_model(self) -> str:
@@ -55,6 +56,7 @@ def _entry(model: CatalogModel) -> ModelEntry:
         max_model_len=model.max_model_len,
         created=model.created,
         is_embedding=model.is_embedding,
+        completions_only=model.completions_only,
     )
 
 
@@ -66,6 +68,7 @@ def _adapter_entry(route: AdapterRoute, base: CatalogModel) -> ModelEntry:
         created=route.created,
         is_embedding=False,
         adapter=route,
+        completions_only=base.completions_only,
     )
 
 
@@ -125,8 +128,11 @@ def embedding_tokenizer_for(entry: ModelEntry) -> EmbeddingTokenizer:
 
 
 def embedding_max_length(entry: ModelEntry) -> int:
-    """Longest input a sentence-transformers model takes (its ``max_seq_length``)."""
+    """Longest input an embeddings model takes: its ``max_model_len``, capped by
+    sentence_bert_config.json's ``max_seq_length`` (rows registered before registration read
+    it carry the position-table length)."""
     config = Path(entry.path) / "sentence_bert_config.json"
     if config.is_file():
-        return int(json.loads(config.read_text()).get("max_seq_length", entry.max_model_len))
+        limit = json.loads(config.read_text()).get("max_seq_length") or entry.max_model_len
+        return min(int(limit), entry.max_model_len)
     return entry.max_model_len

@@ -111,20 +111,20 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         if self.principal is None:
             await self._error(None, _not_authenticated())
             return
-        models = await visible_models(self.principal)
-        await self.send_json(
-            {
-                "type": "models",
-                "data": [
-                    {
-                        "id": m.name,
-                        "max_model_len": m.max_model_len,
-                        "kind": "embedding" if m.is_embedding else "generation",
-                    }
-                    for m in models
-                ],
+        # Adapters come after the base models, each naming its base as ``parent``, as in
+        # /v1/models; ``model="<adapter>"`` runs on the base model's engines.
+        models = await visible_models(self.principal, with_adapters=True)
+        data = []
+        for m in models:
+            item = {
+                "id": m.name,
+                "max_model_len": m.max_model_len,
+                "kind": "embedding" if m.is_embedding else "generation",
             }
-        )
+            if m.parent is not None:
+                item["parent"] = m.parent
+            data.append(item)
+        await self.send_json({"type": "models", "data": data})
 
     async def _start(self, kind: Kind, message: dict) -> None:
         gen_id = message.get("id")

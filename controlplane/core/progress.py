@@ -47,6 +47,10 @@ class Progress:
         prefix = "\r\033[K" if self.tty else ""
         self._write(f"{prefix}{label} ... done ({took:.1f}s){note}\n")
 
+    def detail(self, text: str) -> None:
+        """A line under the current step (the spinner, on a terminal, goes on below it)."""
+        self._write(f"\r\033[K      {text}\n" if self.tty else f"      {text}\n")
+
     def _spin(self, label: str, started: float, stop: threading.Event) -> None:
         for frame in itertools.cycle("|/-\\"):
             if stop.wait(0.2):

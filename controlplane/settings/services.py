@@ -1,8 +1,28 @@
 """Redis, Celery, Channels and the engine fleet's shared names."""
 
+import os
+
+from controlplane.core.platform_location import find_running_platform
+from controlplane.settings.core import VAR_DIR
 from controlplane.settings.env import env_float, env_int, env_str
 
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Only tests change it: they cannot own port 6379.
+DEFAULT_REDIS_URL = env_str("PLATFORM_DEFAULT_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _redis_url() -> tuple[str, str]:
+    """REDIS_URL; else the Redis of the `manage.py serve` running from this var dir (commands
+    typed in a second shell must reach it, not whatever listens on 6379); else the default."""
+    if os.environ.get("REDIS_URL"):
+        return os.environ["REDIS_URL"], "environment"
+    running = find_running_platform(VAR_DIR)
+    if running is not None:
+        return running.redis_url, "serve"
+    return DEFAULT_REDIS_URL, "default"
+
+
+# Where it came from: "environment", "serve" (VAR_DIR/run/redis.json) or "default".
+REDIS_URL, REDIS_URL_SOURCE = _redis_url()
 # Every key the platform writes starts with this, so deployments can share one Redis.
 PLATFORM_REDIS_PREFIX = env_str("PLATFORM_REDIS_PREFIX", "llmp")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.conf import settings
+
 from controlplane.tenants.access import Principal, engine_cache_salt
 from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
@@ -26,7 +28,8 @@ from inference.schemas.completions import CompletionRequestSerializer
 from inference.schemas.validation import validate_body
 
 SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": CompletionRequestSerializer}
-# OpenAI's default max_tokens for /v1/completions (chat defaults to what the context leaves).
+# OpenAI's default max_tokens for /v1/completions. Chat defaults to what the context leaves,
+# capped by settings.CHAT_DEFAULT_MAX_TOKENS.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 
 
@@ -65,6 +68,8 @@ def plan_chat(
         max_model_len=entry.max_model_len,
         param="messages",
     )
+    if requested is None:
+        max_tokens = min(settings.CHAT_DEFAULT_MAX_TOKENS, max_tokens)
     logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
     return GenerationPlan(
         kind="chat",
@@ -116,6 +121,12 @@ async def prepare_generation(
     """Validate ``raw_body`` and plan the generation; raises ApiError for anything wrong."""
     body = validate_body(SERIALIZERS[kind], raw_body)
     entry, tokenizer = await load_generation_model(principal, body["model"])
+    if kind == "chat" and entry.completions_only:
+        raise invalid_request(
+            f"`{entry.name}` is a base model without a chat template, so it serves "
+            "/v1/completions only; send it a prompt there.",
+            param="model",
+        )
     if body.get("stop_token_ids"):
         check_token_ids(tokenizer, body["stop_token_ids"], param="stop_token_ids")
     plan_for = plan_chat if kind == "chat" else plan_completion

@@ -17,6 +17,7 @@ from typing import Any
 
 from controlplane.tenants.access import Principal
 from controlplane.tenants.admission import Admission, admit
+from engine.text.tokenizer import ChatTokenizer
 from inference.engine_client import EngineClient
 from inference.errors import error_from_exception
 from inference.formatters import collect_response, formatter_for, stream_events
@@ -59,7 +60,14 @@ async def _prefetched(items: AsyncIterator[EngineItem]) -> AsyncIterator[EngineI
 class Generation:
     """One admitted chat or text completion, from the engine stream to its settlement."""
 
-    def __init__(self, plan: GenerationPlan, tokenizer, admission: Admission, *, started: float):
+    def __init__(
+        self,
+        plan: GenerationPlan,
+        tokenizer: ChatTokenizer,
+        admission: Admission,
+        *,
+        started: float,
+    ):
         self.plan = plan
         self.tokenizer = tokenizer
         self.admission = admission

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference.schemas.fields import StrictBooleanField, StrictCharField, StrictIntegerField
@@ -10,6 +11,14 @@ from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingRequestSerializ
 ROLES = ["system", "developer", "user", "assistant", "tool"]
 
 
+_TEXT_PART = {
+    "type": "object",
+    "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
+    "required": ["type", "text"],
+}
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]})
 class MessageContentField(serializers.Field):
     """A message's content: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
 

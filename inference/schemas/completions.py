@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inference.schemas.fields import StrictBooleanField, StrictCharField, StrictIntegerField
@@ -16,6 +17,19 @@ def _is_token_ids(value) -> bool:
     )
 
 
+_TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "string"}},
+            _TOKEN_IDS,
+            {"type": "array", "items": _TOKEN_IDS},
+        ]
+    }
+)
 class PromptField(serializers.Field):
     """``prompt``: text, a list of texts, token ids or a list of token-id lists.
 

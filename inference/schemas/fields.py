@@ -5,6 +5,7 @@ DRF's stock fields coerce strings; an SDK user who sends the wrong type should h
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 
@@ -55,6 +56,9 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(
+    {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+)
 class StopField(serializers.Field):
     """``stop``: a string or a list of strings (normalised to a list)."""
 

@@ -28,15 +28,34 @@
     return item;
   }
 
+  function modelOption(model) {
+    const option = document.createElement("option");
+    option.value = model.id;
+    option.textContent = model.parent ? `${model.id} (LoRA on ${model.parent})` : model.id;
+    if (model.parent) option.dataset.parent = model.parent;
+    return option;
+  }
+
+  // Each LoRA adapter right after its base model; one whose base this key may not use
+  // (a grant can name the adapter alone) at the end.
   function showModels(models) {
-    const select = $("model");
-    select.replaceChildren();
-    for (const model of models.filter((m) => m.kind !== "embedding")) {
-      const option = document.createElement("option");
-      option.value = model.id;
-      option.textContent = model.id;
-      select.appendChild(option);
+    const chat = models.filter((m) => m.kind !== "embedding");
+    const bases = chat.filter((m) => !m.parent);
+    const baseIds = new Set(bases.map((m) => m.id));
+    const options = [];
+    for (const base of bases) {
+      options.push(modelOption(base));
+      for (const adapter of chat.filter((m) => m.parent === base.id)) {
+        options.push(modelOption(adapter));
+      }
     }
+    for (const adapter of chat.filter((m) => m.parent && !baseIds.has(m.parent))) {
+      options.push(modelOption(adapter));
+    }
+    const select = $("model");
+    const selected = select.value;
+    select.replaceChildren(...options);
+    if (chat.some((m) => m.id === selected)) select.value = selected;
   }
 
   function connect(event) {
@@ -176,4 +195,6 @@
     if (event.key === "Enter" && !event.shiftKey) send(event);
   });
   $("api-key").value = sessionStorage.getItem("playground-api-key") || "";
+  // On a phone the conversation comes first: the settings start folded.
+  if (window.matchMedia("(max-width: 720px)").matches) $("more-settings").open = false;
 })();

@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.inference.conftest import REPO
+from tests.support.browser import chromium_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = REPO / "test-artifacts"
 
 
 @pytest.fixture
 def page():
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail(
-            "Debian's chromium package is required for browser tests (apt install chromium)"
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1200, "height": 800})
-        yield context.new_page()
-        browser.close()
+    with chromium_page(width=1200, height=800) as page:
+        yield page
 
 
 def _delta_count(page, selector: str) -> int:

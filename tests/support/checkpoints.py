@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -24,3 +26,15 @@ class CheckpointCache:
                     self.root / f"{arch}-{size}-{seed}", arch=arch, size=size, seed=seed
                 )
             return self._made[key]
+
+
+def without_chat_template(checkpoint: Path, dest: Path) -> Path:
+    """A copy of ``checkpoint`` as a base model ships: no chat template anywhere."""
+    shutil.copytree(checkpoint, dest)
+    config_file = dest / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config.pop("chat_template", None)
+    config_file.write_text(json.dumps(config))
+    for template in dest.glob("chat_template.*"):
+        template.unlink()
+    return dest

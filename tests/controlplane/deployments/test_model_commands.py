@@ -63,14 +63,6 @@ def _no_weights(path: Path) -> None:
     (path / "model.safetensors").unlink()
 
 
-def _no_template(path: Path) -> None:
-    config = json.loads((path / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (path / "tokenizer_config.json").write_text(json.dumps(config))
-    for extra in path.glob("chat_template.*"):
-        extra.unlink()
-
-
 def _no_tokenizer(path: Path) -> None:
     (path / "tokenizer.json").unlink()
 
@@ -81,7 +73,6 @@ def _no_tokenizer(path: Path) -> None:
     [
         (_unsupported, "GPT2LMHeadModel"),
         (_no_weights, "no .safetensors"),
-        (_no_template, "no chat template"),
         (_no_tokenizer, "no tokenizer.json"),
     ],
 )

@@ -4,7 +4,6 @@ on the dashboard. Screenshots go to test-artifacts/controlplane/."""
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import httpx
@@ -12,34 +11,18 @@ import pytest
 
 from tests.controlplane.e2e.conftest import ADMIN_PASSWORD, MODEL
 from tests.controlplane.support.shared_database import ROOT
+from tests.support.browser import chromium_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ARTIFACTS = ROOT / "test-artifacts" / "controlplane"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture
 def page():
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
-        yield context.new_page()
-        browser.close()
+    with chromium_page(width=1400, height=900, missing=pytest.skip) as page:
+        yield page
 
 
 def _models_status(base_url: str, secret: str) -> int:

@@ -6,6 +6,8 @@ import msgspec
 import pytest
 
 from controlplane.adapters.selectors import AdapterRoute
+from controlplane.deployments.catalog import catalog_cache
+from controlplane.deployments.models import ServedModel
 from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry
@@ -61,6 +63,12 @@ def test_chat_renders_the_template_and_may_fill_the_context(plan, tokenizer):
     assert chat.prompts == [(CHAT_PROMPT, prompt_ids)]
     assert chat.prompt_tokens == len(prompt_ids)
     assert chat.sampling.max_tokens == CONTEXT - len(prompt_ids)
+
+
+def test_chat_without_max_tokens_stops_at_the_configured_default(plan, settings):
+    settings.CHAT_DEFAULT_MAX_TOKENS = 5
+    assert plan("chat", messages=USER).sampling.max_tokens == 5
+    assert plan("chat", messages=USER, max_tokens=9).sampling.max_tokens == 9
 
 
 def test_chat_max_completion_tokens_wins_over_max_tokens(plan):
@@ -172,7 +180,7 @@ def test_sampling_fields_sent_are_passed_on_unchanged(plan):
         max_tokens=8,
         temperature=0.0,
         top_p=0.5,
-        top_k=-1,
+        top_k=0,
         seed=0,
         presence_penalty=0.5,
         stop_token_ids=[3],
@@ -183,7 +191,7 @@ def test_sampling_fields_sent_are_passed_on_unchanged(plan):
         "max_tokens": 8,
         "temperature": 0.0,
         "top_p": 0.5,
-        "top_k": -1,
+        "top_k": 0,
         "seed": 0,
         "presence_penalty": 0.5,
         "stop_token_ids": [3],
@@ -281,6 +289,21 @@ async def test_prepare_generation_refuses_stop_token_ids_outside_the_vocabulary(
     with pytest.raises(ApiError) as info:
         await prepare_generation("completion", make_principal(), raw)
     assert (info.value.status, info.value.param) == (400, "stop_token_ids")
+
+
+@pytest_db
+async def test_prepare_generation_refuses_chat_on_a_completions_only_model(served):
+    await ServedModel.objects.acreate(
+        name="base", path=served.path, architecture="LlamaForCausalLM", completions_only=True
+    )
+    catalog_cache.invalidate_local()
+    with pytest.raises(ApiError) as info:
+        await prepare_generation("chat", make_principal(), {"model": "base", "messages": USER})
+    assert (info.value.status, info.value.param) == (400, "model")
+    assert "/v1/completions only" in info.value.message
+    raw = {"model": "base", "prompt": "Once"}
+    plan, _tokenizer = await prepare_generation("completion", make_principal(), raw)
+    assert plan.model == "base"
 
 
 async def test_prepare_generation_names_the_invalid_field_before_any_lookup():

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.adapters import services
 from controlplane.adapters.selectors import adapter_get
+from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.selectors import tenant_get
 
 
@@ -19,6 +20,8 @@ class Command(BaseCommand):
         adapter = adapter_get(name=options["name"])
         if adapter is None:
             raise CommandError(f"unknown adapter {options['name']!r}")
+        change = "The revocation" if options["revoke"] else "The grant"
+        warn_if_no_running_platform(self, change_not_announced(change))
         for name in options["tenant"]:
             tenant = tenant_get(name_or_slug=name)
             if tenant is None:

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.adapters import services
 from controlplane.adapters.models import Adapter
+from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.selectors import tenant_get
 
 
@@ -35,6 +36,12 @@ class Command(BaseCommand):
             if tenant is None:
                 raise CommandError(f"unknown tenant {name!r}")
             tenants.append(tenant)
+        warn_if_no_running_platform(
+            self,
+            "the validation job is queued where no platform's Celery worker may look."
+            if options["queue"]
+            else change_not_announced("The adapter"),
+        )
         try:
             adapter = services.adapter_register(
                 path=options["path"],

@@ -1,9 +1,11 @@
 """``manage.py serve``: the whole platform in one command, for development and demos.
 
-Migrates the database, starts Redis (unless REDIS_URL is set), makes and registers the demo
-model when none is configured, creates the admin user and a demo tenant with a key on the first
-run, starts one engine per served model, a Celery worker and Daphne, waits until they answer,
-and prints how to reach them. Ctrl-C or SIGTERM stops every child process.
+Migrates the database, starts Redis (unless REDIS_URL is set), converts and registers the demo
+chat model (SmolLM2-135M-Instruct, once) when no chat model is configured, creates the admin
+user and a demo tenant with a key on the first run, starts one engine per served model, a
+Celery worker and Daphne, waits until they answer, and prints how to reach them. Ctrl-C or
+SIGTERM stops every child process. While it runs, var/run/redis.json says where its Redis
+is, so commands typed in another shell reach it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,17 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.core.first_run import ensure_first_run_setup
+from controlplane.core.first_run import (
+    EMBEDDING_MODEL,
+    ensure_demo_models,
+    ensure_first_run_setup,
+)
+from controlplane.core.platform_location import (
+    find_running_platform,
+    forget_running_platform,
+    point_settings_at_redis,
+    record_running_platform,
+)
 from controlplane.core.process_commands import (
     celery_worker_command,
     daphne_command,
@@ -30,9 +42,7 @@ from controlplane.core.process_commands import (
 from controlplane.core.progress import Progress
 from controlplane.core.redis_server import RedisServer
 from controlplane.core.supervisor import Child, Supervisor
-
-DEMO_MODEL_NAME = "demo-random-llama"
-EMBEDDING_MODEL_NAME = "all-MiniLM-L6-v2"
+from controlplane.deployments.services import ModelRegistrationError
 
 
 class _Stop(Exception):
@@ -91,6 +101,12 @@ class Command(BaseCommand):
         if not _port_free(host, port):
             raise CommandError(f"port {port} on {host} is in use; pass --port to use another")
         var_dir = Path(settings.VAR_DIR)
+        running = find_running_platform(var_dir)
+        if running is not None:
+            raise CommandError(
+                f"a platform is already running from {var_dir} (serve pid {running.pid}, "
+                f"Redis {running.redis_url}); stop it first"
+            )
         log_dir = var_dir / "log"
         log_dir.mkdir(parents=True, exist_ok=True)  # SQLite cannot create its parent folder
         progress = Progress(total=7)
@@ -107,9 +123,16 @@ class Command(BaseCommand):
                 os.environ["REDIS_URL"] = self.redis.url
                 st["note"] = f"started redis-server on port {self.redis.port}"
         redis_url = os.environ["REDIS_URL"]
+        # This process read its settings before Redis started; commands in other shells find
+        # it through the record.
+        point_settings_at_redis(redis_url)
+        record_running_platform(var_dir, redis_url=redis_url)
 
         with progress.step("Checking served models") as st:
-            models = self._ensure_models(var_dir)
+            try:
+                models = ensure_demo_models(var_dir=var_dir, progress=progress.detail)
+            except ModelRegistrationError as exc:
+                raise CommandError(f"the demo models cannot be set up: {exc}") from exc
             names = [m.name for m in models]
             st["note"] = ", ".join(names)
 
@@ -154,26 +177,6 @@ class Command(BaseCommand):
                 )
             time.sleep(0.5)
 
-    def _ensure_models(self, var_dir: Path):
-        """The served models; on a fresh install, the demo chat model and the embeddings model."""
-        from controlplane.deployments.selectors import served_model_list
-        from controlplane.deployments.services import (
-            demo_model_create,
-            embedding_model_register,
-            served_model_register,
-        )
-
-        models = served_model_list()
-        if not any(not m.is_embedding for m in models):
-            path = var_dir / "models" / DEMO_MODEL_NAME
-            if not (path / "config.json").is_file():
-                demo_model_create(path=path, arch="llama", size="small")
-            served_model_register(path=path, name=DEMO_MODEL_NAME)
-            if not any(m.is_embedding for m in models):
-                embedding_model_register(name=EMBEDDING_MODEL_NAME)
-            models = served_model_list()
-        return models
-
     @staticmethod
     def _engine_child(model, log_dir: Path, env: dict[str, str]) -> Child:
         if model.is_embedding:
@@ -211,7 +214,7 @@ class Command(BaseCommand):
             client.close()
 
     def _banner(self, base: str, creds, names: list[str]) -> None:
-        chat_model = next((n for n in names if n != EMBEDDING_MODEL_NAME), names[0])
+        chat_model = next((n for n in names if n != EMBEDDING_MODEL), names[0])
         cred_file = Path(settings.VAR_DIR) / "credentials.json"
         lines = [
             "",
@@ -242,6 +245,7 @@ class Command(BaseCommand):
         # A second Ctrl-C must not interrupt an orderly stop; children die with us anyway.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        forget_running_platform(settings.VAR_DIR)  # first: commands stop reaching a dying Redis
         self.supervisor.stop_all(on_stop=lambda c: self.stdout.write(f"  stopping {c.name}"))
         if self.redis is not None:
             self.stdout.write("  stopping redis")

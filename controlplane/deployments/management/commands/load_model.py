@@ -6,26 +6,42 @@ from controlplane.deployments.services import ModelRegistrationError, served_mod
 
 
 class Command(BaseCommand):
-    help = "Validate a Hugging Face checkpoint and register (or update) it as a served model."
+    help = (
+        "Validate a checkpoint and register (or update) it as a served model: a Hugging Face "
+        "safetensors directory (completions only when it has no chat template), a "
+        "sentence-transformers directory (embeddings), or a .gguf file (converted once)."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("path", help="checkpoint directory (config.json, *.safetensors, ...)")
+        parser.add_argument(
+            "path",
+            help="checkpoint directory (config.json, *.safetensors, tokenizer), "
+            "sentence-transformers directory, or .gguf file (or a directory holding one)",
+        )
         parser.add_argument("--name", required=True, help="the model name clients will use")
 
     def handle(self, *args, **opts):
         def progress(message: str) -> None:
             self.stdout.write(f"  {message}")
+            self.stdout.flush()
 
         self.stdout.write(f"Validating {opts['path']}")
         try:
             model = served_model_register(path=opts["path"], name=opts["name"], progress=progress)
         except ModelRegistrationError as exc:
             raise CommandError(f"not registered: {exc}") from exc
+        serves = (
+            "embeddings"
+            if model.is_embedding
+            else "completions only (no chat template)"
+            if model.completions_only
+            else "chat and completions"
+        )
         self.stdout.write(
             self.style.SUCCESS(
                 f"Registered {model.name!r}: {model.architecture}, "
                 f"{model.num_parameters / 1e6:.1f}M parameters, {model.dtype}, "
-                f"context {model.max_model_len}"
+                f"context {model.max_model_len}, {serves}"
             )
         )
         self.stdout.write(f"Start an engine with: python manage.py run_engine --model {model.name}")

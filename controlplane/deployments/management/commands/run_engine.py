@@ -1,7 +1,8 @@
 """``manage.py run_engine --model NAME``: run one engine for a registered model (SIGTERM drains).
 
 Django is used only to look the checkpoint up; the service itself is ``engine.service``, the
-same one ``python -m engine`` runs.
+same one ``python -m engine`` runs, or for an embeddings model the pooling engine that
+``python -m engine.pooling`` runs.
 """
 
 import argparse
@@ -34,9 +35,26 @@ class Command(BaseCommand):
             raise CommandError(f"served model {model.name!r} is deactivated")
         # The service reads its key prefix from the environment, as python -m engine does.
         os.environ["PLATFORM_REDIS_PREFIX"] = settings.PLATFORM_REDIS_PREFIX
+        redis_url = opts.get("redis_url") or settings.REDIS_URL
+        if model.is_embedding:
+            self._run_pooling_engine(model, redis_url=redis_url, device=opts["device"])
+            return
         args = argparse.Namespace(**opts)
-        args.redis_url = opts.get("redis_url") or settings.REDIS_URL
+        args.redis_url = redis_url
         logging.getLogger("engine").setLevel(opts["log_level"].upper())
         code = serve(args, model_path=model.path, model_name=model.name)
         if code:
             raise CommandError(f"engine exited with code {code}")
+
+    @staticmethod
+    def _run_pooling_engine(model: ServedModel, *, redis_url: str, device: str) -> None:
+        from engine.pooling.__main__ import main as pooling_main
+
+        # The pooling engine runs on the CPU unless told otherwise, as python -m engine.pooling.
+        device = "cpu" if device == "auto" else device
+        pooling_main(
+            [
+                *("--model-path", model.path, "--model-name", model.name),
+                *("--redis-url", redis_url, "--device", device),
+            ]
+        )

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.models import API_SCOPES
 from controlplane.tenants.selectors import tenant_get
 from controlplane.tenants.services import api_key_create
@@ -38,6 +39,7 @@ class Command(BaseCommand):
             if expires_days <= 0:
                 raise CommandError("--expires-days must be positive")
             expires_at = timezone.now() + timedelta(days=expires_days)
+        warn_if_no_running_platform(self, change_not_announced("The new key"))
         try:
             created = api_key_create(
                 tenant=found,

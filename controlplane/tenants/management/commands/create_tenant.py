@@ -4,6 +4,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.services import tenant_create, tenant_set_allowed_models
 
 
@@ -28,6 +29,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, name, rpm, tpm, max_concurrent, monthly_budget, model, **options):
+        warn_if_no_running_platform(self, change_not_announced("The tenant"))
         try:
             tenant = tenant_create(
                 name=name,

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
 from controlplane.tenants.selectors import api_key_get_by_prefix
 from controlplane.tenants.services import api_key_revoke
@@ -22,5 +23,6 @@ class Command(BaseCommand):
         if found.revoked_at is not None:
             self.stdout.write(f"key {found.prefix} was already revoked at {found.revoked_at}")
             return
+        warn_if_no_running_platform(self, change_not_announced("The revocation"))
         api_key_revoke(key=found, actor_label="manage.py")
         self.stdout.write(f"revoked key {found.prefix} of {found.tenant.name!r}")

@@ -1,0 +1,42 @@
+"""Headless Chromium for the browser tests: Debian's ``chromium`` driven by Playwright."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@contextmanager
+def chromium_page(
+    *, width: int, height: int, missing: Callable[[str], object] = pytest.fail, **context_options
+) -> Iterator:
+    """A fresh page in a window of ``width`` x ``height`` CSS pixels; ``context_options`` go to
+    Playwright's ``new_context`` (``is_mobile``, ``device_scale_factor``). Without chromium,
+    ``missing`` (pytest.fail or pytest.skip) ends the test."""
+    executable = shutil.which("chromium")
+    if executable is None:
+        missing("Debian's chromium package is required for browser tests (apt install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(
+                viewport={"width": width, "height": height}, **context_options
+            )
+            yield context.new_page()
+        finally:
+            browser.close()
