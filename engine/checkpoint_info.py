@@ -52,6 +52,47 @@ def read_safetensors_header(file: Path) -> dict:
             raise CheckpointError(f"{file.name} has an unreadable safetensors header") from exc
 
 
+# Integer tensors (BERT's position_ids buffer, say) are indexes, not parameters.
+_INDEX_DTYPES = frozenset({"I64", "I32", "I16", "BOOL"})
+
+
+@dataclass(frozen=True)
+class SafetensorsTotals:
+    num_parameters: int
+    num_bytes: int
+    dtype: str  # the dtype most parameters have, as torch names it ("float32", ...)
+    files: list[str]
+
+
+def safetensors_totals(path: Path) -> SafetensorsTotals:
+    """Parameter count, size and main dtype of a directory's safetensors files, from their
+    headers alone; raises CheckpointError when there are none."""
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(
+            f"{path} has no .safetensors weights (pickled .bin files are not loaded)"
+        )
+    num_params = num_bytes = 0
+    dtypes: dict[str, int] = {}
+    for file in files:
+        for name, meta in read_safetensors_header(file).items():
+            if name == "__metadata__" or meta["dtype"] in _INDEX_DTYPES:
+                continue
+            count = 1
+            for dim in meta["shape"]:
+                count *= dim
+            num_params += count
+            num_bytes += count * _DTYPE_BYTES.get(meta["dtype"], 4)
+            dtypes[meta["dtype"]] = dtypes.get(meta["dtype"], 0) + count
+    main_dtype = max(dtypes, key=dtypes.get) if dtypes else "F32"
+    return SafetensorsTotals(
+        num_parameters=num_params,
+        num_bytes=num_bytes,
+        dtype=_DTYPE_NAMES.get(main_dtype, main_dtype.lower()),
+        files=[f.name for f in files],
+    )
+
+
 def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
     """Validate the files and config of a checkpoint directory; raise CheckpointError if unusable."""
     path = Path(path).expanduser().resolve()
@@ -71,31 +112,14 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
             f"architecture {archs or 'unspecified'} is not supported; the engine serves "
             + ", ".join(sorted(SUPPORTED_ARCHITECTURES))
         )
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(
-            f"{path} has no .safetensors weights (pickled .bin files are not loaded)"
-        )
-    num_params = num_bytes = 0
-    dtypes: dict[str, int] = {}
-    for file in files:
-        for name, meta in read_safetensors_header(file).items():
-            if name == "__metadata__":
-                continue
-            count = 1
-            for dim in meta["shape"]:
-                count *= dim
-            num_params += count
-            num_bytes += count * _DTYPE_BYTES.get(meta["dtype"], 4)
-            dtypes[meta["dtype"]] = dtypes.get(meta["dtype"], 0) + count
-    main_dtype = max(dtypes, key=dtypes.get) if dtypes else "F32"
+    totals = safetensors_totals(path)
     return CheckpointInfo(
         path=path,
         architecture=arch,
         model_type=SUPPORTED_ARCHITECTURES[arch],
-        num_parameters=num_params,
-        dtype=_DTYPE_NAMES.get(main_dtype, main_dtype.lower()),
+        num_parameters=totals.num_parameters,
+        dtype=totals.dtype,
         max_model_len=int(config.get("max_position_embeddings") or 2048),
-        num_bytes=num_bytes,
-        safetensors_files=[f.name for f in files],
+        num_bytes=totals.num_bytes,
+        safetensors_files=totals.files,
     )

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -157,30 +155,15 @@ def _read_json(file: Path) -> dict:
 
 
 # Integer tensors in a checkpoint are buffers (BERT's position_ids), not parameters.
-_INDEX_DTYPES = frozenset({"I64", "I32", "I16", "BOOL"})
-
-
 def _safetensors_totals(path: Path) -> tuple[int, str]:
     """(parameter count, the dtype most parameters have) from the safetensors headers."""
-    from engine.checkpoint_info import CheckpointError, read_safetensors_header
+    from engine.checkpoint_info import CheckpointError, safetensors_totals
 
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelRegistrationError(
-            f"{path} has no .safetensors weights (pickled .bin files are not loaded)"
-        )
-    by_dtype: Counter[str] = Counter()
-    for file in files:
-        try:
-            header = read_safetensors_header(file)
-        except CheckpointError as exc:
-            raise ModelRegistrationError(str(exc)) from exc
-        for name, meta in header.items():
-            if name != "__metadata__" and meta["dtype"] not in _INDEX_DTYPES:
-                by_dtype[meta["dtype"]] += math.prod(meta["shape"])
-    dtype = by_dtype.most_common(1)[0][0] if by_dtype else "F32"
-    names = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-    return sum(by_dtype.values()), names.get(dtype, dtype.lower())
+    try:
+        totals = safetensors_totals(path)
+    except CheckpointError as exc:
+        raise ModelRegistrationError(str(exc)) from exc
+    return totals.num_parameters, totals.dtype
 
 
 def gguf_file_in(path: Path) -> Path | None:
