@@ -29,7 +29,9 @@ from controlplane.deployments.services import (
     served_model_register,
     served_model_update,
 )
+from controlplane.tenants.key_secrets import prefix_of, secret_matches
 from controlplane.tenants.models import Tenant
+from controlplane.tenants.selectors import key_record_load
 from controlplane.tenants.services import api_key_create, tenant_create
 
 DEMO_TENANT = "demo"
@@ -71,11 +73,27 @@ def ensure_first_run_setup(*, credentials_path: Path, served_model_names: list[s
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser(ADMIN_USERNAME, email="", password=password)
         creds.admin_username, creds.admin_password = ADMIN_USERNAME, password
-    if not Tenant.objects.filter(name=DEMO_TENANT).exists():
+    tenant = Tenant.objects.filter(name=DEMO_TENANT).first()
+    if tenant is None:
         tenant = tenant_create(name=DEMO_TENANT)
+        creds.demo_api_key = api_key_create(tenant=tenant, name="demo key").secret
+    elif creds.demo_api_key and not _key_still_works(creds.demo_api_key):
+        # Revoked, or hashed under another SECRET_KEY (installs from before the generated key
+        # in var/): printing it again would hand the user a key that fails.
         creds.demo_api_key = api_key_create(tenant=tenant, name="demo key").secret
     _save(credentials_path, creds)
     return creds
+
+
+def _key_still_works(secret: str) -> bool:
+    prefix = prefix_of(secret)
+    record = key_record_load(prefix=prefix) if prefix else None
+    return (
+        record is not None
+        and not record.revoked
+        and record.tenant_active
+        and secret_matches(secret, record.secret_hash)
+    )
 
 
 def demo_gguf_file() -> Path:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.http import JsonResponse
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
 
 
 async def health(request):
@@ -19,10 +24,17 @@ async def ready(request):
 
     client = EngineClient.for_process()
     model = request.GET.get("model")
-    if model:
-        is_ready = await client.is_model_ready(model)
-    else:
-        is_ready = bool(await client.live_engines())
+    try:
+        if model:
+            is_ready = await client.is_model_ready(model)
+        else:
+            is_ready = bool(await client.live_engines())
+    except RedisError:
+        # Without Redis no request can reach an engine: not ready, and say why.
+        logger.warning("readiness check: Redis unreachable", exc_info=True)
+        response = JsonResponse({"status": "not ready", "reason": "redis unreachable"}, status=503)
+        response["Retry-After"] = "5"
+        return response
     if is_ready:
         return JsonResponse({"status": "ready"})
     response = JsonResponse({"status": "not ready"}, status=503)

@@ -126,3 +126,10 @@ def test_landing_page_in_chromium_is_styled_and_leads_to_each_page(site, page):
     page.click("#link-playground")
     page.wait_for_selector("#composer")
     assert _stylesheets_that_failed(page) == []
+
+
+def test_ready_with_redis_away_is_503_json_with_retry_after(site):
+    response = httpx.get(f"{site}/ready", timeout=30)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    assert response.json() == {"status": "not ready", "reason": "redis unreachable"}

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.deployments.services import ModelRegistrationError, served_model_register
 
 
@@ -25,6 +26,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  {message}")
             self.stdout.flush()
 
+        warn_if_no_running_platform(self, change_not_announced("The model"))
         self.stdout.write(f"Validating {opts['path']}")
         try:
             model = served_model_register(path=opts["path"], name=opts["name"], progress=progress)
