@@ -12,11 +12,20 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.metrics.access import metrics_bearer_token  # noqa: E402
+from controlplane.metrics.metrics_port import start_configured_metrics_port  # noqa: E402
+from inference.body_limit import BodySizeLimit  # noqa: E402
 from inference.routing import websocket_urlpatterns  # noqa: E402
+
+# Before the first scrape: the generated metrics token's file (when METRICS_BEARER_TOKEN is
+# unset) exists for Prometheus to read, and the dedicated metrics port (METRICS_PORT) listens.
+metrics_bearer_token()
+start_configured_metrics_port()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # JSON API bodies over API_MAX_REQUEST_BYTES get a 413 before Django reads them.
+        "http": BodySizeLimit(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )

@@ -6,6 +6,8 @@ from django.urls import include, path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView
 
+from controlplane.metrics.views import metrics
+
 # The admin's "View site" link leads to the landing page.
 admin.site.site_url = "/"
 
@@ -14,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("dashboard/", include("controlplane.dashboard.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
-    path("", include("django_prometheus.urls")),
+    # django-prometheus's metrics and the platform's, behind the token and network checks.
+    path("metrics", metrics, name="prometheus-django-metrics"),
     path("", include("inference.urls")),
 ]

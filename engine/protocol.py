@@ -248,6 +248,16 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     running_lora_adapters: list[str] = msgspec.field(default_factory=list)
     waiting_lora_adapters: list[str] = msgspec.field(default_factory=list)
     max_lora: int = 0
+    # The version (content checksum) of each adapter in ``adapters``.
+    adapter_checksums: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def holds_adapter(self, name: str, checksum: str = "") -> bool:
+        """Has this engine loaded adapter ``name`` (this version, when ``checksum`` is given)?
+        A record without checksums (an older engine) vouches for the name only."""
+        if name not in self.adapters:
+            return False
+        loaded = self.adapter_checksums.get(name)
+        return not checksum or loaded is None or loaded == checksum
 
 
 # ---------------------------------------------------------------- codecs

@@ -9,6 +9,12 @@ not ready ones are all the same 404, so adapter names do not leak across tenants
 
 Lookups read this process's catalog snapshot (controlplane/deployments/catalog.py): no
 database query per request, and a change reaches every process within about a second.
+
+A ready adapter is *validated*; it is *serving* once a live engine of its base model lists it
+(this version) in its status record. ``visible_models`` (/v1/models, the playground) lists only
+serving adapters, read from the engine statuses the API caches for admission (no extra Redis
+round trip per request); ``resolve_model`` knows every validated one, and a request for an
+adapter no live engine holds yet is refused with 503 and Retry-After (``AdapterLoading``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 from asgiref.sync import sync_to_async
 
 from controlplane.adapters.selectors import AdapterRoute
@@ -24,6 +31,7 @@ from controlplane.deployments.catalog import CatalogModel, acatalog_snapshot
 from controlplane.tenants.access import Principal, can_use_model
 from engine.text.tokenizer import ChatTokenizer
 from inference.embeddings_client import EmbeddingTokenizer
+from inference.engine_client import EngineClient
 from inference.errors import model_not_found
 
 
@@ -74,13 +82,24 @@ def _adapter_entry(route: AdapterRoute, base: CatalogModel) -> ModelEntry:
 
 async def visible_models(principal: Principal, *, with_adapters: bool = False) -> list[ModelEntry]:
     """Every active model this caller may use, ordered by name; then, with ``with_adapters``,
-    the ready adapters granted to its tenant (ordered by name, each after the base models)."""
+    the adapters granted to its tenant that a live engine serves (ordered by name, each after
+    the base models)."""
     catalog = await acatalog_snapshot()
     entries = [_entry(m) for name, m in catalog.models.items() if can_use_model(principal, name)]
     if with_adapters:
         for route in catalog.adapter_routes(tenant_id=principal.tenant_id):
-            entries.append(_adapter_entry(route, catalog.models[route.base_model]))
+            if await _serving(route):
+                entries.append(_adapter_entry(route, catalog.models[route.base_model]))
     return entries
+
+
+async def _serving(route: AdapterRoute) -> bool:
+    """Has a live engine of the adapter's base model loaded this version of it?"""
+    try:
+        capacity = EngineClient.for_process().capacity
+        return await capacity.holds_adapter(route.base_model, route.name, route.checksum)
+    except redis.RedisError:  # engines cannot be asked: nothing is confirmed serving
+        return False
 
 
 async def resolve_model(

@@ -2,7 +2,10 @@
 
 The client sends chat or completion bodies, each with its own id; every generation streams
 the same chunk objects as SSE, tagged with that id, and can be cancelled by id (which aborts
-it in the engine). docs/websocket.md is the protocol's reference.
+it in the engine). The credential is checked again before every message's work (for that
+message's scope, as over HTTP) and every WEBSOCKET_AUTH_RECHECK_SECONDS: once a key is revoked
+or a staff user loses the playground, the session ends (generations aborted, an error, a
+close). docs/websocket.md is the protocol's reference.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from controlplane.tenants.access import AccessError, Principal
 from inference import credentials
@@ -22,7 +26,11 @@ from inference.generation.use_case import Generation
 
 logger = logging.getLogger(__name__)
 
+# Message type -> generation kind; the type is also the scope a key needs for it, as over HTTP.
 KINDS: dict[str, Kind] = {"chat.completions": "chat", "completions": "completion"}
+# The close code when the credential stops standing, after an error frame saying why (4000-4999
+# are the application's; 4401 echoes HTTP's 401).
+CLOSE_CREDENTIAL_REFUSED = 4401
 MAX_GENERATIONS_PER_CONNECTION = 16
 MAX_ID_LENGTH = 128
 
@@ -45,25 +53,32 @@ def _not_authenticated() -> ApiError:
 class GenerationConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.principal: Principal | None = None
+        self.credential: credentials.Credential | None = None
         self.generations: dict[str, asyncio.Task] = {}
         self.cancel_requested: set[str] = set()
+        self.ended = False  # the credential stopped standing; the socket is closing
+        self.watcher = asyncio.create_task(self._watch_credential())
         await self.accept()
         # Credentials at the handshake (Bearer header, ?api_key=, a staff session) or later in
         # an "auth" message: browsers cannot set headers on a WebSocket.
         try:
-            self.principal = await credentials.authenticate_websocket(
-                self.scope, endpoint="websocket"
-            )
+            credential = credentials.websocket_credential(self.scope)
+            principal = await credential.authenticate(endpoint="websocket")
         except AccessError as exc:
             if _header(self.scope, b"authorization") or b"api_key=" in self.scope.get(
                 "query_string", b""
             ):
                 await self._error(None, error_from_exception(exc))
             return
-        await self.send_json({"type": "auth.ok", "tenant": self.principal.tenant_slug})
+        await self._signed_in(credential, principal)
 
     async def disconnect(self, code):
         # A closed socket aborts everything it was generating.
+        if self.watcher is not asyncio.current_task():
+            self.watcher.cancel()
+        await self._cancel_all()
+
+    async def _cancel_all(self) -> None:
         tasks = list(self.generations.values())
         self.cancel_requested.update(self.generations)
         for task in tasks:
@@ -71,18 +86,20 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def receive_json(self, content: Any, **kwargs):
+        if self.ended:
+            return
         if not isinstance(content, dict):
             await self._error(None, invalid_request("Each message must be a JSON object."))
             return
         kind = content.get("type")
         if kind == "auth":
-            await self._authenticate(f"Bearer {content.get('api_key') or ''}")
+            await self._authenticate(content.get("api_key"))
         elif kind == "cancel":
             await self._cancel(content.get("id"))
         elif kind == "models":
             await self._models()
         elif kind in KINDS:
-            await self._start(KINDS[kind], content)
+            await self._start(kind, content)
         else:
             await self._error(
                 content.get("id"),
@@ -98,22 +115,77 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return None  # answered as "must be a JSON object"
 
-    async def _authenticate(self, authorization: str) -> None:
+    async def _signed_in(self, credential: credentials.Credential, principal: Principal) -> None:
+        self.credential, self.principal = credential, principal
+        await self.send_json({"type": "auth.ok", "tenant": principal.tenant_slug})
+
+    async def _authenticate(self, api_key) -> None:
         try:
-            self.principal = await credentials.authenticate(authorization, endpoint="websocket")
+            credential = credentials.key_credential(api_key, self.scope)
+            principal = await credential.authenticate(endpoint="websocket")
         except Exception as exc:  # reported to the client
-            self.principal = None
+            self.credential = self.principal = None
             await self._error(None, error_from_exception(exc))
             return
-        await self.send_json({"type": "auth.ok", "tenant": self.principal.tenant_slug})
+        await self._signed_in(credential, principal)
+
+    async def _allowed(self, endpoint: str, gen_id) -> Principal | None:
+        """The caller, checked again for ``endpoint`` (no database query for a cached key).
+        None when refused: a credential that no longer stands ends the session; a missing
+        scope is an error tagged with ``gen_id``."""
+        if self.credential is None:
+            await self._error(gen_id, _not_authenticated())
+            return None
+        try:
+            self.principal = await self.credential.recheck(endpoint=endpoint)
+        except Exception as exc:
+            error = error_from_exception(exc)
+            if error.status == 401:
+                await self._end_session(error)
+            else:
+                await self._error(gen_id, error)
+            return None
+        return self.principal
+
+    async def _watch_credential(self) -> None:
+        """Check the credential again every WEBSOCKET_AUTH_RECHECK_SECONDS. A key's check is
+        the key cache's (Redis' auth epoch at most once a second per process), so a revocation
+        ends the session within about that interval plus a second."""
+        interval = float(getattr(settings, "WEBSOCKET_AUTH_RECHECK_SECONDS", 0.5))
+        while not self.ended:
+            await asyncio.sleep(interval)
+            credential = self.credential
+            if credential is None:
+                continue
+            try:
+                principal = await credential.recheck()
+            except AccessError as exc:
+                if exc.status == 401 and credential is self.credential:
+                    await self._end_session(exc)
+                continue
+            except Exception:  # the database or Redis away: keep serving, check again later
+                logger.warning("could not check a websocket's credential again", exc_info=True)
+                continue
+            if credential is self.credential:
+                self.principal = principal
+
+    async def _end_session(self, error: ApiError) -> None:
+        """The credential no longer stands: abort every generation, say why, close."""
+        if self.ended:
+            return
+        self.ended = True
+        self.credential = self.principal = None
+        await self._cancel_all()
+        await self._error(None, error)
+        await self.close(code=CLOSE_CREDENTIAL_REFUSED)
 
     async def _models(self) -> None:
-        if self.principal is None:
-            await self._error(None, _not_authenticated())
+        principal = await self._allowed("models", None)
+        if principal is None:
             return
         # Adapters come after the base models, each naming its base as ``parent``, as in
         # /v1/models; ``model="<adapter>"`` runs on the base model's engines.
-        models = await visible_models(self.principal, with_adapters=True)
+        models = await visible_models(principal, with_adapters=True)
         data = []
         for m in models:
             item = {
@@ -126,7 +198,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             data.append(item)
         await self.send_json({"type": "models", "data": data})
 
-    async def _start(self, kind: Kind, message: dict) -> None:
+    async def _start(self, message_type: str, message: dict) -> None:
         gen_id = message.get("id")
         if not isinstance(gen_id, str) or not gen_id or len(gen_id) > MAX_ID_LENGTH:
             await self._error(
@@ -137,8 +209,8 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 ),
             )
             return
-        if self.principal is None:
-            await self._error(gen_id, _not_authenticated())
+        principal = await self._allowed(message_type, gen_id)
+        if principal is None:
             return
         if gen_id in self.generations:
             await self._error(gen_id, invalid_request("This id is already generating.", param="id"))
@@ -155,7 +227,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             )
             return
         body = message.get("body")
-        task = asyncio.create_task(self._generate(gen_id, kind, body, self.principal))
+        task = asyncio.create_task(self._generate(gen_id, KINDS[message_type], body, principal))
         self.generations[gen_id] = task
         task.add_done_callback(lambda _t: self.generations.pop(gen_id, None))
 

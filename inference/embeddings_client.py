@@ -45,7 +45,10 @@ class EmbeddingTokenizer:
         return int(config["hidden_size"])
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=True).ids
+        if len(text) < 4096:
+            return self._tok.encode(text, add_special_tokens=True).ids
+        # encode_batch releases the GIL (encode holds it): a long input leaves the loop free.
+        return self._tok.encode_batch([text], add_special_tokens=True)[0].ids
 
 
 class EmbeddingsClient:

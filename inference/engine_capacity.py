@@ -1,4 +1,5 @@
-"""Backpressure before a request enters Redis: is an engine live, and is too much waiting?
+"""Backpressure before a request enters Redis: is an engine live, has it loaded the request's
+LoRA adapter, and is too much waiting?
 
 A refusal here is fast and clear (503 with Retry-After) instead of a request that sits in a
 stream until its client gives up. Engine status records are read at most every
@@ -25,6 +26,10 @@ ADMISSION_CACHE_S = 0.25
 
 class EngineUnavailable(Exception):
     """No live engine serves this model (the API answers 503)."""
+
+
+class AdapterLoading(EngineUnavailable):
+    """The adapter is validated but no live engine has loaded it yet (503 with Retry-After)."""
 
 
 class EngineOverloaded(Exception):
@@ -64,8 +69,37 @@ class EngineCapacity:
                 logger.warning("unreadable engine status record skipped", exc_info=True)
         return statuses
 
-    async def check(self, model: str) -> None:
-        """Raise EngineUnavailable or EngineOverloaded unless ``model`` can take a request now."""
+    async def check(self, model: str, adapter: protocol.AdapterRef | None = None) -> None:
+        """Raise EngineUnavailable or EngineOverloaded unless ``model`` can take a request now;
+        AdapterLoading when no live engine of it has loaded ``adapter`` (this version)."""
+        statuses, lag = await self._snapshot(model)
+        if not statuses:
+            raise EngineUnavailable(f"no engine is serving model {model!r} right now")
+        if adapter is not None and not _held(statuses, adapter.name, adapter.checksum):
+            raise AdapterLoading(
+                f"adapter {adapter.name!r} is loading on the engines of {model!r}; "
+                "retry in a few seconds"
+            )
+        waiting = lag + sum(s.num_waiting for s in statuses)
+        if waiting >= self.max_waiting:
+            # Time for the engines to start the excess, at their current request rate.
+            capacity = max(1, sum(max(s.max_num_seqs, 1) for s in statuses))
+            retry_after = min(60.0, max(1.0, (waiting - self.max_waiting + 1) / capacity))
+            raise EngineOverloaded(
+                f"{waiting} requests are waiting for model {model!r} "
+                f"(limit {self.max_waiting}); retry later",
+                retry_after=round(retry_after, 1),
+            )
+
+    async def holds_adapter(self, model: str, name: str, checksum: str = "") -> bool:
+        """Has a live engine of ``model`` loaded adapter ``name`` (this version)? From the
+        same cached snapshot as admission."""
+        statuses, _lag = await self._snapshot(model)
+        return _held(statuses, name, checksum)
+
+    async def _snapshot(self, model: str) -> tuple[list[EngineStatus], int]:
+        """Live, non-draining engines of ``model`` and the stream's lag, at most
+        ADMISSION_CACHE_S old."""
         cached = self._snapshots.get(model)
         if cached is None or time.monotonic() - cached[0] > ADMISSION_CACHE_S:
             # One refresh for a burst: the others wait for it instead of each asking Redis.
@@ -77,19 +111,7 @@ class EngineCapacity:
                     lag = await self._stream_lag(model) if statuses else 0
                     cached = (time.monotonic(), statuses, lag)
                     self._snapshots[model] = cached
-        _, statuses, lag = cached
-        if not statuses:
-            raise EngineUnavailable(f"no engine is serving model {model!r} right now")
-        waiting = lag + sum(s.num_waiting for s in statuses)
-        if waiting >= self.max_waiting:
-            # Time for the engines to start the excess, at their current request rate.
-            capacity = max(1, sum(max(s.max_num_seqs, 1) for s in statuses))
-            retry_after = min(60.0, max(1.0, (waiting - self.max_waiting + 1) / capacity))
-            raise EngineOverloaded(
-                f"{waiting} requests are waiting for model {model!r} "
-                f"(limit {self.max_waiting}); retry later",
-                retry_after=round(retry_after, 1),
-            )
+        return cached[1], cached[2]
 
     async def _stream_lag(self, model: str) -> int:
         """Entries in the request stream no engine has read yet."""
@@ -103,3 +125,7 @@ class EngineCapacity:
                 lag = group.get("lag")
                 return int(lag) if lag is not None else 0
         return 0
+
+
+def _held(statuses: list[EngineStatus], name: str, checksum: str) -> bool:
+    return any(s.holds_adapter(name, checksum) for s in statuses)

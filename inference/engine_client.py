@@ -145,7 +145,7 @@ class EngineClient:
         request_id = request_id or uuid.uuid4().hex
         if request_id in self._queues:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        await self.capacity.check(model)
+        await self.capacity.check(model, adapter)
         request = protocol.GenerateRequest(
             request_id=request_id,
             frontend_id=self.frontend_id,

@@ -1,11 +1,41 @@
-"""Turn request bodies into prompt token ids, and refuse prompts the model cannot take."""
+"""Turn request bodies into prompt token ids, and refuse prompts the model cannot take.
+
+Rendering and tokenizing cost time in proportion to the prompt, so they run off the event
+loop (``off_loop``: a few dedicated threads; long texts are tokenized without the GIL), and a
+prompt that cannot fit the context however it tokenizes is refused before any of that
+(``refuse_prompts_too_long``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
-from engine.text.tokenizer import ChatTokenizer
+from django.conf import settings
+
+from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.errors import ApiError, invalid_request
+
+T = TypeVar("T")
+_executor: ThreadPoolExecutor | None = None
+
+
+async def off_loop(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``function(*args, **kwargs)`` in one of the API's ``API_TOKENIZER_THREADS`` threads.
+
+    A few threads, not the default executor: each one holds the GIL for its Python work
+    (templates), so fewer of them leave the event loop a larger share.
+    """
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(
+            max_workers=settings.API_TOKENIZER_THREADS, thread_name_prefix="tokenize"
+        )
+    call = functools.partial(function, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_executor, call)
 
 
 def render_chat_prompt(tokenizer: ChatTokenizer, body: dict[str, Any]) -> tuple[str, list[int]]:
@@ -14,11 +44,19 @@ def render_chat_prompt(tokenizer: ChatTokenizer, body: dict[str, Any]) -> tuple[
     for message, raw in zip(messages, body["messages"], strict=True):
         if raw.get("name"):
             message["name"] = raw["name"]
-    text = tokenizer.render_chat(
-        messages,
-        add_generation_prompt=body.get("add_generation_prompt", True),
-        **(body.get("chat_template_kwargs") or {}),
-    )
+    try:
+        text = tokenizer.render_chat(
+            messages,
+            add_generation_prompt=body.get("add_generation_prompt", True),
+            **(body.get("chat_template_kwargs") or {}),
+        )
+    except TokenizerError:
+        raise
+    except Exception as exc:  # the template choked on what the request gave it (as vLLM: 400)
+        raise invalid_request(
+            f"The chat template failed on these messages: {type(exc).__name__}: {exc}",
+            param="chat_template_kwargs" if body.get("chat_template_kwargs") else "messages",
+        ) from exc
     # The template writes the special tokens itself (BOS included when the model wants one).
     return text, tokenizer.encode(text, add_special_tokens=False)
 
@@ -39,11 +77,46 @@ def completion_prompts(
 
 def check_token_ids(tokenizer: ChatTokenizer, token_ids: list[int], *, param: str) -> None:
     vocab = tokenizer.vocab_size
-    bad = next((t for t in token_ids if t >= vocab), None)
-    if bad is not None:
-        raise invalid_request(
-            f"Token id {bad} is out of vocabulary (this model has {vocab} tokens).", param=param
-        )
+    if not token_ids or max(token_ids) < vocab:  # max() runs in C; the loop only to name one
+        return
+    bad = next(t for t in token_ids if t >= vocab)
+    raise invalid_request(
+        f"Token id {bad} is out of vocabulary (this model has {vocab} tokens).", param=param
+    )
+
+
+def refuse_prompts_too_long(
+    prompts: list[str | list[int]], *, max_model_len: int, param: str
+) -> None:
+    """Context-length 400 for a prompt that cannot fit however it tokenizes: as many token
+    ids as the context, or more text than the context holds (``refuse_text_too_long``)."""
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            refuse_text_too_long(len(prompt), max_model_len=max_model_len, param=param)
+        elif len(prompt) >= max_model_len:
+            raise _context_exceeded(max_model_len, f"{len(prompt)} tokens", param)
+
+
+def refuse_text_too_long(num_chars: int, *, max_model_len: int, param: str) -> None:
+    """Context-length 400, before tokenizing, for text longer than the context holds at
+    PROMPT_MAX_CHARS_PER_TOKEN characters a token."""
+    if num_chars > max_model_len * settings.PROMPT_MAX_CHARS_PER_TOKEN:
+        raise _context_exceeded(max_model_len, f"{num_chars} characters", param)
+
+
+def chat_text_length(messages: list[dict[str, Any]]) -> int:
+    """Characters of the messages' text: the template's output has at least as many."""
+    return sum(len(m["content"]) + len(m.get("name") or "") for m in messages)
+
+
+def _context_exceeded(max_model_len: int, size: str, param: str) -> ApiError:
+    return ApiError(
+        f"This model's maximum context length is {max_model_len} tokens. However, your "
+        f"{param} ({size}) cannot fit in it. Please reduce the length of the {param}.",
+        status=400,
+        param=param,
+        code="context_length_exceeded",
+    )
 
 
 def max_tokens_for(

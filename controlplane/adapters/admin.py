@@ -1,15 +1,17 @@
-"""Admin for LoRA adapters: upload files or a zip (or register a server path), see the
-validation state and reason, grant to tenants, validate again, delete. Every write goes
-through ``controlplane.adapters.services``.
+"""Admin for LoRA adapters: upload files or a zip (or register a server path; the same name
+again updates the adapter), see the validation state and reason and whether live engines
+serve it, grant to tenants, validate again, delete. Every write goes through
+``controlplane.adapters.services``.
 """
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from controlplane.adapters import services
+from controlplane.adapters import services, serving
 from controlplane.adapters.models import Adapter
 
 
@@ -49,7 +51,15 @@ class AdapterAddForm(forms.ModelForm):
             )
         if any(files) and not all(files):
             raise forms.ValidationError("Upload both adapter_config.json and the weights file.")
+        if data.get("name") and data.get("base_model"):
+            try:
+                services.adapter_registration_check(name=data["name"], base=data["base_model"])
+            except ValidationError as exc:
+                self.add_error("name", exc)
         return data
+
+    def validate_unique(self):
+        """An existing name is a re-registration (adapter_registration_check decides)."""
 
 
 class AdapterChangeForm(forms.ModelForm):
@@ -60,7 +70,7 @@ class AdapterChangeForm(forms.ModelForm):
 
 @admin.register(Adapter)
 class AdapterAdmin(admin.ModelAdmin):
-    list_display = ("name", "base_model", "state", "short_reason", "rank", "created_at")
+    list_display = ("name", "base_model", "status", "short_reason", "rank", "created_at")
     list_filter = ("state", "base_model")
     search_fields = ("name",)
     filter_horizontal = ("tenants",)
@@ -69,7 +79,7 @@ class AdapterAdmin(admin.ModelAdmin):
     readonly_on_change = (
         "name",
         "base_model",
-        "state",
+        "status",
         "failure_reason",
         "path",
         "checksum",
@@ -80,6 +90,18 @@ class AdapterAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
+
+    @admin.display(description="status", ordering="state")
+    def status(self, obj: Adapter) -> str:
+        """The validation state; for a validated adapter, whether live engines serve it."""
+        if not obj.is_ready:
+            return obj.get_state_display()
+        count = serving.engines_serving(
+            model=obj.base_model.name, name=obj.name, checksum=obj.checksum
+        )
+        if count:
+            return f"ready: serving on {count} engine{'s' if count > 1 else ''}"
+        return "validated; not loaded by any live engine yet"
 
     @admin.display(description="failure reason")
     def short_reason(self, obj: Adapter) -> str:

@@ -1,8 +1,9 @@
 """Writes on LoRA adapters. The admin, the management commands and the Celery task call these.
 
-Registering or uploading creates an adapter in state ``uploaded`` and queues its validation;
-validation (``adapter_validate``, run by the Celery worker) moves it through ``validating`` to
-``ready`` or ``failed`` and, once ready, announces it to the base model's engines. Every write
+Registering or uploading creates an adapter in state ``uploaded`` (or, under an existing
+name, points that adapter at the new files) and queues its validation; validation
+(``adapter_validate``, run by the Celery worker) moves it through ``validating`` to ``ready``
+or ``failed`` and, once ready, announces it to the base model's engines. Every write
 bumps the catalog epoch (controlplane/deployments/catalog.py), so every API process sees new,
 granted, revoked, re-validated and deleted adapters within a second.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "adapter_delete",
     "adapter_grant",
     "adapter_register",
+    "adapter_registration_check",
     "adapter_request_validation",
     "adapter_revoke_grant",
     "adapter_upload",
@@ -56,15 +58,23 @@ def _resolve_base(base: ServedModel | str) -> ServedModel:
     return model
 
 
-def _check_name(name: str) -> None:
+def adapter_registration_check(*, name: str, base: ServedModel | str) -> Adapter | None:
+    """Whether ``name`` may be registered on ``base``: the adapter it would update (a
+    re-registration on the same base), None for a new one; ValidationError otherwise."""
+    base_model = _resolve_base(base)
     adapter_name_validator(name)
-    if Adapter.objects.filter(name=name).exists():
-        raise ValidationError(f"an adapter named {name!r} already exists")
     if ServedModel.objects.filter(name=name).exists():
         raise ValidationError(f"{name!r} is already a served model's name; pick another")
+    existing = Adapter.objects.select_related("base_model").filter(name=name).first()
+    if existing is not None and existing.base_model_id != base_model.pk:
+        raise ValidationError(
+            f"adapter {name!r} is registered on base model {existing.base_model.name!r}; "
+            f"delete it before registering it on {base_model.name!r}"
+        )
+    return existing
 
 
-def _create(
+def _save(
     *,
     name: str,
     base: ServedModel | str,
@@ -75,10 +85,17 @@ def _create(
     actor_label: str | None,
     enqueue: bool,
 ) -> Adapter:
+    """Create the adapter, or point the existing one of that name at the new files."""
     base_model = _resolve_base(base)
-    adapter = Adapter.objects.create(
-        name=name, base_model=base_model, path=str(path), stored_by_platform=stored_by_platform
-    )
+    existing = Adapter.objects.select_for_update().filter(name=name).first()
+    if existing is None:
+        adapter = Adapter.objects.create(
+            name=name, base_model=base_model, path=str(path), stored_by_platform=stored_by_platform
+        )
+        action = "adapter.upload" if stored_by_platform else "adapter.register"
+    else:
+        adapter = _replace_files(existing, path=path, stored_by_platform=stored_by_platform)
+        action = "adapter.update"
     tenants = list(tenants)
     if tenants:
         adapter.tenants.add(*tenants)
@@ -86,12 +103,29 @@ def _create(
     audit_record(
         actor=actor,
         actor_label=actor_label,
-        action="adapter.upload" if stored_by_platform else "adapter.register",
+        action=action,
         target=adapter,
         details={"base": base_model.name, "path": str(path), "tenants": [t.slug for t in tenants]},
     )
     if enqueue:
         adapter_request_validation(adapter=adapter)
+    return adapter
+
+
+def _replace_files(adapter: Adapter, *, path: Path, stored_by_platform: bool) -> Adapter:
+    """Re-registration: the adapter is validated again before it is served again. Engines keep
+    the old version until the new one is ready (then they load it) or fails (then they drop
+    it); files the platform stored for the old version are removed."""
+    old_path, old_stored = Path(adapter.path), adapter.stored_by_platform
+    adapter.path = str(path)
+    adapter.stored_by_platform = stored_by_platform
+    adapter.state = Adapter.State.UPLOADED
+    adapter.failure_reason = ""
+    adapter.save(
+        update_fields=["path", "stored_by_platform", "state", "failure_reason", "updated_at"]
+    )
+    if old_stored and old_path != Path(path):
+        transaction.on_commit(lambda: shutil.rmtree(old_path, ignore_errors=True))
     return adapter
 
 
@@ -106,12 +140,13 @@ def adapter_register(
     actor_label: str | None = None,
     enqueue: bool = True,
 ) -> Adapter:
-    """Register an adapter directory the operator keeps on disk; its files are never moved."""
-    _check_name(name)
+    """Register an adapter directory the operator keeps on disk; its files are never moved.
+    Registering a name again (on the same base) updates that adapter to these files."""
+    adapter_registration_check(name=name, base=base)
     directory = Path(path).expanduser().resolve()
     if not directory.is_dir():
         raise ValidationError(f"{directory} is not a directory")
-    return _create(
+    return _save(
         name=name,
         base=base,
         path=directory,
@@ -134,17 +169,17 @@ def adapter_upload(
     actor_label: str | None = None,
     enqueue: bool = True,
 ) -> Adapter:
-    """Store uploaded adapter files (the two files, or a zip holding them) and register them.
+    """Store uploaded adapter files (the two files, or a zip holding them) and register them;
+    uploading under an existing name (on the same base) updates that adapter.
 
     ``files`` are file objects named ``adapter_config.json`` and ``adapter_model.safetensors``
     (Django's UploadedFile, or any object with ``name`` and ``read``).
     """
-    _check_name(name)
-    _resolve_base(base)
+    adapter_registration_check(name=name, base=base)
     directory = store_upload(name=name, files=files, archive=archive)
     try:
         with transaction.atomic():
-            return _create(
+            return _save(
                 name=name,
                 base=base,
                 path=directory,
@@ -190,6 +225,9 @@ def adapter_validate(*, adapter_id: int) -> Adapter | None:
         if adapter is None:
             return None
         was_ready = adapter.state == Adapter.State.READY
+        # A version validated before may be in the engines' registry (re-registered or
+        # validated again); a failure now withdraws it.
+        was_published = bool(adapter.checksum)
         adapter.state = Adapter.State.VALIDATING
         adapter.failure_reason = ""
         adapter.save(update_fields=["state", "failure_reason", "updated_at"])
@@ -227,7 +265,7 @@ def adapter_validate(*, adapter_id: int) -> Adapter | None:
                     name=current.name, checksum=current.checksum, path=current.path
                 ),
             )
-        elif was_ready:
+        elif was_published:
             engine_sync.withdraw_adapter(model=adapter.base_model.name, name=current.name)
         catalog_epoch_bump()
     return current

@@ -26,10 +26,6 @@ def _max_adapter_bytes() -> int:
     return int(getattr(settings, "ADAPTER_MAX_BYTES", 4 << 30))
 
 
-def _max_adapter_bytes() -> int:
-    return int(getattr(settings, "ADAPTER_MAX_BYTES", 4 << 30))
-
-
 def _upload_root() -> Path:
     root = getattr(settings, "ADAPTER_UPLOAD_DIR", None)
     return Path(root) if root else Path(settings.VAR_DIR) / "adapters"

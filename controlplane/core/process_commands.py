@@ -40,9 +40,22 @@ def migrate_command() -> list[str]:
     return manage_command("migrate", "--noinput", "-v", "0")
 
 
-def daphne_command(host: str, port: int) -> list[str]:
+# Connections the kernel queues before Daphne accepts them (capped by net.core.somaxconn).
+# Twisted's default, 50, reset some of a burst of 200 new connections; Daphne has no flag for
+# it, so the listening socket is given as a Twisted endpoint string.
+DAPHNE_LISTEN_BACKLOG = 2048
+
+
+def daphne_endpoint(host: str, port: int, *, backlog: int = DAPHNE_LISTEN_BACKLOG) -> str:
+    """``tcp:port=8000:interface=127.0.0.1:backlog=2048`` (an IPv6 host's colons escaped)."""
+    interface = host.strip("[]").replace(":", r"\:")
+    return f"tcp:port={int(port)}:interface={interface}:backlog={int(backlog)}"
+
+
+def daphne_command(host: str, port: int, *, backlog: int = DAPHNE_LISTEN_BACKLOG) -> list[str]:
     """The API, the admin and the playground: Daphne serving the project's ASGI application."""
-    return _python_module("daphne", "-b", host, "-p", str(port), ASGI_APPLICATION)
+    endpoint = daphne_endpoint(host, port, backlog=backlog)
+    return _python_module("daphne", "-e", endpoint, ASGI_APPLICATION)
 
 
 def engine_command(model_path: str | Path, model_name: str, **service_options) -> list[str]:

@@ -1,4 +1,8 @@
-"""The staff dashboard: a page, and the JSON it polls (live engines, usage per tenant)."""
+"""The staff dashboard: a page, and the JSON it polls (live engines, usage per tenant).
+
+Both need staff status and ``usage.view_dailyusage`` (the usage of every tenant is what they
+show); superusers hold every permission.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import asdict
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
@@ -18,9 +23,17 @@ from controlplane.usage.services import usage_flush
 
 logger = logging.getLogger(__name__)
 
+DASHBOARD_PERMISSION = "usage.view_dailyusage"
+
+
+def _may_view(user) -> bool:
+    return user.is_active and user.is_staff and user.has_perm(DASHBOARD_PERMISSION)
+
 
 @staff_member_required
 def dashboard(request: HttpRequest):
+    if not _may_view(request.user):
+        raise PermissionDenied("The dashboard needs the permission to view usage.")
     # The admin's context (site header, user links), so the page sits inside the admin.
     context = {**admin.site.each_context(request), "title": "Dashboard"}
     return render(request, "dashboard/index.html", context)
@@ -38,8 +51,8 @@ def _tenant_metrics() -> list[dict]:
 
 @never_cache
 def dashboard_data(request: HttpRequest) -> JsonResponse:
-    if not (request.user.is_active and request.user.is_staff):
-        return JsonResponse({"error": "staff only"}, status=403)
+    if not _may_view(request.user):
+        return JsonResponse({"error": "staff with the permission to view usage only"}, status=403)
     try:
         # The dashboard stays current even where no Celery beat drains usage.
         usage_flush(max_batches=5)

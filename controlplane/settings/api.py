@@ -1,5 +1,7 @@
 """Django REST framework, the OpenAPI schema, and defaults of the OpenAI-compatible API."""
 
+import os
+
 from controlplane.settings.env import env_int
 
 REST_FRAMEWORK = {
@@ -19,3 +21,19 @@ SPECTACULAR_SETTINGS = {
 # max_tokens of a chat completion that sets none: what the context leaves, but at most this
 # many, so that a model that never says EOS answers in the time a person waits.
 CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 512)
+
+# Limits that keep one request from stalling an API process (docs/api.md, "Limits").
+# The largest body the JSON API reads (/v1/..., /tokenize, /detokenize): bigger ones get a 413
+# before Django reads them (inference/body_limit.py). The admin's adapter upload is not under
+# it: its files stream to disk under ADAPTER_MAX_BYTES.
+API_MAX_REQUEST_BYTES = env_int("API_MAX_REQUEST_BYTES", 4 * 1024 * 1024)
+# Django refuses request data (not files) over this; the API's bodies must fit under it.
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_REQUEST_BYTES
+# Engine sequences one request may start: prompts x n (a 400 beyond).
+API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 256)
+# A generous bound on the characters one token covers (English text averages about 4): a
+# prompt longer than max_model_len x this cannot fit, and is refused before it is tokenized.
+PROMPT_MAX_CHARS_PER_TOKEN = env_int("PROMPT_MAX_CHARS_PER_TOKEN", 32)
+# Threads that render chat templates and tokenize, off the event loop: half the cores (at
+# most 4), so that the event loop keeps a core however many long prompts arrive at once.
+API_TOKENIZER_THREADS = env_int("API_TOKENIZER_THREADS", max(1, min(4, (os.cpu_count() or 2) // 2)))

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.core.private_files import read_or_create_private_file
 from controlplane.settings.core import VAR_DIR
-from controlplane.settings.env import env_bool, env_int, env_list, env_str
+from controlplane.settings.env import env_bool, env_float, env_int, env_list, env_str
 
 
 def _generated_secret_key() -> str:
@@ -51,3 +51,34 @@ SECURE_PROXY_SSL_HEADER = (
     ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https") if _proxy_ssl_header else None
 )
 SILENCED_SYSTEM_CHECKS = env_list("DJANGO_SILENCED_SYSTEM_CHECKS", [])
+
+# Failed authentication (controlplane/tenants/auth_throttle.py). API keys: after this many
+# failures in a window from one client address, or with one key prefix, failures are answered
+# 429 with Retry-After (a blocked address's unknown keys never reach the database). Behind a
+# proxy, run Daphne with --proxy-headers so that the address is the client's. 0: not counted.
+AUTH_FAILURES_PER_ADDRESS = env_int("AUTH_FAILURES_PER_ADDRESS", 20)
+AUTH_FAILURES_PER_KEY_PREFIX = env_int("AUTH_FAILURES_PER_KEY_PREFIX", 10)
+AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 60)
+# Admin sign-in (controlplane/tenants/login_lockout.py): after this many wrong passwords for
+# one username, or from one address, sign-in is refused until the lockout has passed quietly.
+ADMIN_LOGIN_FAILURES_PER_USERNAME = env_int("ADMIN_LOGIN_FAILURES_PER_USERNAME", 5)
+ADMIN_LOGIN_FAILURES_PER_ADDRESS = env_int("ADMIN_LOGIN_FAILURES_PER_ADDRESS", 20)
+ADMIN_LOGIN_LOCKOUT_SECONDS = env_int("ADMIN_LOGIN_LOCKOUT_SECONDS", 900)
+AUTHENTICATION_BACKENDS = ["controlplane.tenants.login_lockout.LockoutModelBackend"]
+
+# An open WebSocket checks its key (or staff user) again this often, and before every
+# generation it starts: a revoked key's socket is closed within about this plus
+# AUTH_EPOCH_CHECK_SECONDS.
+WEBSOCKET_AUTH_RECHECK_SECONDS = env_float("WEBSOCKET_AUTH_RECHECK_SECONDS", 0.5)
+
+# The playground tenant of a staff user who is not a superuser (superusers: unlimited), where
+# the tenant's own limits are empty. 0: unlimited.
+PLAYGROUND_LIMITS = {
+    name: env_int(f"PLAYGROUND_{name.upper()}", default) or None
+    for name, default in (
+        ("requests_per_minute", 60),
+        ("tokens_per_minute", 100_000),
+        ("max_concurrent_requests", 4),
+        ("monthly_token_budget", 0),
+    )
+}

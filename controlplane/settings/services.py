@@ -49,5 +49,9 @@ ENGINE_SILENCE_TIMEOUT = env_float("ENGINE_SILENCE_TIMEOUT", 30.0)
 # Requests waiting for a model above which new ones are refused with 503.
 ENGINE_MAX_WAITING = env_int("ENGINE_MAX_WAITING", 1024)
 
-# Usage events queue in Redis on the request path; this drains them into the database.
-CELERY_BEAT_SCHEDULE = {"usage-flush": {"task": "usage.flush", "schedule": 5.0}}
+# Usage events queue in Redis on the request path; this drains them into the database. The
+# engines' adapter registry is rewritten from the database, so a lost write heals in a beat.
+CELERY_BEAT_SCHEDULE = {
+    "usage-flush": {"task": "usage.flush", "schedule": 5.0},
+    "adapters-reconcile-registry": {"task": "adapters.reconcile_registry", "schedule": 10.0},
+}

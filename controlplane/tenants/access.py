@@ -3,23 +3,34 @@
 The API parses credentials off the wire (inference/credentials.py) and asks here. Keys are
 resolved through a per-process cache that a Redis epoch invalidates within a second
 (keycache.py), so in steady state checking a key costs no database query and no round trip.
-Limits and usage live beside this, in admission.py.
+Failed attempts are throttled per client address and key prefix (auth_throttle.py). A staff
+session runs under the user's private playground tenant, for superusers and staff granted
+``tenants.use_playground``, with ``PLAYGROUND_LIMITS`` unless the user is a superuser. Limits
+and usage live beside this, in admission.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from importlib import import_module
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_user_model,
+    load_backend,
+)
 from django.utils.crypto import constant_time_compare
 
 from controlplane.core.api_error import ApiError
+from controlplane.tenants.auth_throttle import api_auth_throttle
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
 from controlplane.tenants.keycache import key_cache
 from controlplane.tenants.ratelimit import Limits
@@ -36,6 +47,8 @@ __all__ = [
     "can_use_model",
     "check_key",
     "engine_cache_salt",
+    "key_principal",
+    "may_use_playground",
     "staff_principal",
     "staff_session_principal",
     "unauthorized",
@@ -79,6 +92,17 @@ class Principal:
 
 def unauthorized(message: str) -> AccessError:
     return AccessError(message, status=401, type="invalid_request_error", code="invalid_api_key")
+
+
+def _too_many_failures(retry_after: float) -> AccessError:
+    seconds = max(1, math.ceil(retry_after))
+    return AccessError(
+        f"Too many failed authentication attempts. Please try again in {seconds}s.",
+        status=429,
+        type="requests",
+        code="rate_limit_exceeded",
+        headers={"retry-after": str(seconds)},
+    )
 
 
 # Keys ---------------------------------------------------------------------------------------
@@ -125,8 +149,9 @@ def _principal(record: KeyRecord) -> Principal:
     )
 
 
-def check_key(record: KeyRecord | None, secret: str, *, endpoint: str) -> Principal:
-    """The policy on a loaded key record: raises AccessError (401/403) when refused."""
+def check_key(record: KeyRecord | None, secret: str, *, endpoint: str | None) -> Principal:
+    """The policy on a loaded key record: raises AccessError (401/403) when refused.
+    ``endpoint`` None: whether the key is still good, whatever its scopes."""
     stored = record.secret_hash if record is not None else _DUMMY_HASH
     if not secret_matches(secret, stored) or record is None:
         raise unauthorized(f"Incorrect API key provided: {_masked(secret)}.")
@@ -136,7 +161,7 @@ def check_key(record: KeyRecord | None, secret: str, *, endpoint: str) -> Princi
         raise unauthorized("This API key's account is disabled.")
     if record.expires_at is not None and record.expires_at <= time.time():
         raise unauthorized("This API key has expired.")
-    if not _scope_allows(record.scopes, endpoint):
+    if endpoint is not None and not _scope_allows(record.scopes, endpoint):
         raise AccessError(
             f"This API key may not call {endpoint}.",
             status=403,
@@ -154,10 +179,33 @@ def _last_used_due(key_id: int) -> bool:
     return True
 
 
-async def authenticate_secret(secret: str, *, endpoint: str) -> Principal:
-    """The Principal an API key secret stands for; raises AccessError (401/403) when refused."""
+async def authenticate_secret(
+    secret: str, *, endpoint: str, client_address: str | None = None
+) -> Principal:
+    """The Principal an API key secret stands for; raises AccessError when refused: 401/403,
+    or 429 once the client address or key prefix has failed too often (auth_throttle.py)."""
+
+    async def refuse_if_blocked() -> None:  # only before a lookup that reaches the database
+        retry = await api_auth_throttle.blocked_for(client_address)
+        if retry > 0:
+            raise _too_many_failures(retry)
+
+    try:
+        return await key_principal(secret, endpoint=endpoint, before_load=refuse_if_blocked)
+    except AccessError as exc:
+        if exc.status != 401:
+            raise
+        retry = await api_auth_throttle.failed(client_address, prefix_of(secret))
+        if retry > 0:
+            raise _too_many_failures(retry) from None
+        raise
+
+
+async def key_principal(secret: str, *, endpoint: str | None = None, before_load=None) -> Principal:
+    """The key policy alone, unthrottled: for checking again a key that authenticated before
+    (an open WebSocket does, every half second). ``endpoint`` None: any scope."""
     prefix = prefix_of(secret)
-    record = await key_cache.aget(prefix) if prefix else None
+    record = await key_cache.aget(prefix, before_load=before_load) if prefix else None
     principal = check_key(record, secret, endpoint=endpoint)
     # Last use reaches Redis at most every 30 s per key and process; a job copies it to the DB.
     if _last_used_due(principal.key_id):
@@ -184,34 +232,69 @@ def engine_cache_salt(principal: Principal, client_salt: str | None) -> str:
 
 # Staff sessions -----------------------------------------------------------------------------
 
+PLAYGROUND_PERMISSION = "tenants.use_playground"
+_LIMIT_FIELDS = tuple(f.name for f in fields(Limits))  # the tenant's limit columns
+
+
+def may_use_playground(user) -> bool:
+    """Active staff granted ``tenants.use_playground`` (superusers hold every permission)."""
+    return bool(
+        user is not None
+        and user.is_active
+        and user.is_staff
+        and user.has_perm(PLAYGROUND_PERMISSION)
+    )
+
 
 def _staff_user_from_session(session_key: str):
-    """The staff user a session cookie belongs to, checked as Django's auth does, else None."""
+    """The user a session cookie belongs to, checked as Django's auth does, else None."""
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     user_id = store.get(SESSION_KEY)
     backend_path = store.get(BACKEND_SESSION_KEY)
     if user_id is None or backend_path not in settings.AUTHENTICATION_BACKENDS:
         return None
     user = load_backend(backend_path).get_user(user_id)
-    if user is None or not user.is_active or not user.is_staff:
+    if user is None:
         return None
     if not constant_time_compare(store.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):
         return None  # the password changed since this session logged in
     return user
 
 
-def _playground_record(user) -> KeyRecord:
-    return key_record_for(None, tenant_get_or_create_playground(user=user))
+def _with_playground_limits(record: KeyRecord) -> KeyRecord:
+    """The playground tenant's own limits where set, else the configured PLAYGROUND_LIMITS."""
+    defaults = getattr(settings, "PLAYGROUND_LIMITS", {})
+    limits = {name: getattr(record, name) for name in _LIMIT_FIELDS}
+    return replace(
+        record,
+        **{name: defaults.get(name) if value is None else value for name, value in limits.items()},
+    )
+
+
+def _playground_record(user) -> KeyRecord | None:
+    """The record a user's playground runs under, or None when they may not use one."""
+    if not may_use_playground(user):
+        return None
+    record = key_record_for(None, tenant_get_or_create_playground(user=user))
+    return record if user.is_superuser else _with_playground_limits(record)
+
+
+def _current_user(user):
+    """The user's row as it is now: a socket keeps its user object while admins edit the row."""
+    return get_user_model()._default_manager.filter(pk=user.pk).first()
 
 
 async def staff_principal(user) -> Principal | None:
-    """An active staff user runs under their own private playground tenant; others: None."""
-    if user is None or not getattr(user, "is_staff", False) or not user.is_active:
+    """The Principal of ``user``'s private playground tenant, if they may use one; else None."""
+    if user is None or not getattr(user, "is_staff", False) or user.pk is None:
         return None
-    return _principal(await sync_to_async(_playground_record)(user))
+    record = await sync_to_async(lambda: _playground_record(_current_user(user)))()
+    return None if record is None else _principal(record)
 
 
 async def staff_session_principal(session_key: str) -> Principal | None:
-    """The playground Principal of the staff user a session cookie belongs to, else None."""
-    user = await sync_to_async(_staff_user_from_session)(session_key)
-    return await staff_principal(user)
+    """The playground Principal of the user a session cookie belongs to, else None."""
+    record = await sync_to_async(
+        lambda: _playground_record(_staff_user_from_session(session_key))
+    )()
+    return None if record is None else _principal(record)

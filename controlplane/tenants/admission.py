@@ -1,9 +1,11 @@
 """Limits and usage: let a request in under its tenant's limits, and account for it once done.
 
-``admit`` reserves ``prompt + max_tokens`` tokens (one Redis round trip, a Lua script in
-ratelimit.py; none when the tenant is unlimited); ``finish`` releases the reservation, corrects
-it to the tokens really used and queues the usage record for the batch writer
-(controlplane.usage), in one background round trip, so no response waits on accounting.
+``check_request_limits`` refuses, before a request is planned (templated, tokenized), what
+its tenant has no room for whatever its size; it reserves nothing. ``admit`` reserves
+``prompt + max_tokens`` tokens (one Redis round trip, a Lua script in ratelimit.py; none when
+the tenant is unlimited); ``finish`` releases the reservation, corrects it to the tokens
+really used and queues the usage record for the batch writer (controlplane.usage), in one
+background round trip, so no response waits on accounting.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Admission", "admit", "finish", "finish_pending"]
+__all__ = ["Admission", "admit", "check_request_limits", "finish", "finish_pending"]
 
 
 @dataclass
@@ -81,6 +83,33 @@ def _rate_limited(principal: Principal, model: str, decision, headers: dict) -> 
     return AccessError(message, status=429, type=kind, code="rate_limit_exceeded", headers=headers)
 
 
+def _limiter_unavailable() -> AccessError:
+    return AccessError(
+        "The rate limiter is unavailable; try again shortly.",
+        status=503,
+        type="server_error",
+        code="service_unavailable",
+        headers={"retry-after": "1"},
+    )
+
+
+async def check_request_limits(principal: Principal, *, model: str) -> None:
+    """Raise the 429 ``admit`` would give any request of this tenant right now (no requests
+    or tokens left this minute, concurrency or budget used up), reserving nothing."""
+    if principal.limits.unlimited:
+        return
+    try:
+        decision = await _limiter.peek(
+            async_redis(), tenant_id=principal.tenant_id, limits=principal.limits
+        )
+    except Exception as exc:
+        logger.exception("rate limiter unavailable")
+        raise _limiter_unavailable() from exc
+    if not decision.admitted:
+        headers = ratelimit_headers(principal.limits, decision)
+        raise _rate_limited(principal, model, decision, headers)
+
+
 async def admit(
     principal: Principal, *, model: str, prompt_tokens: int, max_tokens: int
 ) -> Admission:
@@ -115,13 +144,7 @@ async def admit(
         )
     except Exception as exc:
         logger.exception("rate limiter unavailable")
-        raise AccessError(
-            "The rate limiter is unavailable; try again shortly.",
-            status=503,
-            type="server_error",
-            code="service_unavailable",
-            headers={"retry-after": "1"},
-        ) from exc
+        raise _limiter_unavailable() from exc
     headers = ratelimit_headers(principal.limits, decision)
     if not decision.admitted:
         raise _rate_limited(principal, model, decision, headers)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 
@@ -60,12 +61,18 @@ class KeyCache:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
-    async def aget(self, prefix: str) -> KeyRecord | None:
+    async def aget(
+        self, prefix: str, *, before_load: Callable[[], Awaitable[None]] | None = None
+    ) -> KeyRecord | None:
+        """The record of ``prefix``; ``before_load`` is awaited (and may raise) only when the
+        record must come from the database, the throttle's chance to refuse first."""
         now = time.monotonic()
         if await self.epoch.arefresh(now):
             self._entries.clear()
         record = self._cached(prefix, now)
         if record is _MISSING:
+            if before_load is not None:
+                await before_load()
             # Read before the load: a bump during it makes this entry stale.
             epoch = self.epoch.value
             record = await sync_to_async(key_record_load)(prefix=prefix)

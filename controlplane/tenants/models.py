@@ -50,6 +50,8 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Superusers hold it implicitly; other staff need it for a playground of their own.
+        permissions = [("use_playground", "Can use the playground (a private tenant)")]
 
     def __str__(self) -> str:
         return self.name

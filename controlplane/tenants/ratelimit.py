@@ -32,6 +32,15 @@ local function put(key, lv)
   -- an idle bucket is full again after 60 s; let Redis forget it a little later
   redis.call('EXPIRE', key, 120)
 end
+-- {admitted, reason, retry_ms, req_remaining, req_reset_ms, tok_remaining, tok_reset_ms}
+local function decision(reason, retry, rpm, rl, tpm, tl)
+  local rr, rres, tr, tres = -1, -1, -1, -1
+  if rpm > 0 then rr = math.max(0, math.floor(rl)); rres = math.ceil((rpm - rl) * 60000 / rpm) end
+  if tpm > 0 then tr = math.max(0, math.floor(tl)); tres = math.ceil((tpm - tl) * 60000 / tpm) end
+  local admitted = 0
+  if reason == '' then admitted = 1 end
+  return {admitted, reason, retry, rr, rres, tr, tres}
+end
 """
 
 # KEYS: requests bucket, tokens bucket, in-flight set, month budget counter
@@ -62,9 +71,7 @@ if reason == '' and budget >= 0 then
   local used = tonumber(redis.call('GET', KEYS[4]) or '0')
   if used + cost > budget then reason = 'budget' end
 end
-local admitted = 0
 if reason == '' then
-  admitted = 1
   if rpm >= 0 then rl = rl - 1; put(KEYS[1], rl) end
   if tpm >= 0 then tl = tl - cost; put(KEYS[2], tl) end
   if conc >= 0 then
@@ -76,10 +83,36 @@ if reason == '' then
     redis.call('EXPIRE', KEYS[4], tonumber(ARGV[8]))
   end
 end
-local rr, rres, tr, tres = -1, -1, -1, -1
-if rpm >= 0 then rr = math.max(0, math.floor(rl)); rres = math.ceil((rpm - rl) * 60000 / rpm) end
-if tpm >= 0 then tr = math.max(0, math.floor(tl)); tres = math.ceil((tpm - tl) * 60000 / tpm) end
-return {admitted, reason, retry, rr, rres, tr, tres}
+return decision(reason, retry, rpm, rl, tpm, tl)
+"""
+)
+
+# Read-only: would a request costing at least one token be refused right now? Out of
+# requests, out of tokens, at the concurrency limit or over budget, whatever its size.
+# KEYS and ARGV as the acquire script's, without cost, ticket and TTLs.
+_PEEK_LUA = (
+    _COMMON_LUA
+    + """
+local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
+local conc, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local rl, tl = -1, -1
+if rpm >= 0 then rl = level(KEYS[1], rpm) end
+if tpm >= 0 then tl = level(KEYS[2], tpm) end
+local reason, retry = '', 0
+if rpm == 0 then
+  reason = 'requests'; retry = 60000
+elseif tpm == 0 then
+  reason = 'too_large'
+elseif rpm > 0 and rl < 1 then
+  reason = 'requests'; retry = math.ceil((1 - rl) * 60000 / rpm)
+elseif tpm > 0 and tl < 1 then
+  reason = 'tokens'; retry = math.ceil((1 - tl) * 60000 / tpm)
+elseif conc >= 0 and redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf') >= conc then
+  reason = 'concurrency'; retry = 1000
+elseif budget >= 0 and tonumber(redis.call('GET', KEYS[4]) or '0') >= budget then
+  reason = 'budget'
+end
+return decision(reason, retry, rpm, rl, tpm, tl)
 """
 )
 
@@ -165,24 +198,23 @@ class RateLimiter:
     def __init__(self, *, lease_seconds: int = 900):
         self.lease_seconds = lease_seconds
 
-    def _acquire_args(self, tenant_id: int, limits: Limits, cost: int, ticket: str) -> list:
-        req, tok, inflight = _keys(tenant_id)
+    @staticmethod
+    def _limit_args(script: str, tenant_id: int, limits: Limits) -> list:
+        """A script's keys and the limits, as the acquire and peek scripts read them."""
         return [
-            _ACQUIRE_LUA,
+            script,
             4,
-            req,
-            tok,
-            inflight,
+            *_keys(tenant_id),
             _month_key(tenant_id),
             _arg(limits.requests_per_minute),
             _arg(limits.tokens_per_minute),
             _arg(limits.max_concurrent_requests),
             _arg(limits.monthly_token_budget),
-            int(cost),
-            ticket,
-            self.lease_seconds,
-            40 * 86400,
         ]
+
+    def _acquire_args(self, tenant_id: int, limits: Limits, cost: int, ticket: str) -> list:
+        args = self._limit_args(_ACQUIRE_LUA, tenant_id, limits)
+        return [*args, int(cost), ticket, self.lease_seconds, 40 * 86400]
 
     @staticmethod
     def _decision(raw: list) -> Decision:
@@ -209,6 +241,11 @@ class RateLimiter:
         self, redis, *, tenant_id: int, limits: Limits, cost: int, ticket: str
     ) -> Decision:
         return self._decision(redis.eval(*self._acquire_args(tenant_id, limits, cost, ticket)))
+
+    async def peek(self, redis, *, tenant_id: int, limits: Limits) -> Decision:
+        """Whether any request would be refused now (out of requests, out of tokens, at the
+        concurrency limit, over budget), reserving nothing: a cheap check before planning."""
+        return self._decision(await redis.eval(*self._limit_args(_PEEK_LUA, tenant_id, limits)))
 
     def release_into(
         self, pipe, *, tenant_id: int, limits: Limits, reserved: int, used: int, ticket: str

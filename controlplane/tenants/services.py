@@ -160,7 +160,8 @@ def tenant_rotate_cache_salt(
 
 @transaction.atomic
 def tenant_get_or_create_playground(*, user: Any) -> Tenant:
-    """The private tenant a staff user's playground session runs under (no limits, all models)."""
+    """The private tenant a staff user's playground session runs under (every model; its
+    limits are left empty, and access.py fills them from PLAYGROUND_LIMITS for non-superusers)."""
     tenant = Tenant.objects.filter(playground_user=user).first()
     if tenant is not None:
         return tenant

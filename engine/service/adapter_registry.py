@@ -1,50 +1,168 @@
-"""The LoRA adapters this engine serves, by name: loaded from the control plane's registry at
-start and on LoadAdapter / UnloadAdapter, and resolved for each request."""
+"""The LoRA adapters this engine serves, kept equal to the control plane's registry.
+
+The registry hash ``Keys.adapters(model)`` (name -> AdapterRef) says what every engine of the
+model should hold. LoadAdapter / UnloadAdapter control messages bring changes at once; and
+every few seconds the RegistryWatcher thread reads the hash again, so that the loop can
+reconcile: load what is missing or of another version, unload what is gone. A lost control
+message, or a Redis restart the control plane has since healed, costs at most one beat. An
+adapter that fails to load is logged and retried with backoff, and never stops the engine.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import redis
 
 from engine import protocol
 from engine.adapters import AdapterIdentity
+from engine.service.inbox import Inbox, RegistrySnapshot
 
 logger = logging.getLogger(__name__)
 
+# An adapter that failed to load is tried again by the reconcile after this long, doubling
+# up to RETRY_MAX_S; a new version of it (another AdapterRef) is tried at once.
+RETRY_FIRST_S = 10.0
+RETRY_MAX_S = 300.0
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def read_registry(
+    client: redis.Redis, key: str, logged: set[bytes] | None = None
+) -> dict[str, protocol.AdapterRef]:
+    """The registry hash as name -> AdapterRef. Unreadable records are left out (as if
+    withdrawn) and logged, once each when ``logged`` remembers them across reads."""
+    refs: dict[str, protocol.AdapterRef] = {}
+    for raw_name, raw in client.hgetall(key).items():
+        name = _text(raw_name)
+        try:
+            ref = protocol.decode_adapter(raw)
+            if ref.name != name:
+                raise ValueError(f"record names {ref.name!r}")
+        except Exception as exc:
+            if logged is None or raw not in logged:
+                logger.error("unreadable adapter record %r in %s skipped: %s", name, key, exc)
+                if logged is not None:
+                    logged.add(raw)
+            continue
+        refs[name] = ref
+    return refs
+
+
+@dataclass(slots=True)
+class _LoadFailure:
+    ref: protocol.AdapterRef
+    attempts: int
+    retry_at: float  # clock() time
+
 
 class AdapterRegistry:
-    def __init__(self, engine, model_name: str):
+    """The adapters loaded in this engine, by name. Only the loop thread calls its methods;
+    ``versions`` (name -> checksum) is replaced whole on every change, for the status thread.
+    """
+
+    def __init__(self, engine, model_name: str, *, clock: Callable[[], float] = time.monotonic):
         self.engine = engine
         self.model_name = model_name
+        self.clock = clock
         self.identities: dict[str, AdapterIdentity] = {}
+        self.versions: Mapping[str, str] = MappingProxyType({})
+        self._refs: dict[str, protocol.AdapterRef] = {}  # what each loaded adapter came from
+        self._failures: dict[str, _LoadFailure] = {}
+        # When a control message last named an adapter: a registry snapshot read before that
+        # may predate the change, so the reconcile leaves that name alone.
+        self._announced_at: dict[str, float] = {}
 
     def names(self) -> list[str]:
         return sorted(self.identities)
 
-    def load_published(self, client: redis.Redis, keys: protocol.Keys) -> None:
-        """Load the adapters the control plane published for this model before we started."""
-        for name, raw in client.hgetall(keys.adapters(self.model_name)).items():
-            try:
-                ref = protocol.decode_adapter(raw)
-            except Exception:
-                logger.error("unreadable adapter record %r skipped", name)
-                continue
-            self.load(ref)
+    # ------------------------------------------------------------------ control messages
 
-    def load(self, ref: protocol.AdapterRef) -> None:
+    def on_load_message(self, ref: protocol.AdapterRef) -> None:
+        self._announced_at[ref.name] = self.clock()
+        self.load(ref)
+
+    def on_unload_message(self, name: str) -> None:
+        self._announced_at[name] = self.clock()
+        self.unload(name)
+
+    # ------------------------------------------------------------------ reconcile
+
+    def reconcile(self, published: Mapping[str, protocol.AdapterRef], read_at: float) -> None:
+        """Make the loaded adapters those of the registry as read at ``read_at``."""
+        now = self.clock()
+        for name in [n for n in self.identities if n not in published]:
+            if not self._announced_since(name, read_at):
+                self.unload(name)
+        for name, ref in published.items():
+            if self._refs.get(name) == ref or self._announced_since(name, read_at):
+                continue
+            failure = self._failures.get(name)
+            if failure is not None and failure.ref == ref and now < failure.retry_at:
+                continue  # backing off
+            self.load(ref)
+        for name in [n for n in self._failures if n not in published]:
+            del self._failures[name]
+        self._announced_at = {n: t for n, t in self._announced_at.items() if t > read_at}
+
+    def _announced_since(self, name: str, read_at: float) -> bool:
+        return self._announced_at.get(name, float("-inf")) > read_at
+
+    # ------------------------------------------------------------------ load and unload
+
+    def load(self, ref: protocol.AdapterRef) -> bool:
+        """Load ``ref`` (a no-op when exactly this is loaded); False if it could not be."""
+        if self._refs.get(ref.name) == ref:
+            return True
         try:
             identity = self.engine.load_adapter(ref.name, ref.path, ref.checksum)
         except Exception as exc:  # a bad adapter must not take the engine down
-            logger.error("adapter %r from %s not loaded: %s", ref.name, ref.path, exc)
-            return
+            self._record_failure(ref, exc)
+            return False
+        self._failures.pop(ref.name, None)
         self.identities[ref.name] = identity
+        self._refs[ref.name] = ref
+        self._publish_versions()
         logger.info("adapter %r loaded (checksum %s)", ref.name, identity.checksum)
+        return True
 
     def unload(self, name: str) -> None:
-        self.engine.unload_adapter(name)
-        self.identities.pop(name, None)
-        logger.info("adapter %r unloaded", name)
+        self._failures.pop(name, None)
+        try:
+            self.engine.unload_adapter(name)
+        except Exception:
+            logger.exception("unloading adapter %r failed", name)
+        if self.identities.pop(name, None) is not None:
+            self._refs.pop(name, None)
+            self._publish_versions()
+            logger.info("adapter %r unloaded", name)
+
+    def _record_failure(self, ref: protocol.AdapterRef, exc: Exception) -> None:
+        previous = self._failures.get(ref.name)
+        attempts = previous.attempts + 1 if previous is not None and previous.ref == ref else 1
+        delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (attempts - 1))
+        self._failures[ref.name] = _LoadFailure(ref, attempts, self.clock() + delay)
+        logger.error(
+            "adapter %r from %s not loaded (attempt %d, next in %.0fs): %s",
+            ref.name,
+            ref.path,
+            attempts,
+            delay,
+            exc,
+        )
+
+    def _publish_versions(self) -> None:
+        self.versions = MappingProxyType({n: i.checksum for n, i in self.identities.items()})
+
+    # ------------------------------------------------------------------ requests
 
     def identity_for(self, ref: protocol.AdapterRef | None) -> AdapterIdentity | None:
         """The loaded identity a request asks for; ValueError if that version is not here."""
@@ -59,3 +177,32 @@ class AdapterRegistry:
                 f"(loaded: {identity.checksum[:12]})"
             )
         return identity
+
+
+class RegistryWatcher(threading.Thread):
+    """Every ``interval``: read the registry hash and hand it to the loop's inbox."""
+
+    def __init__(self, client: redis.Redis, key: str, inbox: Inbox, *, interval: float):
+        super().__init__(name="engine-adapter-registry", daemon=True)
+        self.client = client
+        self.key = key
+        self.inbox = inbox
+        self.interval = interval
+        self._logged: set[bytes] = set()
+        self._stop_event = threading.Event()
+
+    def read(self) -> RegistrySnapshot:
+        read_at = time.monotonic()  # before the read: what changes during it is newer
+        return RegistrySnapshot(read_registry(self.client, self.key, self._logged), read_at)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            try:
+                self.inbox.put(self.read())
+            except redis.RedisError:
+                logger.warning("reading the adapter registry %s failed", self.key, exc_info=True)

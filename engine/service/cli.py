@@ -44,6 +44,12 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status-interval", type=float, default=1.0)
     parser.add_argument("--status-ttl", type=float, default=5.0)
     parser.add_argument("--drain-timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--adapter-sync-interval",
+        type=float,
+        default=2.0,
+        help="seconds between reconciles of the loaded adapters with the registry",
+    )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
 
 
@@ -57,6 +63,7 @@ def settings_from_args(args: argparse.Namespace, model_name: str) -> ServiceSett
         status_ttl=args.status_ttl,
         drain_timeout=args.drain_timeout,
         max_queued=args.max_queued,
+        adapter_sync_interval=args.adapter_sync_interval,
         **extra,
     )
 

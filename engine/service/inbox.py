@@ -25,7 +25,15 @@ class ControlEvent:
     message: protocol.ControlMessage
 
 
-Event = NewRequest | AbortEvent | ControlEvent
+@dataclass(slots=True)
+class RegistrySnapshot:
+    """The model's adapter registry hash as read at ``read_at`` (time.monotonic())."""
+
+    refs: dict[str, protocol.AdapterRef]
+    read_at: float
+
+
+Event = NewRequest | AbortEvent | ControlEvent | RegistrySnapshot
 
 
 class Inbox:

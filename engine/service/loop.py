@@ -17,8 +17,8 @@ import redis
 
 from engine import protocol
 from engine.outputs import EngineStats
-from engine.service.adapter_registry import AdapterRegistry
-from engine.service.inbox import AbortEvent, ControlEvent, Inbox, NewRequest
+from engine.service.adapter_registry import AdapterRegistry, RegistryWatcher
+from engine.service.inbox import AbortEvent, ControlEvent, Inbox, NewRequest, RegistrySnapshot
 from engine.service.outbox import ActiveRequest, Outbox
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_io import (
@@ -72,6 +72,12 @@ class EngineService:
             waiting=self._num_waiting,
         )
         self.broadcast = BroadcastReader(client(), self.channels, self.inbox)
+        self.registry_watcher = RegistryWatcher(
+            client(),
+            self.keys.adapters(settings.model_name),
+            self.inbox,
+            interval=settings.adapter_sync_interval,
+        )
         self.reaper = DeadEngineReaper(client(), self.channels, self.reader)
         self.status = StatusPublisher(
             client(),
@@ -93,10 +99,12 @@ class EngineService:
 
     def start(self) -> None:
         """Announce this engine (status first, so it is alive before it joins the group)."""
-        self.adapters.load_published(self.redis, self.keys)
+        snapshot = self.registry_watcher.read()
+        self.adapters.reconcile(snapshot.refs, snapshot.read_at)
         self.status.publish()
         ensure_group(self.redis, self.channels.requests)
-        for thread in (self.writer, self.reader, self.broadcast, self.status):
+        threads = (self.writer, self.reader, self.broadcast, self.status, self.registry_watcher)
+        for thread in threads:
             thread.start()
         logger.info(
             "engine %s serving %r from %s",
@@ -141,6 +149,8 @@ class EngineService:
                 self.intake.abort(event.request_id)
             elif isinstance(event, ControlEvent):
                 self._control(event.message)
+            elif isinstance(event, RegistrySnapshot):
+                self.adapters.reconcile(event.refs, event.read_at)
         self.intake.forget_old_aborts()
 
     def step(self) -> list:
@@ -165,9 +175,9 @@ class EngineService:
 
     def _control(self, message: protocol.ControlMessage) -> None:
         if isinstance(message, protocol.LoadAdapter):
-            self.adapters.load(message.adapter)
+            self.adapters.on_load_message(message.adapter)
         elif isinstance(message, protocol.UnloadAdapter):
-            self.adapters.unload(message.name)
+            self.adapters.on_unload_message(message.name)
         elif isinstance(message, protocol.Drain) and message.engine_id in (
             "",
             self.settings.engine_id,
@@ -196,6 +206,7 @@ class EngineService:
         """Fail what is still running, flush outputs, withdraw from Redis, stop threads."""
         self.reader.stop()
         self.broadcast.stop()
+        self.registry_watcher.stop()
         self.draining = True
         self.drain_inputs()  # requests the reader delivered last are handed back
         if self.active:
@@ -241,7 +252,7 @@ class EngineService:
             stats=self._stats,
             num_inbox_requests=self.inbox.num_requests,
             max_num_seqs=self.max_num_seqs,
-            adapters=tuple(self.adapters.names()),
+            adapters=self.adapters.versions,
             draining=self.draining,
             num_steps=self.num_steps,
             lora_info=self._lora_info,

@@ -15,6 +15,7 @@ class ServiceSettings:
     ``max_queued`` is the backpressure bound: the service reads more requests from Redis only
     while fewer than this many wait in its scheduler (or its inbox), so the rest stay in the
     stream for other replicas. None: a quarter of ``max_num_seqs``, at least 16.
+    ``adapter_sync_interval``: how often the adapter registry is read again and reconciled.
     """
 
     model_name: str
@@ -27,6 +28,7 @@ class ServiceSettings:
     status_ttl: float = 5.0
     drain_timeout: float = 30.0
     max_queued: int | None = None
+    adapter_sync_interval: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.model_name or ":" in self.engine_id:
@@ -40,6 +42,10 @@ class ServiceSettings:
             raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
         if self.max_queued is not None and self.max_queued < 1:
             raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
+        if self.adapter_sync_interval <= 0:
+            raise ValueError(
+                f"adapter_sync_interval must be positive, got {self.adapter_sync_interval}"
+            )
 
     def queued_bound(self, max_num_seqs: int) -> int:
         return self.max_queued if self.max_queued is not None else max(16, max_num_seqs // 4)

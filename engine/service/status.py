@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import redis
@@ -44,7 +44,7 @@ class EngineSnapshot:
     stats: EngineStats | None
     num_inbox_requests: int  # read from the stream, not yet in the engine
     max_num_seqs: int
-    adapters: tuple[str, ...]
+    adapters: Mapping[str, str]  # loaded adapters: name -> checksum
     draining: bool
     num_steps: int
     lora_info: dict | None  # LLMEngine.lora_requests_info()
@@ -85,7 +85,8 @@ class StatusPublisher(threading.Thread):
         status = protocol.EngineStatus(
             engine_id=self.engine_id,
             model=self.model,
-            adapters=list(snapshot.adapters),
+            adapters=sorted(snapshot.adapters),
+            adapter_checksums=dict(snapshot.adapters),
             started_at=self.started_at,
             updated_at=now,
             draining=snapshot.draining,

@@ -22,6 +22,16 @@ class TokenizerError(ValueError):
     """The tokenizer files are missing or unusable, or a chat template failed to render."""
 
 
+# What render_chat itself gives the template: extra template arguments may not replace them.
+TEMPLATE_RESERVED_NAMES = frozenset(
+    {"messages", "add_generation_prompt", "bos_token", "eos_token"}
+    | {"raise_exception", "strftime_now"}
+)
+# Longer texts go through encode_batch, which releases the GIL while it runs (encode holds it),
+# so a thread tokenizing a long prompt leaves the API's event loop free.
+_ENCODE_WITHOUT_GIL_FROM = 4096
+
+
 def _raise_exception(message: str):
     raise TemplateError(message)
 
@@ -86,7 +96,14 @@ class ChatTokenizer:
         )
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        try:
+            if len(text) < _ENCODE_WITHOUT_GIL_FROM:
+                return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+            return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+        except TypeError as exc:  # a str the tokenizer cannot take: it holds a lone surrogate
+            if isinstance(text, str):
+                raise TokenizerError("the text holds a lone surrogate, not valid Unicode") from exc
+            raise
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -113,6 +130,11 @@ class ChatTokenizer:
     ) -> str:
         if not self.chat_template:
             raise TokenizerError("this model has no chat template; use /v1/completions instead")
+        reserved = TEMPLATE_RESERVED_NAMES.intersection(template_kwargs)
+        if reserved:
+            raise TokenizerError(
+                f"chat template arguments may not set {', '.join(sorted(reserved))}"
+            )
         try:
             template = self._template_env.from_string(self.chat_template)
             return template.render(

@@ -12,14 +12,19 @@ from typing import Any
 from django.conf import settings
 
 from controlplane.tenants.access import Principal, engine_cache_salt
+from controlplane.tenants.admission import check_request_limits
 from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.errors import invalid_request
 from inference.generation.plan import GenerationPlan, Kind
 from inference.prompts import (
+    chat_text_length,
     check_token_ids,
     completion_prompts,
     max_tokens_for,
+    off_loop,
+    refuse_prompts_too_long,
+    refuse_text_too_long,
     render_chat_prompt,
 )
 from inference.sampling import build_sampling
@@ -115,11 +120,25 @@ def plan_completion(
     )
 
 
+def refuse_prompts_that_cannot_fit(kind: Kind, body: dict[str, Any], entry: ModelEntry) -> None:
+    """The context-length 400 that needs no tokenizing (see prompts.refuse_text_too_long)."""
+    if kind == "chat":
+        length = chat_text_length(body["messages"])
+        refuse_text_too_long(length, max_model_len=entry.max_model_len, param="messages")
+    else:
+        refuse_prompts_too_long(body["prompt"], max_model_len=entry.max_model_len, param="prompt")
+
+
 async def prepare_generation(
     kind: Kind, principal: Principal, raw_body: dict[str, Any]
 ) -> tuple[GenerationPlan, ChatTokenizer]:
-    """Validate ``raw_body`` and plan the generation; raises ApiError for anything wrong."""
+    """Validate ``raw_body`` and plan the generation; raises ApiError for anything wrong.
+
+    Cheap refusals first: the body's fields, the tenant's request limits (429), the model,
+    prompts too long to fit; only then the template and the tokenizer, off the event loop.
+    """
     body = validate_body(SERIALIZERS[kind], raw_body)
+    await check_request_limits(principal, model=body["model"])
     entry, tokenizer = await load_generation_model(principal, body["model"])
     if kind == "chat" and entry.completions_only:
         raise invalid_request(
@@ -129,5 +148,6 @@ async def prepare_generation(
         )
     if body.get("stop_token_ids"):
         check_token_ids(tokenizer, body["stop_token_ids"], param="stop_token_ids")
+    refuse_prompts_that_cannot_fit(kind, body, entry)
     plan_for = plan_chat if kind == "chat" else plan_completion
-    return plan_for(principal, body, entry, tokenizer), tokenizer
+    return await off_loop(plan_for, principal, body, entry, tokenizer), tokenizer

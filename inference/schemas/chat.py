@@ -5,10 +5,20 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inference.schemas.fields import StrictBooleanField, StrictCharField, StrictIntegerField
+from engine.text.tokenizer import TEMPLATE_RESERVED_NAMES
+from inference.schemas.fields import (
+    INVALID_TEXT,
+    MAX_NAME_LENGTH,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    is_valid_text,
+)
 from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingRequestSerializer
 
 ROLES = ["system", "developer", "user", "assistant", "tool"]
+# OpenAI's limit; validating a message costs the event loop about 12 microseconds.
+MAX_MESSAGES = 2048
 
 
 _TEXT_PART = {
@@ -25,21 +35,24 @@ class MessageContentField(serializers.Field):
     default_error_messages = {
         "invalid": "must be a string or a list of text content parts.",
         "part": "only text content parts are supported (type 'text').",
+        "text": INVALID_TEXT,
     }
 
     def to_internal_value(self, data):
-        if isinstance(data, str):
-            return data
-        if not isinstance(data, list):
+        if isinstance(data, list):
+            texts = []
+            for part in data:
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    self.fail("part")
+                if not isinstance(part.get("text"), str):
+                    self.fail("invalid")
+                texts.append(part["text"])
+            data = "".join(texts)
+        if not isinstance(data, str):
             self.fail("invalid")
-        texts = []
-        for part in data:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                self.fail("part")
-            if not isinstance(part.get("text"), str):
-                self.fail("invalid")
-            texts.append(part["text"])
-        return "".join(texts)
+        if not is_valid_text(data):
+            self.fail("text")
+        return data
 
     def to_representation(self, value):
         return value
@@ -48,7 +61,7 @@ class MessageContentField(serializers.Field):
 class ChatMessageSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=ROLES)
     content = MessageContentField(required=False, allow_null=True)
-    name = StrictCharField(required=False)
+    name = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
 
     def validate(self, attrs):
         if attrs.get("content") is None:
@@ -56,8 +69,26 @@ class ChatMessageSerializer(serializers.Serializer):
         return attrs
 
 
+class ChatTemplateKwargsField(serializers.DictField):
+    """Extra arguments of the chat template, which may not replace the ones it is given."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        reserved = TEMPLATE_RESERVED_NAMES.intersection(value)
+        if reserved:
+            raise serializers.ValidationError(
+                f"may not set {', '.join(sorted(reserved))}: the server sets those "
+                "(add_generation_prompt is a request field of its own)."
+            )
+        return value
+
+
+def chat_messages_field(**kwargs) -> ChatMessageSerializer:
+    return ChatMessageSerializer(many=True, allow_empty=False, max_length=MAX_MESSAGES, **kwargs)
+
+
 class ChatCompletionRequestSerializer(SamplingRequestSerializer):
-    messages = ChatMessageSerializer(many=True, allow_empty=False)
+    messages = chat_messages_field()
     max_completion_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     logprobs = StrictBooleanField(required=False, default=False)
     top_logprobs = StrictIntegerField(
@@ -65,7 +96,7 @@ class ChatCompletionRequestSerializer(SamplingRequestSerializer):
     )
     tools = serializers.ListField(required=False, allow_null=True)
     add_generation_prompt = StrictBooleanField(required=False, default=True)
-    chat_template_kwargs = serializers.DictField(required=False, allow_null=True)
+    chat_template_kwargs = ChatTemplateKwargsField(required=False, allow_null=True)
 
     def validate_tools(self, value):
         if value:

@@ -5,15 +5,23 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inference.schemas.fields import StrictBooleanField, StrictCharField, StrictIntegerField
+from inference.schemas.fields import (
+    INVALID_TEXT,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    is_valid_text,
+)
 from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingRequestSerializer
 
 
 def _is_token_ids(value) -> bool:
+    # set(map(type, ...)) runs in C: a body may hold millions of ids.
     return (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+        and set(map(type, value)) == {int}
+        and min(value) >= 0
     )
 
 
@@ -33,7 +41,8 @@ _TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 class PromptField(serializers.Field):
     """``prompt``: text, a list of texts, token ids or a list of token-id lists.
 
-    Normalised to a list of prompts, each either ``str`` or ``list[int]``.
+    Normalised to a list of prompts, each either ``str`` or ``list[int]``; at most
+    ``max_prompts`` of them (checked before looking at any).
     """
 
     default_error_messages = {
@@ -41,18 +50,26 @@ class PromptField(serializers.Field):
             "must be a string, a list of strings, a list of token ids or a list of token-id lists."
         ),
         "empty": "must not be empty.",
+        "too_many": "must hold at most {max_prompts} prompts, got {count}.",
+        "text": INVALID_TEXT,
     }
+
+    def __init__(self, *, max_prompts: int = 2048, **kwargs):
+        self.max_prompts = max_prompts
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if isinstance(data, str):
-            if not data:
-                self.fail("empty")
-            return [data]
+            data = [data]
         if not isinstance(data, list) or not data:
             self.fail("empty" if data == [] else "invalid")
+        if len(data) > self.max_prompts and not _is_token_ids(data):
+            self.fail("too_many", max_prompts=self.max_prompts, count=len(data))
         if all(isinstance(item, str) for item in data):
             if not all(data):
                 self.fail("empty")
+            if not all(is_valid_text(item) for item in data):
+                self.fail("text")
             return list(data)
         if _is_token_ids(data):
             return [list(data)]
@@ -78,6 +95,9 @@ class CompletionRequestSerializer(SamplingRequestSerializer):
         if value:
             raise serializers.ValidationError("suffix is not supported by this server.")
         return value
+
+    def num_prompts(self, attrs) -> int:
+        return len(attrs["prompt"])
 
     def validate(self, attrs):
         attrs = super().validate(attrs)

@@ -1,6 +1,9 @@
 """Strict JSON fields: OpenAI rejects ``"0.5"`` for a number and ``1`` for a boolean.
 
 DRF's stock fields coerce strings; an SDK user who sends the wrong type should hear about it.
+Every integer is bounded (int64 unless a field says less), so no value overflows the engine's
+64-bit message fields or tensors, and text must be valid Unicode (JSON's ``\\ud800`` escape
+decodes to a lone surrogate that no tokenizer or encoder accepts).
 """
 
 from __future__ import annotations
@@ -8,9 +11,28 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Of a model or adapter name (those are at most 200 characters), a user or a cache salt.
+MAX_NAME_LENGTH = 256
+
 
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_valid_text(text: str) -> bool:
+    """False for a string holding a lone UTF-16 surrogate, which cannot be encoded."""
+    if text.isascii():  # constant time: CPython keeps the flag
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+INVALID_TEXT = "must be valid Unicode text (it holds a lone surrogate)."
 
 
 class StrictFloatField(serializers.FloatField):
@@ -24,6 +46,11 @@ class StrictFloatField(serializers.FloatField):
 
 class StrictIntegerField(serializers.IntegerField):
     default_error_messages = {"invalid": "must be an integer."}
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", INT64_MIN)
+        kwargs.setdefault("max_value", INT64_MAX)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if isinstance(data, float) and data.is_integer():
@@ -43,7 +70,7 @@ class StrictBooleanField(serializers.BooleanField):
 
 
 class StrictCharField(serializers.CharField):
-    default_error_messages = {"invalid": "must be a string."}
+    default_error_messages = {"invalid": "must be a string.", "text": INVALID_TEXT}
 
     def __init__(self, **kwargs):
         # Whitespace is part of a prompt (and of a stop string): never strip it.
@@ -53,6 +80,8 @@ class StrictCharField(serializers.CharField):
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
+        if not is_valid_text(data):
+            self.fail("text")
         return super().to_internal_value(data)
 
 
@@ -60,16 +89,32 @@ class StrictCharField(serializers.CharField):
     {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 )
 class StopField(serializers.Field):
-    """``stop``: a string or a list of strings (normalised to a list)."""
+    """``stop``: a string or a list of strings (normalised to a list).
 
-    default_error_messages = {"invalid": "must be a string or a list of strings."}
+    Bounded: every generated token is matched against every stop string.
+    """
+
+    MAX_STRINGS = 16
+    MAX_LENGTH = 256
+    default_error_messages = {
+        "invalid": "must be a string or a list of strings.",
+        "too_many": f"must hold at most {MAX_STRINGS} stop strings.",
+        "too_long": f"stop strings must be at most {MAX_LENGTH} characters long.",
+        "text": INVALID_TEXT,
+    }
 
     def to_internal_value(self, data):
         if isinstance(data, str):
-            return [data] if data else []
-        if isinstance(data, list) and all(isinstance(item, str) for item in data):
-            return [item for item in data if item]
-        self.fail("invalid")
+            data = [data]
+        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+            self.fail("invalid")
+        if len(data) > self.MAX_STRINGS:
+            self.fail("too_many")
+        if any(len(item) > self.MAX_LENGTH for item in data):
+            self.fail("too_long")
+        if not all(is_valid_text(item) for item in data):
+            self.fail("text")
+        return [item for item in data if item]
 
     def to_representation(self, value):
         return value

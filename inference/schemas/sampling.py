@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from rest_framework import serializers
 
 from inference.schemas.fields import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_NAME_LENGTH,
     StopField,
     StrictBooleanField,
     StrictCharField,
@@ -15,6 +20,9 @@ from inference.schemas.fields import (
 
 MAX_N = 128
 MAX_TOP_LOGPROBS = 20
+MAX_STOP_TOKEN_IDS = 1024
+# Far above any useful penalty, and small enough that penalised logits stay finite.
+MAX_REPETITION_PENALTY = 100.0
 
 
 class StreamOptionsSerializer(serializers.Serializer):
@@ -33,12 +41,15 @@ class SamplingRequestSerializer(serializers.Serializer):
     protocol's default (engine.protocol.SamplingOptions), the platform's one source of them.
     """
 
-    model = StrictCharField(help_text="A model id from GET /v1/models.")
+    model = StrictCharField(help_text="A model id from GET /v1/models.", max_length=MAX_NAME_LENGTH)
     n = StrictIntegerField(required=False, min_value=1, max_value=MAX_N)
     max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     temperature = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
     top_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
-    seed = StrictIntegerField(required=False, allow_null=True)
+    # vLLM's range: the engine seeds a torch generator per sample with seed + sample index.
+    seed = StrictIntegerField(
+        required=False, allow_null=True, min_value=INT64_MIN, max_value=INT64_MAX
+    )
     presence_penalty = StrictFloatField(
         required=False, allow_null=True, min_value=-2.0, max_value=2.0
     )
@@ -48,20 +59,31 @@ class SamplingRequestSerializer(serializers.Serializer):
     stop = StopField(required=False, allow_null=True)
     stream = StrictBooleanField(required=False, default=False)
     stream_options = StreamOptionsSerializer(required=False, allow_null=True)
-    user = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    user = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
+    )
     response_format = ResponseFormatSerializer(required=False, allow_null=True)
     logit_bias = serializers.DictField(required=False, allow_null=True, allow_empty=True)
     # vLLM's extra sampling parameters.
-    top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1)
+    # The engine clamps top_k to the vocabulary; int32 keeps it a valid tensor value.
+    top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1, max_value=INT32_MAX)
     min_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
-    repetition_penalty = StrictFloatField(required=False, allow_null=True, min_value=0.01)
+    repetition_penalty = StrictFloatField(
+        required=False, allow_null=True, min_value=0.01, max_value=MAX_REPETITION_PENALTY
+    )
     min_tokens = StrictIntegerField(required=False, min_value=0)
     ignore_eos = StrictBooleanField(required=False)
-    stop_token_ids = TokenIdListField(required=False, allow_null=True)
+    stop_token_ids = TokenIdListField(
+        required=False, allow_null=True, max_length=MAX_STOP_TOKEN_IDS
+    )
     skip_special_tokens = StrictBooleanField(required=False, default=True)
     include_stop_str_in_output = StrictBooleanField(required=False, default=False)
-    cache_salt = StrictCharField(required=False, allow_null=True, allow_blank=True)
-    priority = StrictIntegerField(required=False, default=0)
+    cache_salt = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
+    )
+    priority = StrictIntegerField(
+        required=False, default=0, min_value=-INT32_MAX - 1, max_value=INT32_MAX
+    )
 
     def validate_top_p(self, value):
         if value is not None and value <= 0.0:
@@ -73,9 +95,22 @@ class SamplingRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError("logit_bias is not supported by this server.")
         return value
 
+    def num_prompts(self, attrs) -> int:
+        """Prompts of the request (each one engine request of ``n`` sequences)."""
+        return 1
+
     def validate(self, attrs):
         if attrs.get("stream_options") and not attrs.get("stream"):
             raise serializers.ValidationError(
                 {"stream_options": "stream_options is only allowed when stream is true."}
+            )
+        n, num_prompts = attrs.get("n", 1), self.num_prompts(attrs)
+        limit = settings.API_MAX_SEQUENCES_PER_REQUEST
+        if n * num_prompts > limit:
+            raise serializers.ValidationError(
+                {
+                    "n": f"{num_prompts} prompt(s) x n={n} asks for {n * num_prompts} "
+                    f"sequences; this server generates at most {limit} per request."
+                }
             )
         return attrs

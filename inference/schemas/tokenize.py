@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from inference.schemas.chat import ChatMessageSerializer
-from inference.schemas.fields import StrictBooleanField, StrictCharField, TokenIdListField
+from inference.schemas.chat import ChatTemplateKwargsField, chat_messages_field
+from inference.schemas.fields import (
+    MAX_NAME_LENGTH,
+    StrictBooleanField,
+    StrictCharField,
+    TokenIdListField,
+)
 
 
 class TokenizeRequestSerializer(serializers.Serializer):
-    model = StrictCharField()
+    model = StrictCharField(max_length=MAX_NAME_LENGTH)
     prompt = StrictCharField(required=False, allow_blank=True)
-    messages = ChatMessageSerializer(many=True, required=False, allow_empty=False)
+    messages = chat_messages_field(required=False)
     add_special_tokens = StrictBooleanField(required=False, default=True)
     add_generation_prompt = StrictBooleanField(required=False, default=True)
-    chat_template_kwargs = serializers.DictField(required=False, allow_null=True)
+    chat_template_kwargs = ChatTemplateKwargsField(required=False, allow_null=True)
 
     def validate(self, attrs):
         if ("prompt" in attrs) == ("messages" in attrs):
@@ -25,5 +30,5 @@ class TokenizeRequestSerializer(serializers.Serializer):
 
 
 class DetokenizeRequestSerializer(serializers.Serializer):
-    model = StrictCharField()
+    model = StrictCharField(max_length=MAX_NAME_LENGTH)
     tokens = TokenIdListField()

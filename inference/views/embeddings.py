@@ -7,10 +7,12 @@ from array import array
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
+from controlplane.tenants.admission import check_request_limits
 from inference.catalog import embedding_max_length, embedding_tokenizer_for, resolve_model
 from inference.embeddings_client import EmbeddingsClient, EmbeddingTokenizer
 from inference.engine_client import EngineClient, EngineUnavailable
 from inference.errors import ApiError, invalid_request
+from inference.prompts import off_loop
 from inference.schemas.embeddings import EmbeddingRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
@@ -58,6 +60,7 @@ class EmbeddingsView(AsyncApiView):
     async def post(self, request):
         principal = await self.authenticate()
         body = validate_body(EmbeddingRequestSerializer, self.json_body())
+        await check_request_limits(principal, model=body["model"])
         entry = await resolve_model(principal, body["model"])
         if not entry.is_embedding:
             raise invalid_request(f"`{entry.name}` is not an embedding model.", param="model")
@@ -69,7 +72,9 @@ class EmbeddingsView(AsyncApiView):
                 f"shorten them to {dimensions}.",
                 param="dimensions",
             )
-        inputs = _encode_inputs(tokenizer, body["input"], embedding_max_length(entry))
+        inputs = await off_loop(
+            _encode_inputs, tokenizer, body["input"], embedding_max_length(entry)
+        )
         num_tokens = sum(len(ids) for ids in inputs)
         if not await EngineClient.for_process().is_model_ready(entry.name):
             raise EngineUnavailable(f"No embedding engine is serving `{entry.name}` right now.")

@@ -6,7 +6,13 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.catalog import embedding_tokenizer_for, resolve_model, tokenizer_for
 from inference.errors import invalid_request
-from inference.prompts import check_token_ids, render_chat_prompt
+from inference.prompts import (
+    chat_text_length,
+    check_token_ids,
+    off_loop,
+    refuse_text_too_long,
+    render_chat_prompt,
+)
 from inference.schemas.tokenize import DetokenizeRequestSerializer, TokenizeRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
@@ -32,15 +38,21 @@ class TokenizeView(AsyncApiView):
                 raise invalid_request(
                     "Embedding models take a prompt, not messages.", param="messages"
                 )
-            tokens = embedding_tokenizer_for(entry).encode(body["prompt"])
+            tokens = await off_loop(embedding_tokenizer_for(entry).encode, body["prompt"])
             return json_response(
                 {"count": len(tokens), "max_model_len": entry.max_model_len, "tokens": tokens}
             )
+        # A prompt that cannot fit the context is not worth the tokenizer's time.
+        length = chat_text_length(body["messages"]) if "messages" in body else len(body["prompt"])
+        param = "messages" if "messages" in body else "prompt"
+        refuse_text_too_long(length, max_model_len=entry.max_model_len, param=param)
         tokenizer = await tokenizer_for(entry)
         if "messages" in body:
-            _text, tokens = render_chat_prompt(tokenizer, body)
+            _text, tokens = await off_loop(render_chat_prompt, tokenizer, body)
         else:
-            tokens = tokenizer.encode(body["prompt"], add_special_tokens=body["add_special_tokens"])
+            tokens = await off_loop(
+                tokenizer.encode, body["prompt"], add_special_tokens=body["add_special_tokens"]
+            )
         return json_response(
             {"count": len(tokens), "max_model_len": entry.max_model_len, "tokens": tokens}
         )
@@ -63,6 +75,5 @@ class DetokenizeView(AsyncApiView):
         entry = await resolve_model(principal, body["model"])
         tokenizer = await tokenizer_for(entry)
         check_token_ids(tokenizer, body["tokens"], param="tokens")
-        return json_response(
-            {"prompt": tokenizer.decode(body["tokens"], skip_special_tokens=False)}
-        )
+        text = await off_loop(tokenizer.decode, body["tokens"], skip_special_tokens=False)
+        return json_response({"prompt": text})

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.deploy.metrics_token import platform_reads_metrics_token_from
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PLATFORM_ROLES = ("migrate", "web", "engine", "celery")
 
@@ -79,15 +81,32 @@ def test_platform_waits_for_its_database_and_redis(services):
     assert "healthcheck" in services["redis"] and "healthcheck" in services["postgres"]
 
 
-def test_prometheus_scrapes_the_api_metrics(services):
+def _prometheus_job(services) -> dict:
     (mount,) = services["prometheus"]["volumes"]
     source, target = split_mount(mount)
     assert target == "/etc/prometheus/prometheus.yml"
     config = yaml.safe_load((DEPLOY / source).read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    job = jobs["llm-platform"]
+    return jobs["llm-platform"]
+
+
+def test_prometheus_scrapes_the_api_metrics(services):
+    job = _prometheus_job(services)
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"][0]["targets"] == ["web:8000"]
+
+
+def test_prometheus_sends_the_metrics_token_web_checks(services):
+    """web reads METRICS_BEARER_TOKEN; Prometheus reads the same variable, through a secret
+    mounted where prometheus.yml's credentials_file points."""
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    authorization = _prometheus_job(services)["authorization"]
+    assert authorization["type"] == "Bearer"
+    (secret,) = services["prometheus"]["secrets"]
+    assert authorization["credentials_file"] == f"/run/secrets/{secret}"
+    variable = compose["secrets"][secret]["environment"]
+    assert services["web"]["environment"]["METRICS_BEARER_TOKEN"].startswith(f"${{{variable}:?")
+    assert platform_reads_metrics_token_from(variable)
 
 
 def test_grafana_provisions_the_datasource_and_the_dashboard(services):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from controlplane.metrics import exported_sample_names
+from tests.deploy.metrics_token import platform_reads_metrics_token_from
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 NAMESPACE = "llm-platform"
@@ -87,12 +88,40 @@ def test_web_is_served_with_health_liveness_and_ready_readiness(manifests):
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
     port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
-    assert container["command"][container["command"].index("-p") + 1] == str(port)
+    endpoint = container["command"][container["command"].index("-e") + 1]
+    assert f"tcp:port={port}:" in endpoint and ":backlog=" in endpoint
 
     service = manifests[("Service", "web")]
     pod_labels = manifests[("Deployment", "web")]["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_prometheus_scrapes_web_with_the_token_the_pods_check(manifests):
+    (endpoint,) = manifests[("ServiceMonitor", "web")]["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["authorization"]["type"] == "Bearer"
+    scraper_ref = endpoint["authorization"]["credentials"]
+    env = {e["name"]: e for e in _container(manifests, "web")["env"]}
+    assert env["METRICS_BEARER_TOKEN"]["valueFrom"]["secretKeyRef"] == scraper_ref
+    assert platform_reads_metrics_token_from("METRICS_BEARER_TOKEN")
+    secret_example = yaml.safe_load((K8S / "secret.example.yaml").read_text())
+    assert scraper_ref["name"] == secret_example["metadata"]["name"]
+    assert scraper_ref["key"] in secret_example["stringData"]
+
+    # The monitor selects the web Service and one of its ports.
+    monitor = manifests[("ServiceMonitor", "web")]
+    service = manifests[("Service", "web")]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert endpoint["port"] in {port["name"] for port in service["spec"]["ports"]}
+
+
+def test_web_pods_invite_no_scrape_that_sends_no_token(manifests):
+    annotations = manifests[("Deployment", "web")]["spec"]["template"]["metadata"].get(
+        "annotations", {}
+    )
+    assert "prometheus.io/scrape" not in annotations
 
 
 def test_the_engine_gets_one_gpu_and_probes_its_own_status_record(manifests):

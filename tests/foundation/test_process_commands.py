@@ -7,6 +7,7 @@ import os
 
 from controlplane.core.process_commands import (
     ASGI_APPLICATION,
+    DAPHNE_LISTEN_BACKLOG,
     daphne_command,
     engine_command,
     platform_environment,
@@ -14,11 +15,29 @@ from controlplane.core.process_commands import (
 )
 
 
+def _listening(endpoint: str) -> tuple[str, int, dict]:
+    """What Twisted makes of a Daphne ``-e`` endpoint string: (kind, port, options)."""
+    from twisted.internet.endpoints import _parseServer
+
+    kind, args, kwargs = _parseServer(endpoint, None)
+    return kind, args[0], kwargs
+
+
 def test_daphne_command_binds_the_host_and_port_and_serves_the_project():
     from daphne.cli import CommandLineInterface
 
     options = CommandLineInterface().parser.parse_args(daphne_command("0.0.0.0", 8123)[3:])
-    assert (options.host, options.port, options.application) == ("0.0.0.0", 8123, ASGI_APPLICATION)
+    (endpoint,) = options.socket_strings
+    kind, port, listen = _listening(endpoint)
+    assert (kind, listen["interface"], port) == ("TCP", "0.0.0.0", 8123)
+    assert options.application == ASGI_APPLICATION
+
+
+def test_daphne_listens_with_a_backlog_for_connection_bursts():
+    """Twisted's default backlog (50) reset connections of a burst of 200."""
+    _, port, listen = _listening(daphne_command("::1", 8123)[4])
+    assert (listen["interface"], port) == ("::1", 8123)
+    assert listen["backlog"] == DAPHNE_LISTEN_BACKLOG >= 1024
 
 
 def test_engine_command_passes_service_options_as_flags():

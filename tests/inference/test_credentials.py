@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.models import Permission
 
 from controlplane.tenants.access import AccessError
 from controlplane.tenants.models import Tenant
@@ -35,6 +36,10 @@ async def test_websocket_handshake_accepts_bearer_or_query_key(make_tenant, make
 async def test_staff_session_gets_a_private_playground_tenant(client, django_user_model):
     staff = await sync_to_async(django_user_model.objects.create_user)(
         "ops", password="pw-123456", is_staff=True
+    )
+    # Staff need the playground permission (superusers hold it implicitly).
+    await sync_to_async(staff.user_permissions.add)(
+        await Permission.objects.aget(codename="use_playground")
     )
     plain = await sync_to_async(django_user_model.objects.create_user)("bob", password="pw-123456")
 

@@ -2,7 +2,8 @@
 
 ``model="<adapter>"`` resolves to an entry served by the base model's engines (its request
 stream) with the adapter's name, checksum and path for the engine; tenants without the grant,
-unknown names and adapters not (yet) ready are one and the same 404.
+unknown names and adapters not (yet) ready are one and the same 404. /v1/models lists an
+adapter once a live engine serves it (tests/inference/test_adapter_serving.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
 from inference.catalog import resolve_model, visible_models
 from inference.errors import ApiError
+from tests.support.engine_status import publish_engine_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,10 +83,17 @@ async def test_granted_ready_adapter_routes_to_its_base_model(served):
         await resolve_model(a, "support-bot")
 
 
-async def test_models_list_shows_each_tenant_its_adapters(served):
-    _, tenant_a, tenant_b, adapter, _ = served
+async def test_models_list_shows_each_tenant_its_adapters(served, redis_client, settings):
+    _, tenant_a, tenant_b, adapter, adapter_dir = served
 
     await sync_to_async(validate_adapter)(adapter.pk)
+    # Listed once a live engine of the base model has loaded it (its status record says so).
+    publish_engine_status(
+        redis_client,
+        prefix=settings.PLATFORM_REDIS_PREFIX,
+        model="tiny-llama",
+        adapters={"support-bot": adapter_checksum(adapter_dir)},
+    )
     listed_a = await visible_models(_principal(tenant_a), with_adapters=True)
     assert [(m.name, m.parent) for m in listed_a] == [
         ("tiny-llama", None),

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from controlplane.adapters import serving
 from controlplane.deployments.models import ServedModel
 from engine.lora.testing import make_random_adapter
 
@@ -20,6 +21,12 @@ def base_model(db, tiny_llama):
 @pytest.fixture(autouse=True)
 def _upload_dir(settings, tmp_path):
     settings.ADAPTER_UPLOAD_DIR = str(tmp_path / "uploads")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_engine_statuses():
+    """The admin caches engine statuses for a second; each test starts without."""
+    serving.forget_cached_statuses()
 
 
 @pytest.fixture

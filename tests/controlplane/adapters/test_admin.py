@@ -1,4 +1,5 @@
-"""The adapter admin: upload, see validation state and reason, grant, delete, via services."""
+"""The adapter admin: upload (again, to update), see validation state and reason and whether
+live engines serve it, grant, delete, via services."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from controlplane.adapters import selectors
+from controlplane.adapters import selectors, serving
 from controlplane.adapters.models import Adapter
 from controlplane.adapters.services import ADAPTER_FILES
 from controlplane.adapters.tasks import validate_adapter
+from controlplane.deployments.models import ServedModel
+from engine import protocol
+from engine.lora.testing import make_random_adapter
+from engine.lora.validation import adapter_checksum
+from tests.support.engine_status import publish_engine_status
 
 pytestmark = pytest.mark.django_db
 
@@ -114,3 +120,61 @@ def test_add_form_needs_exactly_one_source(staff_client, base_model, adapter_dir
     assert response.status_code == 302
     adapter = Adapter.objects.get(name="on-disk")
     assert not adapter.stored_by_platform and Path(adapter.path) == Path(adapter_dir).resolve()
+
+
+def test_the_list_shows_ready_only_when_a_live_engine_serves_it(
+    staff_client, base_model, adapter_dir, redis_client, settings
+):
+    staff_client.post(
+        reverse("admin:adapters_adapter_add"),
+        {"name": "bot", "base_model": base_model.pk, "server_path": str(adapter_dir)},
+    )
+    adapter = Adapter.objects.get(name="bot")
+    validate_adapter(adapter.pk)
+    adapter.refresh_from_db()
+    listing_url = reverse("admin:adapters_adapter_changelist")
+    change_url = reverse("admin:adapters_adapter_change", args=[adapter.pk])
+    for url in (listing_url, change_url):
+        page = staff_client.get(url).content.decode()
+        assert "validated; not loaded by any live engine yet" in page
+        assert "serving on" not in page
+
+    # A live engine of another version, then of this one (its status record says so).
+    status = {"prefix": settings.PLATFORM_REDIS_PREFIX, "model": "tiny-llama"}
+    publish_engine_status(redis_client, adapters={"bot": "an-older-version"}, **status)
+    serving.forget_cached_statuses()
+    assert "serving on" not in staff_client.get(listing_url).content.decode()
+    publish_engine_status(redis_client, adapters={"bot": adapter.checksum}, **status)
+    serving.forget_cached_statuses()
+    for url in (listing_url, change_url):
+        assert "ready: serving on 1 engine" in staff_client.get(url).content.decode()
+
+    redis_client.delete(
+        protocol.Keys(settings.PLATFORM_REDIS_PREFIX).status("tiny-llama", "fake-engine")
+    )
+    serving.forget_cached_statuses()  # the status key expired: the engine is gone
+    assert "validated; not loaded" in staff_client.get(listing_url).content.decode()
+
+
+def test_uploading_under_an_existing_name_updates_the_adapter(
+    staff_client, base_model, adapter_dir, tiny_llama, tmp_path
+):
+    url = reverse("admin:adapters_adapter_add")
+    staff_client.post(url, {"name": "bot", "base_model": base_model.pk, **_files(adapter_dir)})
+    first = Adapter.objects.get(name="bot")
+    validate_adapter(first.pk)
+    first.refresh_from_db()
+
+    newer = make_random_adapter(tiny_llama, tmp_path / "newer", rank=4, seed=5)
+    response = staff_client.post(url, {"name": "bot", "base_model": base_model.pk, **_files(newer)})
+    assert response.status_code == 302, response.content[:3000]
+    again = Adapter.objects.get(name="bot")
+    assert again.pk == first.pk and again.state == Adapter.State.UPLOADED
+    validate_adapter(again.pk)
+    again.refresh_from_db()
+    assert again.checksum == adapter_checksum(newer) != first.checksum
+
+    other = ServedModel.objects.create(name="other", path=str(tiny_llama), architecture="x")
+    response = staff_client.post(url, {"name": "bot", "base_model": other.pk, **_files(newer)})
+    assert response.status_code == 200
+    assert "registered on base model" in response.content.decode()

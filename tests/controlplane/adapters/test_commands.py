@@ -8,6 +8,8 @@ from django.core.management.base import CommandError
 
 from controlplane.adapters import selectors
 from controlplane.adapters.models import Adapter
+from engine.lora.testing import make_random_adapter
+from engine.lora.validation import adapter_checksum
 
 pytestmark = pytest.mark.django_db
 
@@ -66,3 +68,17 @@ def test_grant_and_revoke(base_model, adapter_dir, make_tenant, capsys):
     assert selectors.tenant_adapter_names(tenant_id=tenant.pk) == frozenset()
     with pytest.raises(CommandError, match="unknown adapter 'zzz'"):
         call_command("grant_adapter", "zzz", "--tenant", "beta")
+
+
+def test_registering_again_updates_the_adapter(
+    base_model, adapter_dir, tiny_llama, tmp_path, capsys
+):
+    call_command("register_adapter", str(adapter_dir), "--name", "c", "--base", "tiny-llama")
+    first = Adapter.objects.get(name="c")
+    newer = make_random_adapter(tiny_llama, tmp_path / "newer", rank=4, seed=9)
+    call_command("register_adapter", str(newer), "--name", "c", "--base", "tiny-llama")
+    out = capsys.readouterr().out
+    assert f"updated c to the files in {newer.resolve()}" in out
+    assert "adapter c is ready on tiny-llama (rank 4" in out
+    again = Adapter.objects.get(name="c")
+    assert again.pk == first.pk and again.checksum == adapter_checksum(newer) != first.checksum

@@ -14,7 +14,9 @@ from controlplane.adapters import engine_sync, selectors, services
 from controlplane.adapters.models import Adapter
 from controlplane.adapters.tasks import validate_adapter
 from controlplane.audit.models import AuditEvent
+from controlplane.deployments.models import ServedModel
 from engine import protocol
+from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
 
 pytestmark = pytest.mark.django_db
@@ -167,12 +169,77 @@ def test_register_refuses_bad_names_and_bases(base_model, adapter_dir, name, bas
         services.adapter_register(path=adapter_dir, name=name, base=base, enqueue=False)
 
 
-def test_register_refuses_duplicates_and_missing_paths(base_model, adapter_dir, tmp_path):
-    services.adapter_register(path=adapter_dir, name="one", base=base_model, enqueue=False)
-    with pytest.raises(ValidationError, match="already exists"):
-        services.adapter_register(path=adapter_dir, name="one", base=base_model, enqueue=False)
+def test_register_refuses_missing_paths(base_model, tmp_path):
     with pytest.raises(ValidationError, match="is not a directory"):
         services.adapter_register(path=tmp_path / "nope", name="two", base=base_model)
+
+
+def test_registering_a_name_again_updates_the_adapter(
+    base_model, adapter_dir, tiny_llama, tmp_path, redis_client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        first = services.adapter_register(
+            path=adapter_dir, name="one", base=base_model, enqueue=False
+        )
+        first = services.adapter_validate(adapter_id=first.pk)
+    newer = make_random_adapter(tiny_llama, tmp_path / "newer", rank=4, seed=7)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = services.adapter_register(path=newer, name="one", base="tiny-llama", enqueue=False)
+        assert again.pk == first.pk and again.state == Adapter.State.UPLOADED
+        # Not routed until validated again; the engines keep the old version meanwhile.
+        assert selectors.adapter_route_for(tenant_id=0, name="one") is None
+        assert engine_sync.published_adapters(model="tiny-llama")["one"].checksum == first.checksum
+        again = services.adapter_validate(adapter_id=again.pk)
+    assert Adapter.objects.count() == 1
+    assert again.state == Adapter.State.READY and again.rank == 4
+    assert again.checksum == adapter_checksum(newer) != first.checksum
+    published = engine_sync.published_adapters(model="tiny-llama")["one"]
+    assert (published.checksum, published.path) == (again.checksum, str(newer.resolve()))
+    loads = _control_messages(redis_client, "tiny-llama")
+    assert [m.adapter.checksum for m in loads] == [first.checksum, again.checksum]
+    actions = AuditEvent.objects.order_by("id").values_list("action", flat=True)
+    assert "adapter.update" in list(actions)
+
+
+def test_a_re_registration_that_fails_validation_is_withdrawn(
+    base_model, adapter_dir, wrong_shape_dir, redis_client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        adapter = services.adapter_register(
+            path=adapter_dir, name="one", base=base_model, enqueue=False
+        )
+        services.adapter_validate(adapter_id=adapter.pk)
+        services.adapter_register(path=wrong_shape_dir, name="one", base=base_model, enqueue=False)
+        assert services.adapter_validate(adapter_id=adapter.pk).state == Adapter.State.FAILED
+    assert "one" not in engine_sync.published_adapters(model="tiny-llama")
+    kinds = [type(m).__name__ for m in _control_messages(redis_client, "tiny-llama")]
+    assert kinds == ["LoadAdapter", "UnloadAdapter"]
+
+
+def test_re_uploading_replaces_the_stored_files_and_a_base_change_is_refused(
+    base_model, adapter_dir, tiny_llama, tmp_path, django_capture_on_commit_callbacks
+):
+    def files(directory):
+        return [
+            SimpleUploadedFile(name, (Path(directory) / name).read_bytes())
+            for name in services.ADAPTER_FILES
+        ]
+
+    first = services.adapter_upload(
+        name="up", base=base_model, files=files(adapter_dir), enqueue=False
+    )
+    newer = make_random_adapter(tiny_llama, tmp_path / "newer", rank=4, seed=3)
+    with django_capture_on_commit_callbacks(execute=True):
+        again = services.adapter_upload(
+            name="up", base=base_model, files=files(newer), enqueue=False
+        )
+    assert again.pk == first.pk and again.path != first.path
+    assert not Path(first.path).exists(), "the old upload's files are removed"
+    assert adapter_checksum(again.path) == adapter_checksum(newer)
+
+    other = ServedModel.objects.create(name="other", path=str(tiny_llama), architecture="x")
+    with pytest.raises(ValidationError, match="registered on base model 'tiny-llama'"):
+        services.adapter_register(path=newer, name="up", base=other, enqueue=False)
 
 
 def test_grant_revoke_and_delete(

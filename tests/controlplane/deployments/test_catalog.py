@@ -9,6 +9,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
+from controlplane.adapters.models import Adapter
 from controlplane.adapters.services import (
     adapter_delete,
     adapter_grant,
@@ -27,6 +28,7 @@ from controlplane.tenants.access import Principal
 from engine.lora.testing import make_random_adapter
 from inference.catalog import resolve_model, visible_models
 from tests.inference.generation.factories import make_principal
+from tests.support.engine_status import publish_engine_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,9 +74,18 @@ def test_adapters_not_ready_or_on_an_inactive_base_are_left_out(served, tiny_lla
     assert not snapshot.models and not snapshot.adapters
 
 
-async def test_lookups_on_a_cached_catalog_query_no_database(served, monkeypatch):
+async def test_lookups_on_a_cached_catalog_query_no_database(
+    served, monkeypatch, redis_client, settings
+):
     principal = _principal(served.tenant_a)
     await resolve_model(principal, "tiny-llama")
+    bot = await Adapter.objects.aget(pk=served.adapter.pk)
+    publish_engine_status(  # /v1/models lists an adapter once a live engine serves it
+        redis_client,
+        prefix=settings.PLATFORM_REDIS_PREFIX,
+        model="tiny-llama",
+        adapters={"bot": bot.checksum},
+    )
 
     def no_db():
         raise AssertionError("the database was queried on a cached catalog")

@@ -18,6 +18,7 @@ from engine import protocol
 from engine.demo.tokenizer import CORPUS_PATH
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
+from inference.engine_capacity import ADMISSION_CACHE_S
 from inference.engine_client import EngineClient, SamplingOptions
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
@@ -260,12 +261,13 @@ async def test_adapters_must_be_published_before_use(
     engine, client, tokenizer, tiny_llama, tmp_path
 ):
     from engine.lora.testing import make_random_adapter
-    from inference.engine_client import EngineError
+    from inference.engine_capacity import AdapterLoading
 
     prompt = tokenizer.encode("adapter test")
     greedy = SamplingOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
     ghost = protocol.AdapterRef(name="ghost")
-    with pytest.raises(EngineError, match="adapter 'ghost' is not loaded"):
+    # No live engine lists it: refused before it reaches a stream (the API answers 503).
+    with pytest.raises(AdapterLoading, match="adapter 'ghost' is loading"):
         await run(client, tokenizer, prompt, adapter=ghost, sampling=greedy)
     path = make_random_adapter(tiny_llama, tmp_path / "ghost", rank=4, b_std=0.5)
     await announce_adapter(
@@ -274,6 +276,7 @@ async def test_adapters_must_be_published_before_use(
     await asyncio.to_thread(
         wait_for, lambda: "ghost" in engine.status().adapters, 10, "adapter listed"
     )
+    await asyncio.sleep(ADMISSION_CACHE_S)  # the client's status snapshot may predate it
     base = await run(client, tokenizer, prompt, sampling=greedy)
     tuned = await run(client, tokenizer, prompt, adapter=ghost, sampling=greedy)
     assert tuned[-1].completion_tokens == 12
@@ -283,3 +286,52 @@ async def test_adapters_must_be_published_before_use(
     await asyncio.to_thread(
         wait_for, lambda: "ghost" not in engine.status().adapters, 10, "adapter withdrawn"
     )
+
+
+async def test_an_adapter_whose_control_message_was_lost_is_loaded_within_a_beat(
+    engine, client, tokenizer, tiny_llama, tmp_path
+):
+    """Only the registry hash is written: the engine's periodic reconcile finds it."""
+    from engine.lora.testing import make_random_adapter
+    from engine.lora.validation import adapter_checksum
+
+    path = make_random_adapter(tiny_llama, tmp_path / "quiet", rank=4, b_std=0.5)
+    ref = protocol.AdapterRef(name="quiet", checksum=adapter_checksum(path), path=str(path))
+    registry = client.keys.adapters(MODEL)
+    start = time.monotonic()
+    await client.redis.hset(registry, ref.name, protocol.encode(ref))
+    await asyncio.to_thread(
+        wait_for, lambda: engine.status().holds_adapter("quiet", ref.checksum), 10, "reconciled"
+    )
+    assert time.monotonic() - start < 2.0 + 1.0  # one beat (2 s), then a status tick
+    await asyncio.sleep(ADMISSION_CACHE_S)
+    greedy = SamplingOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
+    prompt = tokenizer.encode("a lost control message")
+    tuned = await run(client, tokenizer, prompt, adapter=ref, sampling=greedy)
+    base = await run(client, tokenizer, prompt, sampling=greedy)
+    assert [t for c in tuned for t in c.token_ids] != [t for c in base for t in c.token_ids]
+
+    await client.redis.hdel(registry, ref.name)  # withdrawn, again without a message
+    await asyncio.to_thread(
+        wait_for, lambda: "quiet" not in engine.status().adapters, 10, "unloaded by reconcile"
+    )
+
+
+async def test_a_bad_adapter_in_the_registry_is_logged_and_not_retried_every_beat(
+    engine, client, tokenizer, tmp_path
+):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "adapter_config.json").write_text("{not json")
+    ref = protocol.AdapterRef(name="broken", checksum="0" * 64, path=str(broken))
+    await client.redis.hset(client.keys.adapters(MODEL), ref.name, protocol.encode(ref))
+    try:
+        await asyncio.sleep(5.0)  # two beats and more
+        assert "broken" not in engine.status().adapters
+        log = engine.log_tail(200_000)
+        assert log.count("adapter 'broken' from") == 1, log[-3000:]
+        # The engine goes on serving.
+        chunks = await run(client, tokenizer, tokenizer.encode("still serving"))
+        assert chunks[-1].finish_reason is not None
+    finally:
+        await client.redis.hdel(client.keys.adapters(MODEL), ref.name)

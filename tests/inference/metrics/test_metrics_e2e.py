@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from controlplane.metrics import PlatformCollector
 from tests.inference.conftest import REDIS_PREFIX
+from tests.inference.metrics.metrics_access import platform_metrics_headers
 from tests.inference.metrics.scrape import Scrape
 from tests.support.platform_services import serving_daphne
 
@@ -29,8 +30,10 @@ def scrape_redis(platform) -> Scrape:
     return Scrape(generate_latest(registry).decode())
 
 
-def scrape_url(base_url: str) -> Scrape:
-    response = httpx.get(f"{base_url}/metrics", timeout=10)
+def scrape_url(platform, base_url: str) -> Scrape:
+    """/metrics of an API process, with the token that shows every tenant's series."""
+    headers = platform_metrics_headers(platform.env)
+    response = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10)
     response.raise_for_status()
     return Scrape(response.text)
 
@@ -106,11 +109,11 @@ def test_metrics_endpoint_agrees_with_the_traffic_served(platform):
     model = {"model_name": platform.chat_model}
     tenant = {**model, "tenant": "acme"}
     platform.wait_engine_idle()
-    before = scrape_url(platform.base_url)
+    before = scrape_url(platform, platform.base_url)
 
     num_requests, prompt_tokens, completion_tokens = _run_traffic(platform)
     platform.wait_engine_idle()
-    after = scrape_url(platform.base_url)
+    after = scrape_url(platform, platform.base_url)
 
     def delta(name, **labels):
         return total(after, name, **labels) - total(before, name, **labels)
@@ -158,11 +161,11 @@ def test_two_daphne_processes_render_the_same_complete_totals(platform, second_d
     tenant = {"model_name": platform.chat_model, "tenant": "acme"}
     urls = (platform.base_url, second_daphne)
     platform.wait_engine_idle()
-    before = [scrape_url(url) for url in urls]
+    before = [scrape_url(platform, url) for url in urls]
 
     served = [_run_traffic(platform, url) for url in (*urls, second_daphne)]
     platform.wait_engine_idle()
-    after = [scrape_url(url) for url in urls]
+    after = [scrape_url(platform, url) for url in urls]
 
     num_requests = sum(n for n, _, _ in served)
     completion_tokens = sum(c for _, _, c in served)

@@ -2,6 +2,8 @@
 
 Registers an adapter directory through the same service the admin uses, then validates it
 right here (the command is not an API process) unless ``--queue`` leaves that to Celery.
+Registering a name again updates that adapter: the new files are validated, and the engines
+load them in place of the old ones.
 """
 
 from django.core.exceptions import ValidationError
@@ -9,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.adapters import services
 from controlplane.adapters.models import Adapter
+from controlplane.adapters.selectors import adapter_get
 from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.selectors import tenant_get
 
@@ -42,6 +45,7 @@ class Command(BaseCommand):
             if options["queue"]
             else change_not_announced("The adapter"),
         )
+        existed = adapter_get(name=options["name"]) is not None
         try:
             adapter = services.adapter_register(
                 path=options["path"],
@@ -53,9 +57,12 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from exc
+        verb = "updated" if existed else "registered"
         if options["queue"]:
-            self.stdout.write(f"registered {adapter.name}; validation queued")
+            self.stdout.write(f"{verb} {adapter.name}; validation queued")
             return
+        if existed:
+            self.stdout.write(f"updated {adapter.name} to the files in {adapter.path}")
         adapter = services.adapter_validate(adapter_id=adapter.pk)
         if adapter.state != Adapter.State.READY:
             raise CommandError(

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.adapters.engine_sync import registry_reconcile
 from controlplane.core.first_run import (
     EMBEDDING_MODEL,
     ensure_demo_models,
@@ -145,6 +146,7 @@ class Command(BaseCommand):
             redis_url=redis_url, redis_prefix=settings.PLATFORM_REDIS_PREFIX, var_dir=var_dir
         )
         with progress.step("Starting engines, Celery and Daphne") as st:
+            registry_reconcile()  # engines start from the database's ready adapters
             if not opts["no_engine"]:
                 for model in models:
                     self.supervisor.start(self._engine_child(model, log_dir, env))

@@ -1,0 +1,46 @@
+"""The /metrics text: every series, or only those that name no tenant and no adapter.
+
+The reduced exposition keeps every family (its HELP and TYPE lines) and drops the samples
+labelled ``tenant`` (the request metrics, whose ``model_name`` may also be an adapter's name)
+and those of ``vllm:lora_requests_info`` (adapter names). What remains, the engine series and
+django-prometheus's, is what autoscalers and routers read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from controlplane.metrics import definitions as d
+from controlplane.metrics.access import Exposure
+
+TENANT_LABEL = "tenant"
+ADAPTER_FAMILIES = frozenset({d.LORA_REQUESTS_INFO.name})
+
+
+class _WithoutTenantSeries(Collector):
+    """A view of a registry without the samples that name a tenant or an adapter."""
+
+    def __init__(self, registry: Collector):
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            hidden = family.name in ADAPTER_FAMILIES
+            samples = [s for s in family.samples if not hidden and TENANT_LABEL not in s.labels]
+            if len(samples) == len(family.samples):
+                yield family
+                continue
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = samples
+            yield kept
+
+
+def render_metrics(exposure: Exposure, registry: Collector = REGISTRY) -> bytes:
+    """The Prometheus text exposition of ``registry`` that ``exposure`` may read."""
+    if exposure is Exposure.WITHOUT_TENANTS:
+        registry = _WithoutTenantSeries(registry)
+    return generate_latest(registry)

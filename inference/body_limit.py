@@ -1,0 +1,86 @@
+"""ASGI middleware: JSON API bodies over ``API_MAX_REQUEST_BYTES`` get a 413, unread.
+
+Django reads a whole body before the view runs, and the view parses, validates and tokenizes
+it on the event loop; one huge body stalled every other request of the process. This refuses
+a body whose Content-Length is over the cap before reading any of it, and stops reading a
+chunked body as soon as it passes the cap (Django is told the client left, so it never builds
+the request). Only the JSON API's paths are limited: the admin's adapter upload streams large
+multipart files to disk under its own limit (``ADAPTER_MAX_BYTES``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+
+from controlplane.core.api_error import ApiError
+
+# The paths of the JSON API (inference/urls.py), the ones this limit applies to.
+_API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+
+
+def is_api_path(path: str) -> bool:
+    return path == "/v1" or path.startswith(_API_PREFIXES)
+
+
+def _declared_length(scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def too_large_error(limit: int) -> ApiError:
+    return ApiError(
+        f"The request body is larger than this server accepts ({limit} bytes); send fewer or "
+        "shorter prompts.",
+        status=413,
+        code="request_too_large",
+    )
+
+
+class BodySizeLimit:
+    """Wraps the HTTP application; ``max_bytes`` defaults to ``settings.API_MAX_REQUEST_BYTES``."""
+
+    def __init__(self, app, *, max_bytes: int | None = None):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not is_api_path(scope.get("path", "")):
+            return await self.app(scope, receive, send)
+        limit = self.max_bytes if self.max_bytes is not None else settings.API_MAX_REQUEST_BYTES
+        declared = _declared_length(scope)
+        if declared is not None and declared > limit:
+            return await _send_error(send, too_large_error(limit))
+        received = 0
+        over = False
+
+        async def limited_receive():
+            nonlocal received, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # Django drops a request whose client left while it read the body.
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        await self.app(scope, limited_receive, send)
+        if over:
+            await _send_error(send, too_large_error(limit))
+
+
+async def _send_error(send, error: ApiError) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

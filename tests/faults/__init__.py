@@ -1,0 +1,1 @@
+"""Faults injected against real processes: the failure reproduced, then the fix asserted."""

@@ -1,0 +1,120 @@
+"""A revoked key (or a staff user who lost the playground) ends its open WebSockets.
+
+Before: a key revoked with manage.py kept generating on an open socket 62 s later. Now the
+socket gets an error frame (OpenAI body, code invalid_api_key) and a close within 2 s of the
+revocation, and what it was generating is aborted in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import httpx
+import pytest
+import websockets
+
+from controlplane.tenants.key_secrets import prefix_of
+from inference.consumers import CLOSE_CREDENTIAL_REFUSED
+from tests.faults.conftest import create_key, manage
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+USER = [{"role": "user", "content": "Tell me about dicts."}]
+
+
+def _ws_url(platform) -> str:
+    return platform.base_url.replace("http://", "ws://") + "/v1/ws"
+
+
+async def _recv(ws, timeout: float = 30) -> dict:
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+
+
+async def _until_session_ends(ws, *, since: float) -> tuple[dict, float]:
+    """Skip the chunks still in flight; the error frame, and seconds from ``since`` to the
+    close that must follow it."""
+    while True:
+        message = await _recv(ws, timeout=5)
+        if message["type"] != "chunk":
+            break
+    with pytest.raises(websockets.ConnectionClosed) as closed:
+        await asyncio.wait_for(ws.recv(), 5)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_CREDENTIAL_REFUSED
+    return message, time.monotonic() - since
+
+
+def _assert_refused(error: dict) -> None:
+    assert (error["type"], error["id"], error["status"]) == ("error", None, 401)
+    assert error["error"]["code"] == "invalid_api_key"
+    assert set(error["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_revoking_a_key_ends_its_socket_and_aborts_its_generation(platform):
+    platform.wait_engine_idle()
+    secret = await asyncio.to_thread(create_key, platform.env)
+    headers = {"Authorization": f"Bearer {secret}"}
+    body = {
+        "model": platform.chat_model,
+        "messages": USER,
+        "max_tokens": 1800,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    async with websockets.connect(_ws_url(platform), additional_headers=headers) as ws:
+        assert (await _recv(ws))["type"] == "auth.ok"
+        await ws.send(json.dumps({"type": "chat.completions", "id": "long", "body": body}))
+        for _ in range(3):
+            assert (await _recv(ws))["type"] == "chunk"
+        await asyncio.to_thread(manage, platform.env, "revoke_api_key", prefix_of(secret))
+        revoked_at = time.monotonic()  # the revocation has committed: the command exited
+        error, seconds = await _until_session_ends(ws, since=revoked_at)
+    _assert_refused(error)
+    assert error["error"]["message"] == "This API key has been revoked."
+    assert seconds < 2.0, f"closed {seconds:.2f} s after the revocation"
+    totals = await asyncio.to_thread(platform.wait_engine_idle, 10)  # aborted, not finishing
+    assert totals["num_running"] == 0
+
+    async with websockets.connect(_ws_url(platform), additional_headers=headers) as ws:
+        assert (await _recv(ws))["error"]["message"] == "This API key has been revoked."
+
+
+_SIGN_IN_SCRIPT = """
+import sys
+from django.contrib.auth.models import Permission, User
+user = User.objects.create_user(sys.argv[-2], password=sys.argv[-1], is_staff=True)
+user.user_permissions.add(Permission.objects.get(codename="use_playground"))
+"""
+
+
+def _staff_session(platform, username: str, password: str) -> str:
+    """A staff user who may use the playground, signed in through the real admin login."""
+    manage(platform.env, "shell", "-c", _SIGN_IN_SCRIPT, "--", username, password)
+    with httpx.Client(base_url=platform.base_url, follow_redirects=False) as client:
+        page = client.get("/admin/login/").text
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        response = client.post(
+            "/admin/login/",
+            data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+            headers={"Referer": f"{platform.base_url}/admin/login/"},
+        )
+        assert response.status_code == 302, response.text[:2000]
+        return client.cookies["sessionid"]
+
+
+@pytest.mark.parametrize("change", ["is_active", "is_staff"])
+async def test_a_staff_socket_ends_when_the_user_loses_staff_rights(platform, change):
+    username = f"ops-{change.replace('_', '-')}"
+    session = await asyncio.to_thread(_staff_session, platform, username, "pw-fault-123")
+    headers = {"Cookie": f"sessionid={session}"}
+    async with websockets.connect(_ws_url(platform), additional_headers=headers) as ws:
+        assert (await _recv(ws))["type"] == "auth.ok"
+        await ws.send(json.dumps({"type": "models"}))
+        assert (await _recv(ws))["type"] == "models"
+        script = f"from django.contrib.auth.models import User; User.objects.filter(username={username!r}).update({change}=False)"
+        await asyncio.to_thread(manage, platform.env, "shell", "-c", script)
+        error, seconds = await _until_session_ends(ws, since=time.monotonic())
+    _assert_refused(error)
+    assert seconds < 2.0, f"closed {seconds:.2f} s after the change"
