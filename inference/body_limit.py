@@ -16,12 +16,10 @@ from django.conf import settings
 
 from controlplane.core.api_error import ApiError
 
-# The paths of the JSON API (inference/urls.py), the ones this limit applies to.
-_API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
-
 
 def is_api_path(path: str) -> bool:
-    return path == "/v1" or path.startswith(_API_PREFIXES)
+    """The paths of the JSON API (inference/urls.py), the ones this limit applies to."""
+    return path in ("/v1", "/tokenize", "/detokenize") or path.startswith("/v1/")
 
 
 def _declared_length(scope) -> int | None:

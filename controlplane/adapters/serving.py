@@ -15,6 +15,8 @@ from collections.abc import Mapping
 import redis
 from django.conf import settings
 
+from controlplane.metrics.collector import read_engine_statuses
+from controlplane.tenants.redis_clients import sync_redis
 from engine import protocol
 
 logger = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ def live_engines_by_model() -> Mapping[str, list[protocol.EngineStatus]]:
     if _cache is not None and _cache[1] == prefix and now - _cache[0] < CACHE_S:
         return _cache[2]
     try:
-        statuses = _read_statuses(protocol.Keys(prefix))
+        statuses = read_engine_statuses(sync_redis(), protocol.Keys(prefix))
     except redis.RedisError as exc:
         logger.warning("engine statuses unreadable: %s", exc)
         statuses = []
@@ -55,22 +57,3 @@ def engines_serving(*, model: str, name: str, checksum: str) -> int:
 def forget_cached_statuses() -> None:
     global _cache
     _cache = None
-
-
-def _read_statuses(keys: protocol.Keys) -> list[protocol.EngineStatus]:
-    from controlplane.tenants.redis_clients import sync_redis
-
-    client = sync_redis()
-    members = sorted(m.decode() for m in client.smembers(keys.engines()))
-    if not members:
-        return []
-    pairs = [protocol.split_engine_member(m) for m in members]
-    statuses = []
-    for data in client.mget([keys.status(model, engine_id) for model, engine_id in pairs]):
-        if data is None:
-            continue  # expired: the engine is gone
-        try:
-            statuses.append(protocol.decode_status(data))
-        except Exception:
-            logger.warning("unreadable engine status record skipped", exc_info=True)
-    return statuses

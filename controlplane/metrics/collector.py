@@ -65,7 +65,7 @@ class PlatformCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         client, prefix = self._connection()
         try:
-            statuses = _read_engine_statuses(client, Keys(prefix))
+            statuses = read_engine_statuses(client, Keys(prefix))
             request_series = _read_request_series(client, MetricKeys(prefix))
         except Exception:  # /metrics must still answer, with django-prometheus's metrics
             logger.warning("metrics: cannot read Redis, vllm:* series left out", exc_info=True)
@@ -93,7 +93,7 @@ class PlatformCollector(Collector):
             return self._client[1], prefix
 
 
-def _read_engine_statuses(client: redis.Redis, keys: Keys) -> list[EngineStatus]:
+def read_engine_statuses(client: redis.Redis, keys: Keys) -> list[EngineStatus]:
     members = sorted(m.decode() for m in client.smembers(keys.engines()))
     if not members:
         return []

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields, replace
 from importlib import import_module
 
@@ -201,9 +202,15 @@ async def authenticate_secret(
         raise
 
 
-async def key_principal(secret: str, *, endpoint: str | None = None, before_load=None) -> Principal:
+async def key_principal(
+    secret: str,
+    *,
+    endpoint: str | None = None,
+    before_load: Callable[[], Awaitable[None]] | None = None,
+) -> Principal:
     """The key policy alone, unthrottled: for checking again a key that authenticated before
-    (an open WebSocket does, every half second). ``endpoint`` None: any scope."""
+    (an open WebSocket does, every half second). ``endpoint`` None: any scope.
+    ``before_load``: awaited before the key is read from the database (keycache.py)."""
     prefix = prefix_of(secret)
     record = await key_cache.aget(prefix, before_load=before_load) if prefix else None
     principal = check_key(record, secret, endpoint=endpoint)

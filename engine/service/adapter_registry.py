@@ -11,7 +11,6 @@ adapter that fails to load is logged and retried with backoff, and never stops t
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import redis
 from engine import protocol
 from engine.adapters import AdapterIdentity
 from engine.service.inbox import Inbox, RegistrySnapshot
+from engine.service.redis_io import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
@@ -179,30 +179,22 @@ class AdapterRegistry:
         return identity
 
 
-class RegistryWatcher(threading.Thread):
+class RegistryWatcher(PeriodicThread):
     """Every ``interval``: read the registry hash and hand it to the loop's inbox."""
 
     def __init__(self, client: redis.Redis, key: str, inbox: Inbox, *, interval: float):
-        super().__init__(name="engine-adapter-registry", daemon=True)
+        super().__init__("engine-adapter-registry", interval)
         self.client = client
         self.key = key
         self.inbox = inbox
-        self.interval = interval
         self._logged: set[bytes] = set()
-        self._stop_event = threading.Event()
 
     def read(self) -> RegistrySnapshot:
         read_at = time.monotonic()  # before the read: what changes during it is newer
         return RegistrySnapshot(read_registry(self.client, self.key, self._logged), read_at)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout)
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
-            try:
-                self.inbox.put(self.read())
-            except redis.RedisError:
-                logger.warning("reading the adapter registry %s failed", self.key, exc_info=True)
+    def tick(self) -> None:
+        try:
+            self.inbox.put(self.read())
+        except redis.RedisError:
+            logger.warning("reading the adapter registry %s failed", self.key, exc_info=True)

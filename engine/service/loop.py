@@ -1,9 +1,10 @@
 """EngineService: the busy loop that connects an LLMEngine to Redis streams.
 
 Each iteration has three named phases, and none of them waits on Redis:
-``drain_inputs()`` (new requests and aborts through the RequestIntake, control commands, all
-from the Inbox), ``step()`` (one engine step) and ``publish()`` (the Outbox's PublishJob for
-the writer thread: ONE output entry per frontend for everything this step produced).
+``drain_inputs()`` (new requests and aborts through the RequestIntake, control commands and
+adapter registry snapshots to reconcile, all from the Inbox), ``step()`` (one engine step) and
+``publish()`` (the Outbox's PublishJob for the writer thread: ONE output entry per frontend
+for everything this step produced).
 """
 
 from __future__ import annotations

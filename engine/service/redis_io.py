@@ -1,4 +1,5 @@
-"""The service's Redis threads: request reader, broadcast reader, output writer.
+"""The service's Redis threads: request reader, broadcast reader, output writer, and the
+base of the periodic ones (status publisher, adapter registry watcher).
 
 The busy loop never waits on Redis: these threads feed the Inbox and drain the writer's
 queue. Each has its own connection, so a blocking read never delays a write.
@@ -38,6 +39,27 @@ def ensure_group(client: redis.Redis, stream: str) -> None:
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+
+
+class PeriodicThread(threading.Thread):
+    """A daemon thread that calls ``tick()`` every ``interval`` seconds until ``stop()``."""
+
+    def __init__(self, name: str, interval: float):
+        super().__init__(name=name, daemon=True)
+        self.interval = interval
+        self._stop_event = threading.Event()
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            self.tick()
 
 
 @dataclass(slots=True)

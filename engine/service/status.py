@@ -6,7 +6,6 @@ import collections
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import redis
 
 from engine import protocol
 from engine.outputs import EngineStats
+from engine.service.redis_io import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class EngineSnapshot:
     lora_info: dict | None  # LLMEngine.lora_requests_info()
 
 
-class StatusPublisher(threading.Thread):
+class StatusPublisher(PeriodicThread):
     """Every ``interval``: SET the status record with a TTL, then look for dead engines."""
 
     def __init__(
@@ -65,18 +65,16 @@ class StatusPublisher(threading.Thread):
         snapshot: Callable[[], EngineSnapshot],
         on_tick: Callable[[], None] | None = None,
     ):
-        super().__init__(name="engine-status", daemon=True)
+        super().__init__("engine-status", interval)
         self.client = client
         self.keys = keys
         self.model = model
         self.engine_id = engine_id
-        self.interval = interval
         self.ttl_ms = int(ttl * 1000)
         self.snapshot = snapshot
         self.on_tick = on_tick
         self.started_at = time.time()
         self.rate = TokenRate()
-        self._stop_event = threading.Event()
 
     def build(self) -> protocol.EngineStatus:
         snapshot = self.snapshot()
@@ -132,19 +130,13 @@ class StatusPublisher(threading.Thread):
         pipe.srem(self.keys.engines(), protocol.engine_member(self.model, self.engine_id))
         pipe.execute()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout)
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
+    def tick(self) -> None:
+        try:
+            self.publish()
+        except redis.RedisError:
+            logger.warning("publishing engine status failed", exc_info=True)
+        if self.on_tick is not None:
             try:
-                self.publish()
-            except redis.RedisError:
-                logger.warning("publishing engine status failed", exc_info=True)
-            if self.on_tick is not None:
-                try:
-                    self.on_tick()
-                except Exception:
-                    logger.exception("dead-engine recovery failed; will retry")
+                self.on_tick()
+            except Exception:
+                logger.exception("dead-engine recovery failed; will retry")

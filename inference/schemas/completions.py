@@ -50,7 +50,7 @@ class PromptField(serializers.Field):
             "must be a string, a list of strings, a list of token ids or a list of token-id lists."
         ),
         "empty": "must not be empty.",
-        "too_many": "must hold at most {max_prompts} prompts, got {count}.",
+        "too_many": "must hold at most {max_prompts} items, got {count}.",
         "text": INVALID_TEXT,
     }
 

@@ -107,9 +107,11 @@ class SamplingRequestSerializer(serializers.Serializer):
         n, num_prompts = attrs.get("n", 1), self.num_prompts(attrs)
         limit = settings.API_MAX_SEQUENCES_PER_REQUEST
         if n * num_prompts > limit:
+            # Each prompt is n sequences in the engine; name what to lower.
+            field = "n" if n > 1 else "prompt"
             raise serializers.ValidationError(
                 {
-                    "n": f"{num_prompts} prompt(s) x n={n} asks for {n * num_prompts} "
+                    field: f"{num_prompts} prompt(s) x n={n} asks for {n * num_prompts} "
                     f"sequences; this server generates at most {limit} per request."
                 }
             )

@@ -53,7 +53,7 @@ def _too_deep() -> ApiError:
     )
 
 
-_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"\\')
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
 _STRING = re.compile(rb'"[^"]*"')
 
 
@@ -61,13 +61,12 @@ def nested_deeper_than(raw: bytes, limit: int) -> bool:
     """Whether the arrays and objects of valid JSON ``raw`` nest more than ``limit`` deep.
 
     Byte operations only (a Python walk over a million parsed containers takes seconds):
-    keep brackets, quotes and backslashes; drop escapes, then strings (adjacent quotes first:
-    they close an empty string or join two strings with nothing between); then each pass
-    removes the innermost ``[]`` and ``{}`` pairs, one level (a marker keeps a pass from
-    also removing the pair it uncovers).
+    drop escaped backslashes and escaped quotes, keep only brackets and quotes, drop strings
+    (adjacent quotes first: they close an empty string or join two strings with nothing
+    between); then each pass removes the innermost ``[]`` and ``{}`` pairs, one level (a
+    marker keeps a pass from also removing the pair it uncovers).
     """
-    shape = raw.translate(None, _NOT_STRUCTURE)
-    shape = shape.replace(b"\\\\", b"").replace(b'\\"', b"").replace(b"\\", b"")
+    shape = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
     shape = _STRING.sub(b"", shape.replace(b'""', b""))
     for _ in range(limit):
         if not shape:

@@ -8,14 +8,19 @@ breaks touch no other test.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane.core.process_commands import manage_command
+import httpx
+
+from controlplane.core.process_commands import daphne_command, manage_command
+from controlplane.core.redis_server import free_port
 from tests.inference.conftest import (  # noqa: F401 (fixtures: this package gets its own platform)
     Platform,
     api_platform,
@@ -24,8 +29,7 @@ from tests.inference.conftest import (  # noqa: F401 (fixtures: this package get
     platform,
     platform_env,
 )
-from tests.support.platform_services import serving_daphne
-from tests.support.processes import REPO
+from tests.support.processes import REPO, running
 
 
 def manage(env: dict[str, str], *args: str) -> str:
@@ -44,20 +48,51 @@ def create_key(env: dict[str, str], *scopes: str, tenant: str = "acme") -> str:
     return out.strip().splitlines()[-1]
 
 
-def isolated_env(platform: Platform, workdir: Path) -> dict[str, str]:
-    """The platform's environment with a Redis prefix and a database file of its own."""
+def admin_sign_in(
+    base_url: str, username: str, password: str, *, address: str = "127.0.0.1"
+) -> httpx.Response:
+    """One try at the admin's login form from ``address``: a 302 with the session cookie when
+    it signed in, else the form again with its error."""
+    transport = httpx.HTTPTransport(local_address=address)
+    with httpx.Client(base_url=base_url, transport=transport, timeout=30) as client:
+        page = client.get("/admin/login/").text
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        return client.post(
+            "/admin/login/",
+            data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+            headers={"Referer": f"{base_url}/admin/login/"},
+        )
+
+
+def isolated_env(served: Platform, workdir: Path) -> dict[str, str]:
+    """``served``'s environment with a Redis prefix and a database file of its own."""
     database = workdir / "db.sqlite3"
-    source = Path(platform.env["DATABASE_URL"].removeprefix("sqlite:///"))
+    source = Path(served.env["DATABASE_URL"].removeprefix("sqlite:///"))
     shutil.copyfile(source, database)
     return {
-        **platform.env,
+        **served.env,
         "PLATFORM_REDIS_PREFIX": f"fault-{uuid.uuid4().hex[:8]}",
         "DATABASE_URL": f"sqlite:///{database}",
     }
 
 
+@dataclass
+class Daphne:
+    base_url: str
+    process: subprocess.Popen
+
+
 @contextmanager
-def fresh_daphne(env: dict[str, str], workdir: Path) -> Iterator[str]:
-    """A Daphne just started (from daphne_command, as serve starts it): its base URL."""
-    with serving_daphne(env, workdir / "daphne.log", timeout=60) as base_url:
-        yield base_url
+def fresh_daphne(env: dict[str, str], workdir: Path) -> Iterator[Daphne]:
+    """A Daphne just started from daphne_command, as serve starts it."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    with running(
+        daphne_command("127.0.0.1", port),
+        env,
+        workdir / "daphne.log",
+        ready=lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
+        what="daphne",
+        timeout=60,
+    ) as process:
+        yield Daphne(base_url, process)

@@ -7,27 +7,31 @@ process's memory stays bounded, the faulty request gets its OpenAI error quickly
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 import psutil
 import pytest
 
-from controlplane.core.process_commands import manage_command
-from tests.support.processes import REPO
+from tests.faults.conftest import create_key, manage
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 MIB = 1024 * 1024
 HEALTH_P99_LIMIT_S = 0.1
+T = TypeVar("T")
 
 
 def _chat_body(model: str, content_chars: int) -> bytes:
@@ -64,7 +68,7 @@ with httpx.Client(base_url=sys.argv[1], timeout=30) as client:
         started = time.perf_counter()
         status = client.get("/health").status_code
         print(time.perf_counter() - started if status == 200 else -1, flush=True)
-        time.sleep(0.005)
+        time.sleep(0.01)
 """
 
 
@@ -82,13 +86,18 @@ class HealthPoller:
             f"{len(self.during)} polls; {p99(self.baseline) * 1000:.1f} ms before the fault)"
         )
 
-    def assert_fast(self) -> None:
+    def fast(self) -> bool:
         """p99 under HEALTH_P99_LIMIT_S more than the baseline's (a busy CI machine is slow
         at everything, a stalled event loop only while the fault lasts), and no poll near the
         seconds one big request used to cost."""
+        allowance = p99(self.baseline)
+        return (
+            p99(self.during) < HEALTH_P99_LIMIT_S + allowance and max(self.during) < 1.0 + allowance
+        )
+
+    def assert_fast(self) -> None:
         assert min(self.baseline + self.during) >= 0, "/health failed"
-        assert p99(self.during) < HEALTH_P99_LIMIT_S + p99(self.baseline), self.report()
-        assert max(self.during) < 1.0 + p99(self.baseline), self.report()
+        assert self.fast(), self.report()
 
 
 def p99(latencies: list[float]) -> float:
@@ -122,6 +131,19 @@ def polling_health(base_url: str) -> Iterator[HealthPoller]:
     poller.during = lines[len(poller.baseline) :]
 
 
+def health_during(base_url: str, fault: Callable[[], T]) -> tuple[HealthPoller, T]:
+    """Run ``fault`` while /health is polled; once more if /health was slow. A stalled event
+    loop is slow every time; a neighbour busy on a shared CI machine rarely twice in a row."""
+    for attempt in range(2):
+        with polling_health(base_url) as health:
+            result = fault()
+        if attempt == 0 and not health.fast():
+            print(f"\nslow on the first try, once more: {health.report()}")
+            continue
+        return health, result
+    raise AssertionError("unreachable")
+
+
 def _assert_too_large(response: httpx.Response) -> None:
     assert response.status_code == 413, response.text[:300]
     error = response.json()["error"]
@@ -132,25 +154,21 @@ def _assert_too_large(response: httpx.Response) -> None:
 @pytest.fixture(scope="module")
 def limited_tenant_key(api_platform) -> str:
     """A key of a tenant allowed one request a minute, that request already spent."""
-    env = api_platform.env
-
-    def manage(*args: str) -> str:
-        done = subprocess.run(
-            manage_command(*args), cwd=REPO, env=env, check=True, capture_output=True, text=True
-        )
-        return done.stdout.strip().splitlines()[-1]
-
-    manage("create_tenant", "one-a-minute", "--rpm", "1")
-    key = manage("create_api_key", "--tenant", "one-a-minute")
-    body = {"model": api_platform.chat_model, "messages": [{"role": "user", "content": "hi"}]}
+    manage(api_platform.env, "create_tenant", "one-a-minute", "--rpm", "1")
+    key = create_key(api_platform.env, tenant="one-a-minute")
+    body = {
+        "model": api_platform.chat_model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1,
+    }
     spent = httpx.post(
         f"{api_platform.base_url}/v1/chat/completions",
         json=body,
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
     )
-    # Admitted (it took the minute's request), then refused by the absent engine.
-    assert spent.status_code == 503, spent.text
+    # Admitted, so it took the minute's request: answered, or refused by an absent engine.
+    assert spent.status_code in (200, 503), spent.text
     return key
 
 
@@ -160,10 +178,12 @@ def test_a_60_mb_body_is_refused_unread_while_health_stays_fast(api_platform, au
     url = f"{api_platform.base_url}/v1/chat/completions"
     rss_before = _memory_bytes(pid)
     with httpx.Client(timeout=60) as client:
-        with polling_health(api_platform.base_url) as health:
+
+        def send():
             started = time.perf_counter()
-            response = client.post(url, content=body, headers=auth)
-            elapsed = time.perf_counter() - started
+            return client.post(url, content=body, headers=auth), time.perf_counter() - started
+
+        health, (response, elapsed) = health_during(api_platform.base_url, send)
         _assert_too_large(response)
         for _ in range(9):  # memory stays bounded however many come
             _assert_too_large(client.post(url, content=body, headers=auth))
@@ -189,10 +209,10 @@ def test_a_chunked_body_is_cut_off_at_the_cap(api_platform, auth):
             yield piece
         yield b'"}'
 
-    with polling_health(api_platform.base_url) as health:
-        response = httpx.post(
-            f"{api_platform.base_url}/v1/completions", content=chunks(), headers=auth, timeout=60
-        )
+    url = f"{api_platform.base_url}/v1/completions"
+    health, response = health_during(
+        api_platform.base_url, lambda: httpx.post(url, content=chunks(), headers=auth, timeout=60)
+    )
     assert response.request.headers.get("transfer-encoding") == "chunked"
     _assert_too_large(response)
     print(f"\n20 MiB chunked body: {health.report()}")
@@ -258,27 +278,26 @@ def test_a_tenant_at_its_rate_limit_is_refused_before_its_prompt_is_looked_at(
 
 
 def test_long_prompts_are_tokenized_off_the_event_loop(api_platform, auth):
-    # Prompts just under what a 2048-token context could hold at 32 characters a token: each
-    # takes the tiny tokenizer about a tenth of a second, in the API's tokenizer threads.
-    words = " ".join(f"w{i}" for i in range(12_000))[:60_000]
-    body = {"model": api_platform.chat_model, "messages": [{"role": "user", "content": words}]}
+    # Eight prompts just under what a 2048-token context could hold at 32 characters a token,
+    # of words never seen before (the tokenizer caches words): each takes the tiny tokenizer
+    # about a quarter of a second, in the API's tokenizer threads, not on its event loop.
+    url = f"{api_platform.base_url}/v1/chat/completions"
+    words = (f"w{n}" for n in itertools.count(random.randrange(10**9), 7919))
 
-    def ask(_index: int) -> httpx.Response:
-        return httpx.post(
-            f"{api_platform.base_url}/v1/chat/completions", json=body, headers=auth, timeout=60
-        )
-
-    with polling_health(api_platform.base_url) as health:
-        threads_done = []
-        workers = [
-            threading.Thread(target=lambda i=i: threads_done.append(ask(i))) for i in range(8)
+    def ask_eight_at_once() -> list[httpx.Response]:
+        bodies = [
+            {
+                "model": api_platform.chat_model,
+                "messages": [{"role": "user", "content": " ".join(itertools.islice(words, 5000))}],
+            }
+            for _ in range(8)
         ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(timeout=120)
+        with httpx.Client(headers=auth, timeout=60) as client, ThreadPoolExecutor(8) as pool:
+            return list(pool.map(lambda body: client.post(url, json=body), bodies))
+
+    health, responses = health_during(api_platform.base_url, ask_eight_at_once)
     # Tokenized to more tokens than the context holds: the exact context-length 400.
-    assert [r.status_code for r in threads_done] == [400] * 8
-    assert {r.json()["error"]["code"] for r in threads_done} == {"context_length_exceeded"}
-    print(f"\n8 prompts of 60,000 characters: {health.report()}")
+    assert [r.status_code for r in responses] == [400] * 8
+    assert {r.json()["error"]["code"] for r in responses} == {"context_length_exceeded"}
+    print(f"\n8 prompts of ~60,000 characters: {health.report()}")
     health.assert_fast()

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 
-import httpx
 import pytest
 import websockets
 
+from controlplane.core.process_commands import manage_command
 from controlplane.tenants.key_secrets import prefix_of
 from inference.consumers import CLOSE_CREDENTIAL_REFUSED
-from tests.faults.conftest import create_key, manage
+from tests.faults.conftest import admin_sign_in, create_key, manage
+from tests.support.processes import REPO
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -52,6 +52,23 @@ def _assert_refused(error: dict) -> None:
     assert set(error["error"]) == {"message", "type", "param", "code"}
 
 
+async def _revoke(platform, secret: str) -> float:
+    """``manage.py revoke_api_key`` as an operator runs it: when it said the key was revoked
+    (it says so after the transaction committed)."""
+    process = await asyncio.create_subprocess_exec(
+        *manage_command("revoke_api_key", prefix_of(secret)),
+        cwd=REPO,
+        env=platform.env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    line = await asyncio.wait_for(process.stdout.readline(), 60)
+    revoked_at = time.monotonic()
+    assert line.startswith(b"revoked key"), line
+    assert await process.wait() == 0
+    return revoked_at
+
+
 async def test_revoking_a_key_ends_its_socket_and_aborts_its_generation(platform):
     platform.wait_engine_idle()
     secret = await asyncio.to_thread(create_key, platform.env)
@@ -68,8 +85,7 @@ async def test_revoking_a_key_ends_its_socket_and_aborts_its_generation(platform
         await ws.send(json.dumps({"type": "chat.completions", "id": "long", "body": body}))
         for _ in range(3):
             assert (await _recv(ws))["type"] == "chunk"
-        await asyncio.to_thread(manage, platform.env, "revoke_api_key", prefix_of(secret))
-        revoked_at = time.monotonic()  # the revocation has committed: the command exited
+        revoked_at = await _revoke(platform, secret)
         error, seconds = await _until_session_ends(ws, since=revoked_at)
     _assert_refused(error)
     assert error["error"]["message"] == "This API key has been revoked."
@@ -81,27 +97,20 @@ async def test_revoking_a_key_ends_its_socket_and_aborts_its_generation(platform
         assert (await _recv(ws))["error"]["message"] == "This API key has been revoked."
 
 
-_SIGN_IN_SCRIPT = """
-import sys
+_STAFF_USER = """
 from django.contrib.auth.models import Permission, User
-user = User.objects.create_user(sys.argv[-2], password=sys.argv[-1], is_staff=True)
+user = User.objects.create_user({username!r}, password={password!r}, is_staff=True)
 user.user_permissions.add(Permission.objects.get(codename="use_playground"))
 """
 
 
 def _staff_session(platform, username: str, password: str) -> str:
     """A staff user who may use the playground, signed in through the real admin login."""
-    manage(platform.env, "shell", "-c", _SIGN_IN_SCRIPT, "--", username, password)
-    with httpx.Client(base_url=platform.base_url, follow_redirects=False) as client:
-        page = client.get("/admin/login/").text
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-        response = client.post(
-            "/admin/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": token},
-            headers={"Referer": f"{platform.base_url}/admin/login/"},
-        )
-        assert response.status_code == 302, response.text[:2000]
-        return client.cookies["sessionid"]
+    script = _STAFF_USER.format(username=username, password=password)
+    manage(platform.env, "shell", "-c", script)
+    response = admin_sign_in(platform.base_url, username, password)
+    assert response.status_code == 302, response.text[:2000]
+    return response.cookies["sessionid"]
 
 
 @pytest.mark.parametrize("change", ["is_active", "is_staff"])
@@ -113,7 +122,8 @@ async def test_a_staff_socket_ends_when_the_user_loses_staff_rights(platform, ch
         assert (await _recv(ws))["type"] == "auth.ok"
         await ws.send(json.dumps({"type": "models"}))
         assert (await _recv(ws))["type"] == "models"
-        script = f"from django.contrib.auth.models import User; User.objects.filter(username={username!r}).update({change}=False)"
+        users = "from django.contrib.auth.models import User; User.objects"
+        script = f"{users}.filter(username={username!r}).update({change}=False)"
         await asyncio.to_thread(manage, platform.env, "shell", "-c", script)
         error, seconds = await _until_session_ends(ws, since=time.monotonic())
     _assert_refused(error)

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.process_commands import engine_command, pooling_engine_command
+from controlplane.core.process_commands import (
+    engine_command,
+    manage_command,
+    pooling_engine_command,
+)
 from tests.support.platform_services import (
     engine_status_records,
     platform_services,
@@ -94,6 +98,27 @@ class Platform:
                     return again
             time.sleep(0.2)
         raise AssertionError(f"engine still busy after {timeout}s: {self.engine_totals()}")
+
+    def register_adapter(self, adapter_dir: Path, name: str, *, tenant: str = "acme") -> None:
+        """``manage.py register_adapter`` on the chat model from another shell (a process of
+        its own), granted to ``tenant``; registering a name again updates that adapter."""
+        args = ["--name", name, "--base", self.chat_model, "--tenant", tenant]
+        subprocess.run(
+            manage_command("register_adapter", str(adapter_dir), *args),
+            cwd=REPO,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def wait_adapter_served(self, name: str, timeout: float = 10.0) -> None:
+        """Until a live engine of the chat model lists adapter ``name`` in its status."""
+        deadline = time.monotonic() + timeout
+        while not any(name in s.get("adapters", ()) for s in self.engine_status()):
+            assert time.monotonic() < deadline, f"no engine loaded adapter {name} in {timeout}s"
+            time.sleep(0.1)
 
     def sdk(self, **kwargs):
         import openai

@@ -8,45 +8,51 @@ again serves the new weights.
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import redis
 
-from controlplane.core.process_commands import celery_worker_command, manage_command
+from controlplane.core.process_commands import celery_worker_command
 from engine import protocol
 from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
-from tests.inference.conftest import REDIS_PREFIX, REPO, _spawn, _stop
+from inference.engine_capacity import ADMISSION_CACHE_S, AdapterLoading
+from inference.engine_client import EngineClient, EngineUnavailable
+from inference.errors import error_from_exception
+from tests.inference.conftest import REDIS_PREFIX, _spawn, _stop
 from tests.inference.test_lora_e2e import MAX_TOKENS, PROMPT, _offline
+from tests.support.engine_status import publish_engine_status
 
-pytestmark = pytest.mark.slow
 
+async def test_capacity_refuses_an_adapter_no_live_engine_holds_with_503(
+    redis_client, redis_server
+):
+    """The API's admission snapshot says which versions live engines hold (no extra read)."""
+    client = EngineClient(redis_server.url, prefix="capa")
+    ref = protocol.AdapterRef(name="bot", checksum="v2", path="/a")
+    try:
+        with pytest.raises(EngineUnavailable, match="no engine is serving"):
+            await client.capacity.check("m", ref)
+        publish_engine_status(redis_client, prefix="capa", model="m", adapters={"bot": "v1"})
+        await asyncio.sleep(ADMISSION_CACHE_S)
+        with pytest.raises(AdapterLoading) as info:
+            await client.capacity.check("m", ref)
+        error = error_from_exception(info.value)
+        assert (error.status, error.headers["Retry-After"]) == (503, "5")
+        assert "adapter 'bot' is loading" in error.body()["error"]["message"]
+        assert not await client.capacity.holds_adapter("m", "bot", "v2")
+        await client.capacity.check("m", None)  # the base model itself is served
 
-def _register(platform, adapter_dir: Path, name: str) -> None:
-    """``manage.py register_adapter`` from "another shell" (its own process)."""
-    subprocess.run(
-        manage_command(
-            "register_adapter",
-            str(adapter_dir),
-            "--name",
-            name,
-            "--base",
-            platform.chat_model,
-            "--tenant",
-            "acme",
-        ),
-        cwd=REPO,
-        env=platform.env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+        publish_engine_status(redis_client, prefix="capa", model="m", adapters={"bot": "v2"})
+        await asyncio.sleep(ADMISSION_CACHE_S)
+        await client.capacity.check("m", ref)
+        assert await client.capacity.holds_adapter("m", "bot", "v2")
+    finally:
+        await client.close()
 
 
 def _complete(client, model: str) -> str:
@@ -79,15 +85,17 @@ def _listed(platform) -> set[str]:
     return {m.id for m in platform.sdk().models.list().data}
 
 
+@pytest.mark.slow
 def test_an_adapter_registered_from_another_shell_answers_within_5s(platform, tmp_path):
     adapter_dir = make_random_adapter(platform.checkpoint, tmp_path / "shell", rank=8, b_std=0.2)
     expected, base_text = _offline(platform.checkpoint, adapter_dir)
     assert expected != base_text
-    _register(platform, adapter_dir, "shell-bot")
+    platform.register_adapter(adapter_dir, "shell-bot")
     assert _first_answer(platform.sdk(), "shell-bot", timeout=5.0, expect=expected) < 5.0
     assert "shell-bot" in _listed(platform)
 
 
+@pytest.mark.slow
 def test_registering_a_name_again_serves_the_new_weights(platform, tmp_path):
     first = make_random_adapter(platform.checkpoint, tmp_path / "v1", rank=8, b_std=0.2, seed=1)
     second = make_random_adapter(platform.checkpoint, tmp_path / "v2", rank=4, b_std=0.2, seed=2)
@@ -95,10 +103,10 @@ def test_registering_a_name_again_serves_the_new_weights(platform, tmp_path):
     new_text, _ = _offline(platform.checkpoint, second)
     assert old_text != new_text
     client = platform.sdk()
-    _register(platform, first, "swap-bot")
+    platform.register_adapter(first, "swap-bot")
     _first_answer(client, "swap-bot", timeout=5.0, expect=old_text)
 
-    _register(platform, second, "swap-bot")  # no uniqueness error: an update
+    platform.register_adapter(second, "swap-bot")  # no uniqueness error: an update
     assert _first_answer(client, "swap-bot", timeout=5.0, expect=new_text) < 5.0
     statuses = platform.engine_status()
     assert {s["adapter_checksums"]["swap-bot"] for s in statuses} == {adapter_checksum(second)}
@@ -114,11 +122,12 @@ def celery_beat(platform, tmp_path):
     _stop(worker)
 
 
+@pytest.mark.slow
 def test_a_deleted_registry_hash_heals_within_a_beat(platform, tmp_path, request):
     adapter_dir = make_random_adapter(platform.checkpoint, tmp_path / "drift", rank=8, b_std=0.2)
     expected, _ = _offline(platform.checkpoint, adapter_dir)
     client = platform.sdk()
-    _register(platform, adapter_dir, "drift-bot")
+    platform.register_adapter(adapter_dir, "drift-bot")
     _first_answer(client, "drift-bot", timeout=5.0, expect=expected)
 
     # Redis loses the registry (a restart, a lost write): the engine's reconcile unloads

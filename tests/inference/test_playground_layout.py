@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 
 import pytest
 import websockets
 
-from controlplane.core.process_commands import manage_command
 from engine.lora.testing import make_random_adapter
 from tests.inference.conftest import MAX_MODEL_LEN, REPO
 from tests.support.browser import chromium_page
@@ -28,23 +26,8 @@ ARTIFACTS = REPO / "test-artifacts"
 def adapter(platform, tmp_path_factory) -> str:
     """A ready LoRA adapter on the chat model, granted to tenant "acme" (platform.api_key)."""
     adapter_dir = make_random_adapter(platform.checkpoint, tmp_path_factory.mktemp("lora"), rank=8)
-    subprocess.run(
-        manage_command(
-            "register_adapter",
-            str(adapter_dir),
-            "--name",
-            ADAPTER,
-            "--base",
-            platform.chat_model,
-            "--tenant",
-            "acme",
-        ),
-        cwd=REPO,
-        env=platform.env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    platform.register_adapter(adapter_dir, ADAPTER)
+    platform.wait_adapter_served(ADAPTER)  # the playground lists adapters engines serve
     return ADAPTER
 
 

@@ -20,19 +20,27 @@ from tests.inference.generation.factories import HANG, MODEL, billed, generation
 
 class ScriptedEngine:
     """Serves MODEL's request stream: answers each request with ``script(request)``, a list
-    of steps, each a list of RequestDeltas sent as one OutputBatch (HANG: go quiet)."""
+    of steps, each a list of RequestDeltas sent as one OutputBatch (HANG: go quiet). Its status
+    record lists ``adapters`` (name -> checksum) as loaded."""
 
-    def __init__(self, client: EngineClient, script):
+    def __init__(self, client: EngineClient, script, *, adapters: dict[str, str] | None = None):
         kwargs = client.redis.connection_pool.connection_kwargs
         self.redis = aioredis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs["db"])
         self.keys, self.script = client.keys, script
+        self.adapters = dict(adapters or {})
         self.requests: list[protocol.GenerateRequest] = []  # as the engine received them
         self.stopping = False
 
     async def __aenter__(self):
         stream = self.keys.requests(MODEL)
         await self.redis.xgroup_create(stream, protocol.ENGINE_GROUP, id="0", mkstream=True)
-        status = protocol.EngineStatus(engine_id="e1", model=MODEL, max_num_seqs=4)
+        status = protocol.EngineStatus(
+            engine_id="e1",
+            model=MODEL,
+            max_num_seqs=4,
+            adapters=sorted(self.adapters),
+            adapter_checksums=self.adapters,
+        )
         await self.redis.set(self.keys.status(MODEL, "e1"), protocol.encode_status(status))
         await self.redis.sadd(self.keys.engines(), protocol.engine_member(MODEL, "e1"))
         self.task = asyncio.create_task(self._serve(stream))
@@ -167,7 +175,7 @@ async def test_each_prompt_reaches_the_base_model_engines_as_its_own_request(
             ]
         ]
 
-    async with ScriptedEngine(client, script) as engine:
+    async with ScriptedEngine(client, script, adapters={"pirate": "c1"}) as engine:
         await generation.open(client)
         response = await generation.response()
     assert [c["text"] for c in response["choices"]] == [" upon", " upon", " more", " more"]
