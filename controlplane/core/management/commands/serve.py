@@ -228,16 +228,18 @@ class Command(BaseCommand):
                 if creds.admin_password
                 else f"(credentials in {cred_file})"
             ),
+            f"  Home                     {base}/",
             f"  Playground               {base}/playground/",
-            f"  Metrics                  {base}/metrics",
+            f"  Metrics                  {base}/metrics   (tenant series: Bearer token in "
+            f"{settings.METRICS_TOKEN_FILE})",
             f"  Models                   {', '.join(names)}",
             "  Demo API key             "
             + (creds.demo_api_key or f"(created on the first run; see {cred_file})"),
             "",
             "  from openai import OpenAI",
             f'  client = OpenAI(base_url="{base}/v1", api_key="{creds.demo_api_key or "sk-..."}")',
-            f'  client.chat.completions.create(model="{chat_model}", '
-            'messages=[{"role": "user", "content": "Hello"}])',
+            f'  client.chat.completions.create(model="{chat_model}", max_tokens=64, '
+            'messages=[{"role": "user", "content": "What is the capital of France?"}])',
             "",
             "Press Ctrl-C to stop everything.",
         ]
