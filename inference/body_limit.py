@@ -6,6 +6,9 @@ a body whose Content-Length is over the cap before reading any of it, and stops 
 chunked body as soon as it passes the cap (Django is told the client left, so it never builds
 the request). Only the JSON API's paths are limited: the admin's adapter upload streams large
 multipart files to disk under its own limit (``ADAPTER_MAX_BYTES``).
+
+Daphne itself receives a whole body (into a temporary file) before any application runs; to
+refuse an upload before it is sent, a proxy in front needs a limit too (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -78,7 +81,12 @@ class BodySizeLimit:
 
 async def _send_error(send, error: ApiError) -> None:
     body = json.dumps(error.body()).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    headers += [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    # Connection: close, as for any refused upload: the client may still be sending the rest,
+    # and the server frees what it buffered of the body with the connection.
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"connection", b"close"),
+    ]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

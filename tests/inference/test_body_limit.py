@@ -73,6 +73,7 @@ async def test_a_declared_length_over_the_limit_is_refused_before_reading():
     assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
     assert str(LIMIT) in error["message"]
     assert (b"content-type", b"application/json") in sent[0]["headers"]
+    assert (b"connection", b"close") in sent[0]["headers"]
 
 
 async def test_a_chunked_body_is_cut_off_once_past_the_limit():
