@@ -12,15 +12,19 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.core.daphne_bodies import adjust_daphne_bodies  # noqa: E402
 from controlplane.metrics.access import metrics_bearer_token  # noqa: E402
 from controlplane.metrics.metrics_port import start_configured_metrics_port  # noqa: E402
-from inference.body_limit import BodySizeLimit  # noqa: E402
+from inference.body_limit import BodySizeLimit, capped_limit_for  # noqa: E402
 from inference.routing import websocket_urlpatterns  # noqa: E402
 
 # Before the first scrape: the generated metrics token's file (when METRICS_BEARER_TOKEN is
 # unset) exists for Prometheus to read, and the dedicated metrics port (METRICS_PORT) listens.
 metrics_bearer_token()
 start_configured_metrics_port()
+# Uploads reach Django as a stream, a malformed one gets the API's JSON error, and a body
+# declared over its path's cap is dropped as it arrives instead of buffered.
+adjust_daphne_bodies(capped_limit_for)
 
 application = ProtocolTypeRouter(
     {

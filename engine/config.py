@@ -33,8 +33,14 @@ class EngineConfig:
     seed: int = 0
     # Fields below are additions to the shared contract; all have defaults.
     scheduling_policy: str = "fcfs"  # "fcfs" or "priority" (lower value runs first)
-    cpu_kv_cache_bytes: int = 1 << 30  # KV budget on CPU when num_gpu_blocks is None
+    # KV budget on CPU when num_gpu_blocks is None; None: PLATFORM_CPU_KVCACHE_SPACE (GiB) if
+    # set, else a share of the memory available at start (engine/worker/kv_cache.py).
+    cpu_kv_cache_bytes: int | None = None
     attention_backend: str = "auto"  # "auto", "torch" or "triton" (engine.attention.selector)
+    # Weight-only quantization of the projections: None, "int8" or "int4" (CPU; see
+    # engine/models/quantize.py).
+    quantization: str | None = None
+    cpu_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -69,7 +75,14 @@ class EngineConfig:
             raise ValueError(
                 f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
             )
-        _positive_int("cpu_kv_cache_bytes", self.cpu_kv_cache_bytes)
+        if self.cpu_kv_cache_bytes is not None:
+            _positive_int("cpu_kv_cache_bytes", self.cpu_kv_cache_bytes)
+        if self.cpu_threads is not None:
+            _positive_int("cpu_threads", self.cpu_threads)
+        if self.quantization not in (None, "int8", "int4"):
+            raise ValueError(
+                f"quantization must be 'int8', 'int4' or None, got {self.quantization!r}"
+            )
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ValueError(
                 "attention_backend must be 'auto', 'torch' or 'triton', "

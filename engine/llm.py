@@ -22,6 +22,7 @@ from engine.llm_engine import LLMEngine
 from engine.lora.request import LoRARequest
 from engine.outputs import CompletionOutput, RequestOutput, RequestOutputDelta
 from engine.sampling_params import SamplingParams
+from engine.structured.spec import validate as validate_structured
 from engine.text.detokenizer import Decoder, IncrementalDetokenizer
 from engine.text.stop_strings import StopStringMatcher
 
@@ -69,6 +70,9 @@ class LLM:
                 raise ValueError(
                     f"got {len(prompts)} prompts but {len(params_list)} sampling_params"
                 )
+        specs = {(s.kind, s.spec): s for p in params_list if (s := getattr(p, "structured", None))}
+        for structured in specs.values():  # a bad spec is the caller's error: raised here, now
+            validate_structured(structured)
         adapters = self._adapters_for(lora_request, len(prompts))
         engine = self.llm_engine
         states: dict[str, _RequestState] = {}

@@ -28,7 +28,9 @@ from engine.lora.slots import PACKED_MODULES
 from engine.model_config import ModelConfig
 from engine.outputs import EngineStats, RequestOutputDelta
 from engine.request import Request, RequestStatus
+from engine.resume import check_resumed, mark_resumed
 from engine.sampling_params import SamplingParams
+from engine.structured.manager import StructuredOutputManager
 from engine.worker.model_runner import ModelRunner
 
 
@@ -70,11 +72,18 @@ class LLMEngine:
         self._samples: dict[str, list[Request]] = {}  # user request id -> its live samples
         self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
         self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
+        self.structured = StructuredOutputManager(config.model, self.model_config)
 
     # -- LoRA adapters ---------------------------------------------------------------------------
 
     def _build_lora_manager(self) -> tuple[LoraManager | None, str]:
         """The adapter manager, or None and the reason when this model cannot take adapters."""
+        if self.config.quantization is not None:
+            # The LoRA hook adds deltas to float projections; quantized ones have no such path.
+            return None, (
+                f"LoRA adapters on a {self.config.quantization}-quantized base are not "
+                "supported; serve the model without --quantization to use adapters"
+            )
         try:
             base = BaseModelShape.from_pretrained(self.config.model)
         except ValueError as exc:
@@ -138,9 +147,14 @@ class LLMEngine:
         adapter: AdapterIdentity | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        resumed_output_tokens: int = 0,
     ) -> None:
-        """Queue a request; raises ValueError (and changes nothing) if it cannot be served."""
+        """Queue a request; raises ValueError (and changes nothing) if it cannot be served.
+
+        ``resumed_output_tokens``: the last this-many prompt tokens are output an engine that
+        died had produced (engine/resume.py)."""
         max_tokens = self._validate(request_id, prompt_token_ids, params)
+        check_resumed(len(prompt_token_ids), resumed_output_tokens)
         if adapter is not None and not self.has_adapter(adapter):
             raise ValueError(
                 f"adapter {getattr(adapter, 'name', adapter)!r} is not loaded in this engine; "
@@ -163,7 +177,9 @@ class LLMEngine:
             for i in range(params.n)
         ]
         self._samples[request_id] = samples
+        self.structured.attach(samples)  # compiles off the step path; samples wait for it
         for sample in samples:
+            mark_resumed(sample, resumed_output_tokens)
             self.runner.add_request(sample)
         if len(samples) > 1 and self.config.enable_prefix_caching:
             self.scheduler.add_request(samples[0])
@@ -226,6 +242,7 @@ class LLMEngine:
             outputs.append(self._delta(request))
             self._on_finished(request)
         if sched_out.is_empty:
+            self.structured.wait_for_pending()
             return outputs
         model_out = self.runner.execute(sched_out)
         for request in self.scheduler.update_from_output(sched_out, model_out):
@@ -271,6 +288,7 @@ class LLMEngine:
             num_prompt_tokens=request.num_prompt_tokens,
             num_cached_tokens=max(request.num_cached_tokens, 0),
             timestamps=copy.copy(request.timestamps),
+            error=request.error,
         )
 
     # -- introspection ---------------------------------------------------------------------------

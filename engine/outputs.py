@@ -53,6 +53,7 @@ class RequestOutputDelta:
     num_prompt_tokens: int
     num_cached_tokens: int
     timestamps: RequestTimestamps
+    error: str = ""  # set when the engine ended the request itself (a grammar that failed)
 
 
 @dataclass(slots=True)

@@ -96,6 +96,23 @@ def new_frontend_id() -> str:
 # ---------------------------------------------------------------- requests (API -> engine)
 
 
+class StructuredOutput(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A constraint on the generated tokens, enforced by the engine with a token bitmask.
+
+    ``kind`` and ``spec``:
+      - "json": ``spec`` is a JSON Schema, as JSON text;
+      - "json_object": any JSON object (``spec`` empty);
+      - "regex": ``spec`` is a regular expression the whole output must match;
+      - "choice": ``spec`` is a JSON list of strings, the output is exactly one of them;
+      - "grammar": ``spec`` is a Lark grammar (llguidance's dialect, EBNF-like) or GBNF.
+    The API validates the spec (engine.structured.spec) before it sends a request, so an
+    engine that still cannot compile one ends that request with an error delta.
+    """
+
+    kind: str
+    spec: str = ""
+
+
 class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Sampling fields as vLLM names them; the engine builds its SamplingParams from these.
 
@@ -119,6 +136,7 @@ class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     min_tokens: int = 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    structured: StructuredOutput | None = None
 
 
 class AdapterRef(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -139,6 +157,11 @@ class GenerateRequest(msgspec.Struct, tag="generate", kw_only=True):
     tenant: str = ""
     arrival_time: float = 0.0  # wall clock (time.time()) when the API accepted it
     priority: int = 0
+    # Failover (inference/failover.py): this many trailing prompt tokens are output an engine
+    # that died had already produced. The engine counts them as output (penalties, min_tokens,
+    # max_tokens, the seed's position); ``sampling`` carries the budget left (max_tokens and
+    # min_tokens less these), so an engine that ignores the field still stops on time.
+    resumed_output_tokens: int = 0
 
 
 # ---------------------------------------------------------------- control (API -> engines)
@@ -199,6 +222,13 @@ class RequestDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
     queue_time: float | None = None
     prefill_time: float | None = None
     decode_time: float | None = None
+    # With ``error``: the engine running the request died (a survivor says so). The frontend
+    # may re-submit the rest of the request elsewhere instead of reporting the error.
+    engine_lost: bool = False
+    # Tokens of this sample this engine request has sent so far, this delta's included (0: not
+    # counted). A frontend that received fewer lost outputs in transit (a Redis that restarted
+    # without them) and must fail the request, never finish it normally.
+    num_output_tokens: int = 0
 
 
 class OutputBatch(msgspec.Struct, tag="outputs", kw_only=True):

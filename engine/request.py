@@ -15,6 +15,7 @@ from engine.outputs import FinishReason, RequestTimestamps, TokenLogprobs
 if TYPE_CHECKING:
     from engine.adapters import AdapterIdentity
     from engine.sampling_params import SamplingParams
+    from engine.structured.state import GrammarState
 
 
 class RequestStatus(enum.IntEnum):
@@ -49,7 +50,9 @@ class Request:
         "all_token_ids",
         "block_hashes",
         "cache_salt",
+        "error",
         "external_id",
+        "grammar",
         "index",
         "max_tokens",
         "num_cached_tokens",
@@ -107,6 +110,9 @@ class Request:
             [None] if sampling_params.prompt_logprobs is not None else None
         )
         self.prompt_logprobs_delivered = False
+        # Structured outputs: the sample's grammar state (engine/structured/), None if free.
+        self.grammar: GrammarState | None = None
+        self.error = ""  # why the engine ended the request, reported with its last delta
         now = time.monotonic()
         self.timestamps = RequestTimestamps(arrival=arrival_time if arrival_time else now)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.protocol import SamplingOptions
+from engine.protocol import SamplingOptions, StructuredOutput
 
 # Greedy below this temperature, as vLLM does; avoids dividing logits by ~0.
 GREEDY_EPSILON = 1e-5
@@ -37,6 +37,8 @@ class SamplingParams:
     prompt_logprobs: int | None = _DEFAULTS.prompt_logprobs
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # A grammar the output must follow (engine/structured/); its spec is checked when compiled.
+    structured: StructuredOutput | None = _DEFAULTS.structured
     _stop_token_set: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +86,8 @@ class SamplingParams:
             _int_in("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.prompt_logprobs is not None:
             _int_in("prompt_logprobs", self.prompt_logprobs, 0, MAX_LOGPROBS)
+        if self.structured is not None and not isinstance(self.structured, StructuredOutput):
+            raise ValueError("structured must be an engine.protocol.StructuredOutput")
 
     @property
     def is_greedy(self) -> bool:

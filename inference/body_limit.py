@@ -5,7 +5,8 @@ it on the event loop; one huge body stalled every other request of the process. 
 a body whose Content-Length is over the cap before reading any of it, and stops reading a
 chunked body as soon as it passes the cap (Django is told the client left, so it never builds
 the request). Only the JSON API's paths are limited: the admin's adapter upload streams large
-multipart files to disk under its own limit (``ADAPTER_MAX_BYTES``).
+multipart files to disk under its own limit (``ADAPTER_MAX_BYTES``), and /v1/files under
+``FILES_MAX_UPLOAD_BYTES`` (its uploads stream to a temporary file too).
 
 Daphne itself receives a whole body (into a temporary file) before any application runs; to
 refuse an upload before it is sent, a proxy in front needs a limit too (docs/operations.md).
@@ -23,6 +24,23 @@ from controlplane.core.api_error import ApiError
 def is_api_path(path: str) -> bool:
     """The paths of the JSON API (inference/urls.py), the ones this limit applies to."""
     return path in ("/v1", "/tokenize", "/detokenize") or path.startswith("/v1/")
+
+
+# The multipart framing around an uploaded file (boundaries, the purpose field, headers).
+UPLOAD_FRAMING_BYTES = 64 * 1024
+
+
+def limit_for(path: str) -> int:
+    """The cap for ``path``: file uploads (/v1/files) stream to disk and take files up to
+    ``FILES_MAX_UPLOAD_BYTES``; every other API body ``API_MAX_REQUEST_BYTES``."""
+    if path == "/v1/files":
+        return settings.FILES_MAX_UPLOAD_BYTES + UPLOAD_FRAMING_BYTES
+    return settings.API_MAX_REQUEST_BYTES
+
+
+def capped_limit_for(path: str) -> int | None:
+    """The cap for ``path`` when it is an API path, else None (not capped here)."""
+    return limit_for(path) if is_api_path(path) else None
 
 
 def _declared_length(scope) -> int | None:
@@ -54,7 +72,8 @@ class BodySizeLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not is_api_path(scope.get("path", "")):
             return await self.app(scope, receive, send)
-        limit = self.max_bytes if self.max_bytes is not None else settings.API_MAX_REQUEST_BYTES
+        path = scope.get("path", "")
+        limit = self.max_bytes if self.max_bytes is not None else limit_for(path)
         declared = _declared_length(scope)
         if declared is not None and declared > limit:
             return await _send_error(send, too_large_error(limit))

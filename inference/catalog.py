@@ -45,6 +45,7 @@ class ModelEntry:
     # Set when ``name`` is a LoRA adapter (then ``path``/``max_model_len`` are its base's).
     adapter: AdapterRoute | None = None
     completions_only: bool = False  # a base model without chat template (an adapter's base)
+    tool_parser: str = "hermes"  # the format of the model's own tool calls (inference/tools)
 
     @property
     def engine_model(self) -> str:
@@ -65,6 +66,7 @@ def _entry(model: CatalogModel) -> ModelEntry:
         created=model.created,
         is_embedding=model.is_embedding,
         completions_only=model.completions_only,
+        tool_parser=model.tool_parser,
     )
 
 
@@ -77,6 +79,7 @@ def _adapter_entry(route: AdapterRoute, base: CatalogModel) -> ModelEntry:
         is_embedding=False,
         adapter=route,
         completions_only=base.completions_only,
+        tool_parser=base.tool_parser,
     )
 
 

@@ -1,8 +1,8 @@
 """The WebSocket endpoint (/v1/ws): many generations multiplexed on one connection.
 
-The client sends chat or completion bodies, each with its own id; every generation streams
-the same chunk objects as SSE, tagged with that id, and can be cancelled by id (which aborts
-it in the engine). The credential is checked again before every message's work (for that
+The client sends chat, completion or Responses bodies, each with its own id; every generation
+streams the same chunk objects (Responses: typed events) as SSE, tagged with that id, and can
+be cancelled by id (which aborts it in the engine). The credential is checked again before every message's work (for that
 message's scope, as over HTTP) and every WEBSOCKET_AUTH_RECHECK_SECONDS: once a key is revoked
 or a staff user loses the playground, the session ends (generations aborted, an error, a
 close). docs/websocket.md is the protocol's reference.
@@ -23,11 +23,17 @@ from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.generation.plan import Kind
 from inference.generation.use_case import Generation
+from inference.responses.stream import generation_events
+from inference.schemas.validation import parse_json_body
 
 logger = logging.getLogger(__name__)
 
 # Message type -> generation kind; the type is also the scope a key needs for it, as over HTTP.
-KINDS: dict[str, Kind] = {"chat.completions": "chat", "completions": "completion"}
+KINDS: dict[str, Kind] = {
+    "chat.completions": "chat",
+    "completions": "completion",
+    "responses": "response",
+}
 # The close code when the credential stops standing, after an error frame saying why (4000-4999
 # are the application's; 4401 echoes HTTP's 401).
 CLOSE_CREDENTIAL_REFUSED = 4401
@@ -40,6 +46,13 @@ def _header(scope, name: bytes) -> str | None:
         if key.lower() == name:
             return value.decode("latin1")
     return None
+
+
+class _UnreadableFrame:
+    """A frame that is not a JSON object (or nests too deep): answered with ``error``."""
+
+    def __init__(self, error: ApiError):
+        self.error = error
 
 
 def _not_authenticated() -> ApiError:
@@ -88,6 +101,9 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs):
         if self.ended:
             return
+        if isinstance(content, _UnreadableFrame):
+            await self._error(None, content.error)
+            return
         if not isinstance(content, dict):
             await self._error(None, invalid_request("Each message must be a JSON object."))
             return
@@ -104,16 +120,27 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             await self._error(
                 content.get("id"),
                 invalid_request(
-                    "type must be one of auth, models, chat.completions, completions, cancel.",
+                    "type must be one of auth, models, chat.completions, completions, "
+                    "responses, cancel.",
                     param="type",
                 ),
             )
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # Channels raises on a binary or empty frame, and the connection dies with 1011.
+        if not text_data:
+            error = invalid_request("Each message must be a JSON object in a text frame.")
+            await self.receive_json(_UnreadableFrame(error))
+            return
+        await super().receive(text_data=text_data, **kwargs)
+
     async def decode_json(self, text_data):
+        # The HTTP body parser (inference/schemas/validation.py): a frame nested too deep (or
+        # not JSON, or not an object) gets the same 400 in an error frame, never a crash.
         try:
-            return await super().decode_json(text_data)
-        except ValueError:
-            return None  # answered as "must be a JSON object"
+            return parse_json_body(text_data.encode("utf-8", "surrogatepass"))
+        except ApiError as error:
+            return _UnreadableFrame(error)
 
     async def _signed_in(self, credential: credentials.Credential, principal: Principal) -> None:
         self.credential, self.principal = credential, principal
@@ -250,7 +277,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 raise invalid_request("body must be a JSON object.", param="body")
             generation = await Generation.admit(kind, principal, {**body, "stream": True})
             await generation.open()
-            events = generation.events()
+            events = generation_events(generation)  # a Responses one stores its response
             try:
                 async for event in events:
                     if gen_id in self.cancel_requested:

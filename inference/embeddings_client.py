@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import redis.asyncio as aioredis
 from tokenizers import Tokenizer
 
+from controlplane.tenants.redis_pools import async_blocking_pool
 from engine.pooling import messages
 from engine.protocol import Keys
 
@@ -59,9 +60,7 @@ class EmbeddingsClient:
     def __init__(self, redis_url: str, *, prefix: str, timeout: float):
         # Every waiting request holds a connection in BLPOP: past the pool's size, new ones
         # wait for a free connection instead of failing (redis-py's default pool raises).
-        pool = aioredis.BlockingConnectionPool.from_url(
-            redis_url, max_connections=MAX_CONNECTIONS, timeout=timeout
-        )
+        pool = async_blocking_pool(redis_url, max_connections=MAX_CONNECTIONS, timeout=timeout)
         self.redis = aioredis.Redis(connection_pool=pool)
         self.keys = Keys(prefix)
         self.timeout = timeout

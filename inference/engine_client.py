@@ -18,10 +18,13 @@ from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 
+from controlplane.tenants.redis_pools import async_blocking_pool, async_client
 from engine import protocol
 from engine.protocol import FIELD, AdapterRef, EngineStatus, Keys, SamplingOptions
 from engine.text.detokenizer import Decoder
 from inference.engine_capacity import EngineCapacity, EngineOverloaded, EngineUnavailable
+from inference.failover import Failover
+from inference.output_continuity import LOST_MESSAGE, OutputContinuity
 from inference.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
 
 logger = logging.getLogger(__name__)
@@ -37,8 +40,9 @@ __all__ = [
 
 # An abort marker outlives any request that could still be sitting in a stream.
 ABORT_MARKER_TTL_S = 600
-# A request that has produced nothing yet may wait behind others this many silence timeouts
-# while live engines exist; a started request that goes silent fails after one.
+# A request may stay silent this many silence timeouts while live engines exist: queued behind
+# others, or preempted on an overloaded engine. A dead engine's started requests do not wait
+# for this: a survivor reports them lost within seconds (engine_lost) and they resume at once.
 QUEUED_PATIENCE = 10
 # How long the output reader blocks in one XREAD.
 READ_BLOCK_MS = 250
@@ -68,13 +72,12 @@ class EngineClient:
     ):
         # redis-py's asyncio pool raises once its 100 connections are busy; a blocking pool
         # makes a burst of requests wait their turn instead (the URL's max_connections wins).
+        # Pools that reconnect after a Redis restart (controlplane/tenants/redis_pools.py).
         self.redis = aioredis.Redis(
-            connection_pool=aioredis.BlockingConnectionPool.from_url(
-                redis_url, max_connections=512, timeout=10
-            )
+            connection_pool=async_blocking_pool(redis_url, max_connections=512, timeout=10)
         )
         # The reader's blocking XREAD gets a connection of its own, never one commands wait for.
-        self._reader_redis = aioredis.Redis.from_url(redis_url, max_connections=2)
+        self._reader_redis = async_client(redis_url, max_connections=2)
         self.keys = Keys(prefix)
         self.silence_timeout = silence_timeout
         self.capacity = EngineCapacity(self.redis, self.keys, max_waiting=max_waiting)
@@ -171,13 +174,30 @@ class EngineClient:
         self._queues[request_id] = queue
         self._ensure_reader()
         engine_finished: set[int] = set()
+        failover = Failover(self, model, request)
+        continuity = OutputContinuity()
         try:
             await self.redis.xadd(self.keys.requests(model), {FIELD: protocol.encode(request)})
             got_output = False
             while outputs.num_open:
-                delta = await self._next_delta(queue, model, request_id, got_output)
+                try:
+                    delta = await self._next_delta(queue, model, request_id)
+                except EngineTimeout:  # a started request's engine went silent: move it
+                    lost = failover.engine_request_ids
+                    if got_output and await failover.resume(lost, outputs, queue):
+                        continue
+                    raise
+                if not continuity.intact(delta):
+                    engine_finished.update(range(sampling.n))
+                    raise EngineError(LOST_MESSAGE)
+                delta = failover.translate(delta)
+                if delta is None:  # from an engine request replaced by a resumed one
+                    continue
                 got_output = True
                 if delta.error:
+                    lost = [delta.request_id]
+                    if delta.engine_lost and await failover.resume(lost, outputs, queue):
+                        continue
                     engine_finished.update(range(sampling.n))
                     raise EngineError(delta.error)
                 if not 0 <= delta.index < sampling.n:
@@ -189,9 +209,10 @@ class EngineClient:
                 if chunk is not None:
                     yield chunk
         finally:
-            self._queues.pop(request_id, None)
-            if len(engine_finished) < sampling.n:
-                self._abort_in_background(request_id)
+            for engine_request_id in failover.engine_request_ids:
+                self._queues.pop(engine_request_id, None)
+                if len(engine_finished) < sampling.n:
+                    self._abort_in_background(engine_request_id)
 
     async def abort(self, request_id: str) -> None:
         """Abort a request wherever it is: still in a stream, claimed, or running."""
@@ -236,7 +257,7 @@ class EngineClient:
         return texts
 
     async def _next_delta(
-        self, queue: asyncio.Queue, model: str, request_id: str, got_output: bool
+        self, queue: asyncio.Queue, model: str, request_id: str
     ) -> protocol.RequestDelta:
         waited = 0
         while True:
@@ -247,8 +268,9 @@ class EngineClient:
                     return await queue.get()
             except TimeoutError:
                 waited += 1
-                # Not started yet and engines are alive: it is queued behind others.
-                if not got_output and waited < QUEUED_PATIENCE and await self.live_engines(model):
+                # Engines are alive: it waits behind others or was preempted. Resuming it now
+                # would only redo its work on the same busy engine.
+                if waited < QUEUED_PATIENCE and await self.live_engines(model):
                     continue
                 raise EngineTimeout(
                     f"the engine for model {model!r} sent nothing for request {request_id} "

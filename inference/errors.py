@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 import math
 
+import redis
 from django.http import JsonResponse
 
 from controlplane.core.api_error import ApiError
 from engine.text.tokenizer import TokenizerError
 
 logger = logging.getLogger(__name__)
+
+# What a client is told to wait when Redis is unreachable: a restart takes a few seconds.
+REDIS_RETRY_AFTER_S = 2
 
 
 def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
@@ -72,6 +76,17 @@ def error_from_exception(exc: BaseException) -> ApiError:
             status=500,
             type="server_error",
             code="engine_error",
+        )
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        # Redis stayed unreachable through the clients' retries (redis_pools.py): nothing
+        # reached an engine, so the request may simply be sent again.
+        logger.warning("Redis unreachable on the request path: %s", exc)
+        return ApiError(
+            "The service is briefly unavailable (its queue cannot be reached); retry shortly.",
+            status=503,
+            type="server_error",
+            code="service_unavailable",
+            headers=_retry_after(REDIS_RETRY_AFTER_S),
         )
     logger.exception("unhandled error on the request path", exc_info=exc)
     return ApiError(

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.errors import ApiError, invalid_request
+from inference.tools import ToolSetup, template_input
 
 T = TypeVar("T")
 _executor: ThreadPoolExecutor | None = None
@@ -38,17 +39,17 @@ async def off_loop(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> 
     return await asyncio.get_running_loop().run_in_executor(_executor, call)
 
 
-def render_chat_prompt(tokenizer: ChatTokenizer, body: dict[str, Any]) -> tuple[str, list[int]]:
-    """The chat template applied to ``messages``: (prompt text, prompt token ids)."""
-    messages = [{"role": m["role"], "content": m["content"]} for m in body["messages"]]
-    for message, raw in zip(messages, body["messages"], strict=True):
-        if raw.get("name"):
-            message["name"] = raw["name"]
+def render_chat_prompt(
+    tokenizer: ChatTokenizer, body: dict[str, Any], tools: ToolSetup | None = None
+) -> tuple[str, list[int]]:
+    """The chat template applied to ``messages`` (and ``tools``, see inference/tools/
+    rendering.py): (prompt text, prompt token ids)."""
+    messages, tool_kwargs = template_input(body["messages"], tools, tokenizer.chat_template)
     try:
         text = tokenizer.render_chat(
             messages,
             add_generation_prompt=body.get("add_generation_prompt", True),
-            **(body.get("chat_template_kwargs") or {}),
+            **{**(body.get("chat_template_kwargs") or {}), **tool_kwargs},
         )
     except TokenizerError:
         raise
@@ -106,7 +107,12 @@ def refuse_text_too_long(num_chars: int, *, max_model_len: int, param: str) -> N
 
 def chat_text_length(messages: list[dict[str, Any]]) -> int:
     """Characters of the messages' text: the template's output has at least as many."""
-    return sum(len(m["content"]) + len(m.get("name") or "") for m in messages)
+    return sum(
+        len(m["content"])
+        + len(m.get("name") or "")
+        + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls") or ())
+        for m in messages
+    )
 
 
 def _context_exceeded(max_model_len: int, size: str, param: str) -> ApiError:

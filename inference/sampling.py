@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.protocol import SamplingOptions
+from engine.protocol import SamplingOptions, StructuredOutput
 from inference.errors import invalid_request
 
 # Body fields that go to the engine as they are, when the client sent them (null: not sent).
@@ -29,11 +29,18 @@ PASSED_THROUGH = (
 
 
 def build_sampling(
-    body: dict[str, Any], *, max_tokens: int, logprobs: int | None
+    body: dict[str, Any],
+    *,
+    max_tokens: int,
+    logprobs: int | None,
+    structured: StructuredOutput | None = None,
 ) -> SamplingOptions:
-    """The SamplingOptions of one request; ``max_tokens`` is already fitted to the context."""
+    """The SamplingOptions of one request; ``max_tokens`` is already fitted to the context,
+    ``structured`` already validated (inference/structured_outputs.py)."""
     given = {name: body[name] for name in PASSED_THROUGH if body.get(name) is not None}
-    options = SamplingOptions(**given, max_tokens=max_tokens, logprobs=logprobs)
+    options = SamplingOptions(
+        **given, max_tokens=max_tokens, logprobs=logprobs, structured=structured
+    )
     if options.min_tokens > max_tokens:
         raise invalid_request(
             f"min_tokens ({options.min_tokens}) must be at most max_tokens ({max_tokens}).",

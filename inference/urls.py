@@ -5,8 +5,11 @@ from django.views.decorators.csrf import csrf_exempt
 
 from controlplane.core.api_error import ApiError
 from inference.errors import error_response
+from inference.responses.views import ResponseDetailView, ResponseInputItemsView, ResponsesView
 from inference.views import health, playground
+from inference.views.batches import BatchCancelView, BatchDetailView, BatchListView
 from inference.views.embeddings import EmbeddingsView
+from inference.views.files import FileContentView, FileDetailView, FileListView
 from inference.views.generation import ChatCompletionsView, CompletionsView
 from inference.views.models import ModelDetailView, ModelListView
 from inference.views.tokenize import DetokenizeView, TokenizeView
@@ -26,10 +29,25 @@ urlpatterns = [
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/completions", CompletionsView.as_view(), name="completions"),
     path("v1/embeddings", EmbeddingsView.as_view(), name="embeddings"),
+    path("v1/responses", ResponsesView.as_view(), name="responses"),
+    path("v1/responses/<str:response_id>", ResponseDetailView.as_view(), name="response-detail"),
+    path(
+        "v1/responses/<str:response_id>/input_items",
+        ResponseInputItemsView.as_view(),
+        name="response-input-items",
+    ),
+    path("v1/files", FileListView.as_view(), name="files"),
+    path("v1/files/<str:file_id>", FileDetailView.as_view(), name="file-detail"),
+    path("v1/files/<str:file_id>/content", FileContentView.as_view(), name="file-content"),
+    path("v1/batches", BatchListView.as_view(), name="batches"),
+    path("v1/batches/<str:batch_id>", BatchDetailView.as_view(), name="batch-detail"),
+    path("v1/batches/<str:batch_id>/cancel", BatchCancelView.as_view(), name="batch-cancel"),
     path("tokenize", TokenizeView.as_view(), name="tokenize"),
     path("detokenize", DetokenizeView.as_view(), name="detokenize"),
     path("playground/", playground.playground, name="playground"),
     path("static/<path:path>", playground.static_asset, name="static-asset"),
     # Last: any other /v1 path answers like OpenAI, in JSON, whatever the method.
-    re_path(r"^v1(?:/.*)?$", csrf_exempt(unknown_api_path), name="unknown-api-path"),
+    # [\s\S], not ".": a path with an encoded newline (/v1/models/a%0Ab) must not fall
+    # through to Django's HTML 404.
+    re_path(r"^v1(?:/[\s\S]*)?\Z", csrf_exempt(unknown_api_path), name="unknown-api-path"),
 ]

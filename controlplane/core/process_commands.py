@@ -88,6 +88,25 @@ def celery_worker_command(*, beat_schedule: str | Path | None = None, **options)
     )
 
 
+def celery_batch_worker_command(**options) -> list[str]:
+    """The Batch API's worker: one solo-pool worker on the ``batches`` queue only, so a batch
+    that runs for an hour never holds up the usage flush or adapter jobs of the other worker.
+    ``options``: ``loglevel=``."""
+    return _python_module(
+        "celery",
+        "-A",
+        "controlplane",
+        "worker",
+        "--pool",
+        "solo",
+        "--queues",
+        "batches",
+        "--hostname",
+        "batches@%h",
+        *_flags(options),
+    )
+
+
 def platform_environment(
     *,
     redis_url: str,

@@ -46,10 +46,20 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server child process bound to 127.0.0.1 on a free port, data in ``workdir``."""
 
-    def __init__(self, workdir: str | Path, *, port: int | None = None, persist: bool = False):
+    def __init__(
+        self,
+        workdir: str | Path,
+        *,
+        port: int | None = None,
+        persist: bool = False,
+        appendfsync: str | None = None,
+    ):
+        """``appendfsync`` ("always", "everysec"): keep an append-only file, so a killed
+        server restarts with its data (what deploy/ runs); None: no append-only file."""
         self.workdir = Path(workdir)
         self.port = port or free_port()
         self.persist = persist
+        self.appendfsync = appendfsync
         self.process: subprocess.Popen | None = None
 
     @property
@@ -75,7 +85,8 @@ class RedisServer:
             "--save",
             "60 1" if self.persist else "",
             "--appendonly",
-            "no",
+            "yes" if self.appendfsync else "no",
+            *(["--appendfsync", self.appendfsync] if self.appendfsync else []),
         ]
         # Its own session: a Ctrl-C in the terminal reaches the supervisor, which stops
         # children in order, rather than killing Redis under a draining engine.

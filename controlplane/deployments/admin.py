@@ -42,16 +42,17 @@ class ServedModelAdmin(admin.ModelAdmin):
         "dtype",
         "max_model_len",
         "completions_only",
+        "tool_parser",
         "is_active",
-        "updated_at",
     )
-    list_filter = ("is_active", "completions_only", "architecture")
+    list_filter = ("is_active", "completions_only", "tool_parser", "architecture")
     search_fields = ("name", "path")
     readonly_on_change = (
         "name",
         "path",
         "architecture",
         "dtype",
+        "quantization",
         "num_parameters",
         "completions_only",
         "created_at",
@@ -70,7 +71,7 @@ class ServedModelAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ["name", "path"]
-        return [*self.readonly_on_change, "max_model_len", "is_active"]
+        return [*self.readonly_on_change, "max_model_len", "tool_parser", "is_active"]
 
     def get_readonly_fields(self, request, obj=None):
         return self.readonly_on_change if obj is not None else ()

@@ -33,6 +33,7 @@ class CatalogModel:
     created: int  # Unix time, for /v1/models
     is_embedding: bool  # served by a pooling engine (/v1/embeddings)
     completions_only: bool = False  # no chat template: /v1/completions only
+    tool_parser: str = "hermes"  # how tool_choice "auto" reads calls (tool_parsers.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
         created=int(model.created_at.timestamp()),
         is_embedding=model.is_embedding,
         completions_only=model.completions_only,
+        tool_parser=model.effective_tool_parser,
     )
 
 

@@ -22,6 +22,7 @@ from django.conf import settings
 
 from controlplane.core.process_commands import REPO
 from controlplane.deployments.models import POOLING_ARCHITECTURES
+from controlplane.deployments.tool_parsers import default_tool_parser
 
 Progress = Callable[[str], None]
 
@@ -44,6 +45,7 @@ class Checkpoint:
     num_parameters: int
     max_model_len: int
     completions_only: bool = False
+    tool_parser: str = ""
 
     def fields(self) -> dict:
         return asdict(self)
@@ -104,6 +106,7 @@ def _generation_checkpoint(path: Path, progress: Progress) -> Checkpoint:
         num_parameters=info.num_parameters,
         max_model_len=info.max_model_len,
         completions_only=completions_only,
+        tool_parser=default_tool_parser(info.architecture, tokenizer.chat_template),
     )
 
 

@@ -4,6 +4,8 @@ from pathlib import Path
 
 from django.db import models
 
+from controlplane.deployments.tool_parsers import TOOL_PARSER_CHOICES, default_tool_parser
+
 # Architectures served by a pooling engine (embeddings) rather than a generation engine.
 POOLING_ARCHITECTURES = frozenset({"BertModel", "XLMRobertaModel", "MPNetModel"})
 
@@ -22,6 +24,22 @@ class ServedModel(models.Model):
         help_text="The checkpoint has no chat template: /v1/chat/completions refuses it, "
         "/v1/completions serves it.",
     )
+    tool_parser = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        choices=[("", "Automatic (from the architecture)"), *TOOL_PARSER_CHOICES],
+        help_text="The format the model writes tool calls in, which tool_choice 'auto' parses. "
+        "Set at registration from the architecture and chat template.",
+    )
+    quantization = models.CharField(
+        max_length=8,
+        blank=True,
+        default="",
+        choices=[("", "None (the checkpoint's weights)"), ("int8", "int8"), ("int4", "int4")],
+        help_text="Weight-only quantization the engine applies at load (CPU engines); set with "
+        "load_model --quantization.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -31,6 +49,11 @@ class ServedModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def effective_tool_parser(self) -> str:
+        """``tool_parser``, or the architecture's default when it was left automatic."""
+        return self.tool_parser or default_tool_parser(self.architecture)
 
     @property
     def is_embedding(self) -> bool:

@@ -40,18 +40,22 @@ def served_model_validate(
 
 
 def served_model_register(
-    *, path: str | Path, name: str, progress: Progress = no_progress
+    *, path: str | Path, name: str, progress: Progress = no_progress, quantization: str = ""
 ) -> ServedModel:
     """Validate the checkpoint at ``path`` and register (or update) it as ``name``: a chat
     model, a completions-only base model, an embeddings model, or a GGUF file's conversion.
+    ``quantization`` ("int8", "int4"; "" for none) is what its engines quantize weights to.
 
     Raises ModelRegistrationError, and registers nothing, when the checkpoint is unusable.
     """
+    if quantization not in ("", "int8", "int4"):
+        raise ModelRegistrationError(f"quantization must be int8 or int4, not {quantization!r}")
     checkpoint = served_model_validate(path=path, name=name, progress=progress)
+    fields = {**checkpoint.fields(), "is_active": True, "quantization": quantization}
+    if quantization and ServedModel(**fields).is_embedding:
+        raise ModelRegistrationError("quantization applies to generation models, not embeddings")
     with transaction.atomic():
-        model, _ = ServedModel.objects.update_or_create(
-            name=name.strip(), defaults={**checkpoint.fields(), "is_active": True}
-        )
+        model, _ = ServedModel.objects.update_or_create(name=name.strip(), defaults=fields)
         catalog_epoch_bump()
     return model
 
@@ -61,8 +65,9 @@ def served_model_update(
     *, model: ServedModel, actor: Any = None, actor_label: str | None = None, **changes: Any
 ) -> ServedModel:
     """Deactivate or reactivate a model, or change its context length (``is_active``,
-    ``max_model_len``). A new path or name is a new registration (``served_model_register``)."""
-    unknown = set(changes) - {"is_active", "max_model_len"}
+    ``max_model_len``) or its tool-call format (``tool_parser``). A new path or name is a new
+    registration (``served_model_register``)."""
+    unknown = set(changes) - {"is_active", "max_model_len", "tool_parser"}
     if unknown:
         raise ValidationError(
             f"cannot change {', '.join(sorted(unknown))} with served_model_update"

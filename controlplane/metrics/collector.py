@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from controlplane.metrics import definitions as d
 from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
+from controlplane.tenants.redis_pools import sync_client
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
 
@@ -84,7 +85,7 @@ class PlatformCollector(Collector):
             if self._client is None or self._client[0] != url:
                 self._client = (
                     url,
-                    redis.Redis.from_url(
+                    sync_client(
                         url,
                         socket_timeout=REDIS_TIMEOUT_S,
                         socket_connect_timeout=REDIS_TIMEOUT_S,

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from controlplane.metrics import definitions as d
 from controlplane.metrics.store import SEP, HistogramDelta, MetricKeys, series_member
+from controlplane.tenants.redis_pools import async_blocking_pool
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def _record_script(url: str):
     loop = asyncio.get_running_loop()
     entry = _scripts.get(loop)
     if entry is None or entry[0] != url:
-        pool = aioredis.BlockingConnectionPool.from_url(
+        pool = async_blocking_pool(
             url,
             max_connections=MAX_CONNECTIONS,
             timeout=POOL_WAIT_S,

@@ -111,11 +111,12 @@ def _filter(members: list[str], model: str | None) -> list[str]:
 
 def tenant_metrics_summary(*, model: str | None = None) -> list[TenantMetrics]:
     """Per tenant (sorted by name): requests, prefix-cache hit rate, TTFT p50/p95."""
-    import redis
     from django.conf import settings
 
+    from controlplane.tenants.redis_pools import sync_client
+
     keys = _keys()
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = sync_client(settings.REDIS_URL)
     try:
         members = _filter([m.decode() for m in client.smembers(keys.request_series)], model)
         with client.pipeline(transaction=False) as pipe:
@@ -131,11 +132,12 @@ def tenant_metrics_summary(*, model: str | None = None) -> list[TenantMetrics]:
 
 async def atenant_metrics_summary(*, model: str | None = None) -> list[TenantMetrics]:
     """tenant_metrics_summary for async views."""
-    import redis.asyncio as aioredis
     from django.conf import settings
 
+    from controlplane.tenants.redis_pools import async_client
+
     keys = _keys()
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    client = async_client(settings.REDIS_URL)
     try:
         members = _filter([m.decode() for m in await client.smembers(keys.request_series)], model)
         async with client.pipeline(transaction=False) as pipe:

@@ -4,6 +4,7 @@ Production differs from development only by environment variables (see docs/oper
 """
 
 from controlplane.settings.api import *  # noqa: F403
+from controlplane.settings.batches import *  # noqa: F403
 from controlplane.settings.core import *  # noqa: F403
 from controlplane.settings.database import *  # noqa: F403
 from controlplane.settings.logging import *  # noqa: F403

@@ -16,6 +16,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "OpenAI-compatible inference API and control plane.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # OpenAI's objects have many "type" fields; these name their shared choice sets.
+    "ENUM_NAME_OVERRIDES": {
+        "FunctionTypeEnum": ["function"],
+        "TextFormatTypeEnum": ["text", "json_object", "json_schema"],
+    },
 }
 
 # max_tokens of a chat completion that sets none: what the context leaves, but at most this

@@ -26,6 +26,8 @@ INSTALLED_APPS = [
     "controlplane.adapters",
     "controlplane.usage",
     "controlplane.audit",
+    "controlplane.batches",
+    "controlplane.responses",
     "controlplane.dashboard",
     "inference",
 ]

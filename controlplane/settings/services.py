@@ -3,6 +3,7 @@
 import os
 
 from controlplane.core.platform_location import find_running_platform
+from controlplane.settings.batches import BATCH_REQUEUE_INTERVAL
 from controlplane.settings.core import VAR_DIR
 from controlplane.settings.env import env_float, env_int, env_str
 
@@ -54,4 +55,6 @@ ENGINE_MAX_WAITING = env_int("ENGINE_MAX_WAITING", 1024)
 CELERY_BEAT_SCHEDULE = {
     "usage-flush": {"task": "usage.flush", "schedule": 5.0},
     "adapters-reconcile-registry": {"task": "adapters.reconcile_registry", "schedule": 10.0},
+    # Batches whose worker died (lease run out) go back on the batch queue.
+    "batches-requeue-stale": {"task": "batches.requeue_stale", "schedule": BATCH_REQUEUE_INTERVAL},
 }

@@ -52,6 +52,7 @@ __all__ = [
     "may_use_playground",
     "staff_principal",
     "staff_session_principal",
+    "stored_key_principal",
     "unauthorized",
 ]
 
@@ -163,6 +164,26 @@ def check_key(record: KeyRecord | None, secret: str, *, endpoint: str | None) ->
     if record.expires_at is not None and record.expires_at <= time.time():
         raise unauthorized("This API key has expired.")
     if endpoint is not None and not _scope_allows(record.scopes, endpoint):
+        raise AccessError(
+            f"This API key may not call {endpoint}.",
+            status=403,
+            type="invalid_request_error",
+            code="insufficient_scope",
+        )
+    return _principal(record)
+
+
+def stored_key_principal(record: KeyRecord | None, *, endpoint: str) -> Principal:
+    """The policy on a key whose secret was checked earlier, when the caller has gone (the Batch
+    API runs each line under the key that created the batch): a key revoked, expired or of a
+    disabled tenant since then, or without the endpoint's scope, is refused (AccessError)."""
+    if record is None or record.revoked:
+        raise unauthorized("The API key that created this batch has been revoked.")
+    if not record.tenant_active:
+        raise unauthorized("This API key's account is disabled.")
+    if record.expires_at is not None and record.expires_at <= time.time():
+        raise unauthorized("The API key that created this batch has expired.")
+    if not _scope_allows(record.scopes, endpoint):
         raise AccessError(
             f"This API key may not call {endpoint}.",
             status=403,

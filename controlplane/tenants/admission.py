@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 from controlplane.tenants.access import AccessError, Principal
 from controlplane.tenants.ratelimit import RateLimiter, ratelimit_headers
-from controlplane.tenants.redis_clients import async_redis
-from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
+from controlplane.tenants.redis_clients import async_redis, sync_redis
+from controlplane.usage.events import UsageEvent, encode_event, new_event_id, usage_queue_key
+from controlplane.usage.spool import spool
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class Admission:
     request_id: str = ""
     started_at: float = 0.0  # time.monotonic() at admission
     limited: bool = False  # whether a reservation is held in Redis
+    batch_id: str = ""  # set by the Batch API runner: the usage record names the batch
 
 
 _limiter = RateLimiter()
@@ -187,6 +189,8 @@ async def finish(
         latency=float(latency),
         status=int(status),
         finish_reason=finish_reason or "",
+        batch_id=admission.batch_id,
+        event_id=new_event_id(),
     )
     used = int(prompt_tokens) + int(completion_tokens)
     task = asyncio.get_running_loop().create_task(_record(admission, event, used))
@@ -212,8 +216,20 @@ async def _record(admission: Admission, event: UsageEvent, used: int) -> None:
             )
         pipe.rpush(usage_queue_key(), encode_event(event))
         await pipe.execute()
+    except Exception as exc:
+        # Redis away: the event waits in this process's spool file, never lost.
+        logger.warning("usage of request %s spooled: %s", admission.request_id, exc)
+        await asyncio.to_thread(spool.append, encode_event(event))
+        return
+    if spool.has_events():
+        await asyncio.to_thread(_replay_spool)
+
+
+def _replay_spool() -> None:
+    try:
+        spool.replay(lambda lines: sync_redis().rpush(usage_queue_key(), *lines))
     except Exception:
-        logger.exception("could not record usage of request %s", admission.request_id)
+        logger.warning("spooled usage events not replayed yet", exc_info=True)
 
 
 async def finish_pending() -> None:

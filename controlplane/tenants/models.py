@@ -7,7 +7,10 @@ from django.db import models
 API_SCOPES = (
     "chat.completions",
     "completions",
+    "responses",
     "embeddings",
+    "files",
+    "batches",
     "models",
     "tokenize",
     "detokenize",

@@ -9,6 +9,8 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from controlplane.tenants.redis_pools import async_blocking_pool, sync_client
+
 _sync: tuple[str, redis.Redis] | None = None
 _async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -22,7 +24,7 @@ def sync_redis() -> redis.Redis:
     global _sync
     url = settings.REDIS_URL
     if _sync is None or _sync[0] != url:
-        _sync = (url, redis.Redis.from_url(url))
+        _sync = (url, sync_client(url))
     return _sync[1]
 
 
@@ -36,7 +38,7 @@ def async_redis() -> aioredis.Redis:
     url = settings.REDIS_URL
     entry = _async.get(loop)
     if entry is None or entry[0] != url:
-        pool = aioredis.BlockingConnectionPool.from_url(
+        pool = async_blocking_pool(
             url,
             max_connections=int(getattr(settings, "REDIS_MAX_CONNECTIONS", 512)),
             timeout=10,

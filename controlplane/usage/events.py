@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import msgspec
 
 from controlplane.tenants.redis_clients import redis_key
@@ -22,12 +24,23 @@ class UsageEvent(msgspec.Struct, frozen=True):
     latency: float
     status: int
     finish_reason: str
+    event_id: str = ""  # unique per event; the flush writes each id once
+    batch_id: str = ""  # the Batch API batch that ran this request, if any
 
 
 encode_event = msgspec.json.Encoder().encode
 decode_event = msgspec.json.Decoder(UsageEvent).decode
 
 
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
 def usage_queue_key() -> str:
     """A Redis list: API processes RPUSH, ``usage_flush`` drains from the left."""
     return redis_key("usage", "queue")
+
+
+def usage_processing_key() -> str:
+    """The batch ``usage_flush`` is writing (moved here from the queue in one step)."""
+    return redis_key("usage", "processing")

@@ -22,6 +22,10 @@ class UsageRecord(models.Model):
     latency = models.FloatField(default=0.0)  # seconds
     status = models.PositiveSmallIntegerField(default=200)  # HTTP status answered
     finish_reason = models.CharField(max_length=32, blank=True)
+    # The usage event's own id: a replayed or re-flushed event never makes a second record.
+    event_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # Set for a request run by the Batch API (the batch's id); empty for live traffic.
+    batch_id = models.CharField(max_length=64, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -13,8 +13,14 @@ from django.db.models import F
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.tenants.redis_clients import redis_key, sync_redis
 from controlplane.tenants.services import api_key_flush_last_used
-from controlplane.usage.events import UsageEvent, decode_event, usage_queue_key
+from controlplane.usage.events import (
+    UsageEvent,
+    decode_event,
+    usage_processing_key,
+    usage_queue_key,
+)
 from controlplane.usage.models import DailyUsage, UsageRecord
+from controlplane.usage.spool import take_orphaned
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +43,8 @@ def _record(event: UsageEvent, known_keys: set[int]) -> UsageRecord:
         latency=event.latency,
         status=event.status,
         finish_reason=event.finish_reason,
+        event_id=event.event_id[:64] or None,
+        batch_id=event.batch_id[:64],
     )
 
 
@@ -63,13 +71,29 @@ def _roll_up(records: list[UsageRecord]) -> None:
         )
 
 
-def _write_batch(raw_events: list[bytes]) -> int:
-    events = []
+def _new_events(raw_events: list[bytes]) -> list[UsageEvent]:
+    """Decoded events, each event id once, leaving out ids the database already holds (a
+    replayed spool, a flush that crashed after its commit): that makes the flush exactly-once."""
+    events: dict[str, UsageEvent] = {}
+    anonymous: list[UsageEvent] = []  # events queued before event ids existed
     for raw in raw_events:
         try:
-            events.append(decode_event(raw))
-        except msgspec.DecodeError:
+            event = decode_event(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
             logger.warning("dropping a malformed usage event: %r", raw[:200])
+            continue
+        if event.event_id:
+            events.setdefault(event.event_id[:64], event)
+        else:
+            anonymous.append(event)
+    seen = set(
+        UsageRecord.objects.filter(event_id__in=list(events)).values_list("event_id", flat=True)
+    )
+    return [e for i, e in events.items() if i not in seen] + anonymous
+
+
+def _write_batch(raw_events: list[bytes]) -> int:
+    events = _new_events(raw_events)
     tenant_ids = set(
         Tenant.objects.filter(pk__in={e.tenant_id for e in events}).values_list("pk", flat=True)
     )
@@ -86,24 +110,46 @@ def _write_batch(raw_events: list[bytes]) -> int:
     return len(records)
 
 
+# Moves up to ARGV[1] events from the queue's head to the processing list, atomically, and
+# returns them: an event is always in exactly one of the two lists.
+_TAKE_LUA = """
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(items))
+  redis.call('LTRIM', KEYS[1], #items, -1)
+end
+return items
+"""
+
+
 def usage_flush(*, max_batches: int = 100) -> int:
     """Drain the usage queue into the database; returns how many records were written.
 
-    One flusher at a time (a Redis lock). Events leave the queue only after their batch has
-    committed, so a crash repeats a batch rather than losing it (at-least-once).
+    One flusher at a time (a Redis lock). A batch moves from the queue to a processing list
+    in one step, is written, then the processing list is deleted; a flush that crashed
+    midway left its batch there, and the next one writes it first. Event ids already in the
+    database are skipped, so nothing is written twice and nothing is lost (exactly-once).
+    Spools of API processes that died while Redis was away are written too.
     """
     client = sync_redis()
     lock = client.lock(redis_key("usage", "flush_lock"), timeout=120, blocking=False)
     if not lock.acquire():
         return 0
+    processing = usage_processing_key()
+    take = client.register_script(_TAKE_LUA)
     written = 0
     try:
+        written += take_orphaned(_write_batch)
+        leftover = client.lrange(processing, 0, -1)
+        if leftover:
+            written += _write_batch(leftover)
+            client.delete(processing)
         for _ in range(max_batches):
-            batch = client.lrange(usage_queue_key(), 0, BATCH_SIZE - 1)
+            batch = take(keys=[usage_queue_key(), processing], args=[BATCH_SIZE])
             if not batch:
                 break
             written += _write_batch(batch)
-            client.ltrim(usage_queue_key(), len(batch), -1)
+            client.delete(processing)
         api_key_flush_last_used()
     finally:
         lock.release()

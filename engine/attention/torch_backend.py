@@ -2,7 +2,9 @@
 
 Decodes run as a few batched calls: each sequence's keys are gathered from its blocks into a
 padded [group, max_len] tensor and padding is masked. Gathering dominates the cost, so decodes
-of similar length (the runner sorts them) are grouped to keep padding small. Prefill chunks run one sequence at a
+of similar length (the runner sorts them) are grouped to keep padding small. On a CPU, a
+sequence decoding alone (one stream) skips the per-token gather: its K/V are a view of the
+cache when its blocks are consecutive, whole blocks selected otherwise, with no mask. Prefill chunks run one sequence at a
 time; a chunk with no cached context attends to its own fresh K/V without touching the cache.
 """
 
@@ -28,6 +30,10 @@ class TorchAttentionBackend(AttentionBackend):
             max_len = max(metadata.seq_lens_list[start:end])
             num_blocks = -(-max_len // bs)
             tables = metadata.block_tables[start:end, :num_blocks]
+            if end - start == 1 and device.type == "cpu":
+                # One sequence alone: no padding, no mask, whole blocks (see _single_sequence).
+                groups.append((start, end, (tables[0], max_len), None))
+                continue
             # [group, num_blocks * block_size] slot of every context position
             slots = (tables[:, :, None] * bs + offsets).reshape(end - start, -1)
             positions = torch.arange(num_blocks * bs, device=device)
@@ -65,8 +71,11 @@ class TorchAttentionBackend(AttentionBackend):
         k_flat = k_cache.view(-1, num_kv_heads, head_dim)
         v_flat = v_cache.view(-1, num_kv_heads, head_dim)
         for start, end, slots, mask in state["decode_groups"]:
-            k = k_flat[slots].transpose(1, 2)  # [group, kv_heads, max_len, head_dim]
-            v = v_flat[slots].transpose(1, 2)
+            if mask is None:  # one sequence: (its block table, its length)
+                k, v = _single_sequence(k_cache, v_cache, *slots)
+            else:
+                k = k_flat[slots].transpose(1, 2)  # [group, kv_heads, max_len, head_dim]
+                v = v_flat[slots].transpose(1, 2)
             q = query[start:end].unsqueeze(2)  # [group, heads, 1, head_dim]
             o = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
@@ -88,6 +97,25 @@ class TorchAttentionBackend(AttentionBackend):
                 )
             out[start:end] = o.transpose(0, 1)
         return out
+
+
+def _single_sequence(k_cache, v_cache, table: torch.Tensor, length: int):
+    """K and V of one sequence as [1, kv_heads, length, head_dim], copied as little as may be.
+
+    Consecutive blocks (what a fresh pool gives one stream) are a view of the cache: no copy.
+    Otherwise whole blocks are selected (one index per block_size tokens, several times
+    cheaper than indexing every token's slot). Either way the exact length needs no mask.
+    """
+    first = int(table[0])
+    n = table.numel()
+    if n == 1 or bool((table[1:] - table[:-1] == 1).all()):
+        k, v = k_cache[first : first + n], v_cache[first : first + n]
+    else:
+        k, v = k_cache.index_select(0, table), v_cache.index_select(0, table)
+    kv_heads, head_dim = k.shape[-2], k.shape[-1]
+    k = k.view(-1, kv_heads, head_dim)[:length].transpose(0, 1)[None]
+    v = v.view(-1, kv_heads, head_dim)[:length].transpose(0, 1)[None]
+    return k, v
 
 
 def _length_groups(seq_lens: list[int], min_group: int = 8, max_ratio: float = 1.5):

@@ -12,6 +12,10 @@ LoRA: at most ``max_loras`` distinct adapters run at once (the device slots). A 
 whose adapter cannot get a slot now is skipped, not blocking the requests behind it, and keeps
 its place in the queue. A request holds its adapter from admission until it finishes or is
 preempted. A waiting request whose adapter was unloaded meanwhile ends as aborted.
+
+Structured outputs (engine/structured/): a request whose grammar is still compiling is skipped
+the same way; one whose grammar failed ends as aborted with the error. After each sampled
+token the grammar advances, and a grammar that is complete ends the request ("stop").
 """
 
 from __future__ import annotations
@@ -176,6 +180,8 @@ class Scheduler:
                 if not self.lora.can_hold(request.adapter):  # all max_loras slots are held
                     skipped.append(self.waiting.pop())
                     continue
+            if request.grammar is not None and not self._grammar_ready(request, out, skipped):
+                continue
             hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit_tokens
             if num_new > budget:
@@ -204,6 +210,25 @@ class Scheduler:
         for request in reversed(skipped):
             self.waiting.prepend(request)
         return budget
+
+    def _grammar_ready(
+        self, request: Request, out: SchedulerOutput, skipped: list[Request]
+    ) -> bool:
+        """False while the head request's grammar compiles (it keeps its queue place, the
+        requests behind it go ahead), or after ending it because its grammar failed."""
+        grammar = request.grammar
+        if not grammar.ready(request.output_token_ids):
+            skipped.append(self.waiting.pop())
+            return False
+        if not grammar.error:
+            return True
+        self.waiting.pop()
+        request.error = grammar.error
+        request.status = RequestStatus.FINISHED_ABORTED
+        del self.requests[request.request_id]
+        out.dropped_requests.append(request)
+        logger.info("request %s dropped: %s", request.request_id, grammar.error)
+        return False
 
     def _make_room(self, request: Request, num_new: int, out: SchedulerOutput) -> int:
         """Allocate slots for ``request``, preempting others until it fits or is preempted.
@@ -281,12 +306,18 @@ class Scheduler:
 
     def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
         params = request.sampling_params
+        grammar = request.grammar
+        if grammar is not None and not grammar.accept(token):
+            request.error = grammar.error
+            return RequestStatus.FINISHED_ABORTED
         if request.num_output_tokens >= params.min_tokens:
             if token in params.stop_token_set:
                 request.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED
             if not params.ignore_eos and token in self.eos_token_ids:
                 return RequestStatus.FINISHED_STOPPED
+        if grammar is not None and grammar.is_terminated:
+            return RequestStatus.FINISHED_STOPPED  # the output is complete: nothing else fits
         if request.num_output_tokens >= request.max_tokens:
             return RequestStatus.FINISHED_LENGTH
         if request.num_tokens >= self.max_model_len:

@@ -18,7 +18,8 @@ class SchedulerOutput:
     already running and continue a prefill or decode. ``num_scheduled_tokens`` and
     ``block_tables`` (the KV block ids each holds, valid for this step) cover both.
     ``dropped_requests`` were waiting and ended as aborted without running, because their
-    adapter was unloaded; the engine reports them.
+    adapter was unloaded or their grammar failed to compile (``error``); the engine reports
+    them.
     """
 
     new_requests: list[Request] = field(default_factory=list)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.layers.activation import silu_and_mul
 from engine.layers.layernorm import add_rms_norm, rms_norm
+from engine.layers.quantized_linear import QuantizedWeight, linear
 from engine.layers.rotary import RotaryEmbedding
 from engine.model_config import ModelConfig
 
@@ -28,19 +29,23 @@ from engine.model_config import ModelConfig
 LoraApply = Callable[[torch.Tensor, torch.Tensor, int, str], torch.Tensor]
 
 
+# A projection's weight: a float matrix, or its weight-only quantized form (engine.models.quantize).
+Weight = torch.Tensor | QuantizedWeight
+
+
 @dataclass(slots=True)
 class LayerWeights:
     input_norm: torch.Tensor
-    qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, hidden]
+    qkv: Weight  # [(heads + 2 * kv_heads) * head_dim, hidden]
     qkv_bias: torch.Tensor | None
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    o_proj: torch.Tensor
+    o_proj: Weight
     o_bias: torch.Tensor | None
     post_norm: torch.Tensor
-    gate_up: torch.Tensor  # [2 * intermediate, hidden]
+    gate_up: Weight  # [2 * intermediate, hidden]
     gate_up_bias: torch.Tensor | None
-    down: torch.Tensor
+    down: Weight
     down_bias: torch.Tensor | None
 
 
@@ -69,6 +74,7 @@ class DecoderLM:
         self.embed_tokens = take("model.embed_tokens.weight")
         self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
         self.norm = take("model.norm.weight")
+        self.lm_head: Weight
         if config.tie_word_embeddings and "lm_head.weight" not in weights:
             self.lm_head = self.embed_tokens
         else:
@@ -128,7 +134,7 @@ class DecoderLM:
                 x = rms_norm(hidden, layer.input_norm, self.eps)
             else:
                 x, residual = add_rms_norm(x, residual, layer.input_norm, self.eps)
-            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            qkv = linear(x, layer.qkv, layer.qkv_bias)
             if lora is not None:
                 lora(qkv, x, i, "qkv_proj")
             q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
@@ -142,15 +148,15 @@ class DecoderLM:
             self.backend.write_kv(k, v, k_cache, v_cache, metadata)
             attn = self.backend.attend(q, k, v, k_cache, v_cache, metadata, self.scale)
             attn = attn.reshape(num_tokens, q_size)
-            x = F.linear(attn, layer.o_proj, layer.o_bias)
+            x = linear(attn, layer.o_proj, layer.o_bias)
             if lora is not None:
                 lora(x, attn, i, "o_proj")
             x, residual = add_rms_norm(x, residual, layer.post_norm, self.eps)
-            gate_up = F.linear(x, layer.gate_up, layer.gate_up_bias)
+            gate_up = linear(x, layer.gate_up, layer.gate_up_bias)
             if lora is not None:
                 lora(gate_up, x, i, "gate_up_proj")
             act = silu_and_mul(gate_up)
-            x = F.linear(act, layer.down, layer.down_bias)
+            x = linear(act, layer.down, layer.down_bias)
             if lora is not None:
                 lora(x, act, i, "down_proj")
         x, _ = add_rms_norm(x, residual, self.norm, self.eps)
@@ -158,7 +164,7 @@ class DecoderLM:
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> fp32 logits [n, vocab]."""
-        return F.linear(hidden, self.lm_head).float()
+        return linear(hidden, self.lm_head).float()
 
 
 class _WeightTaker:

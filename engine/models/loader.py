@@ -10,6 +10,7 @@ from safetensors import safe_open
 from engine.attention.backend import AttentionBackend
 from engine.model_config import ModelConfig
 from engine.models.decoder import DecoderLM
+from engine.models.quantize import check_quantization, quantize_model
 
 logger = logging.getLogger(__name__)
 
@@ -27,16 +28,28 @@ def read_weights(config: ModelConfig) -> dict[str, torch.Tensor]:
 
 
 def load_model(
-    config: ModelConfig, *, dtype: torch.dtype, device: torch.device, backend: AttentionBackend
+    config: ModelConfig,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    backend: AttentionBackend,
+    quantization: str | None = None,
 ) -> DecoderLM:
+    """The model in ``dtype`` on ``device``; ``quantization`` ("int8", "int4") stores the
+    projection weights weight-only quantized (engine.models.quantize)."""
+    check_quantization(quantization, device)
     weights = read_weights(config)
     model = DecoderLM(config, weights, dtype=dtype, device=device, backend=backend)
+    del weights  # the float copies go as each projection is quantized
+    if quantization is not None:
+        quantize_model(model, quantization)
     logger.info(
-        "loaded %s (%s, %d layers) on %s as %s",
+        "loaded %s (%s, %d layers) on %s as %s%s",
         config.path,
         config.architecture,
         config.num_hidden_layers,
         device,
         dtype,
+        f", weights {quantization}" if quantization else "",
     )
     return model

@@ -36,6 +36,31 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument(
+        "--quantization",
+        default=None,
+        choices=["int8", "int4"],
+        help="weight-only quantized projections (CPU); default: the served model's setting",
+    )
+    parser.add_argument(
+        "--cpu-kv-cache-space",
+        type=float,
+        default=None,
+        help="GiB for the KV cache on CPU (default: $PLATFORM_CPU_KVCACHE_SPACE, else 10%% of "
+        "available memory, at most 4)",
+    )
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads on CPU (default: torch's, one per core)",
+    )
+    parser.add_argument(
+        "--scheduling-policy",
+        default="fcfs",
+        choices=["fcfs", "priority"],
+        help="priority: lower `priority` first (Batch API lines send a high value)",
+    )
+    parser.add_argument(
         "--max-queued",
         type=int,
         default=None,
@@ -81,7 +106,19 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str):
         num_gpu_blocks=args.num_gpu_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=not args.no_prefix_caching,
+        scheduling_policy=getattr(args, "scheduling_policy", "fcfs"),
+        quantization=getattr(args, "quantization", None),
+        cpu_kv_cache_bytes=_gib_to_bytes(getattr(args, "cpu_kv_cache_space", None)),
+        cpu_threads=getattr(args, "cpu_threads", None),
     )
+
+
+def _gib_to_bytes(gib: float | None) -> int | None:
+    if gib is None:
+        return None
+    if gib <= 0:
+        raise ValueError(f"--cpu-kv-cache-space must be a positive number of GiB, got {gib}")
+    return int(gib * 2**30)
 
 
 def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:

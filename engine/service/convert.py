@@ -41,6 +41,7 @@ def request_delta(delta: RequestOutputDelta) -> protocol.RequestDelta:
         stop_reason=delta.stop_reason,
         num_prompt_tokens=delta.num_prompt_tokens,
         num_cached_tokens=delta.num_cached_tokens,
+        error=delta.error,
         queue_time=_interval(ts.queued, ts.scheduled) if done else None,
         prefill_time=_interval(ts.scheduled, ts.first_token) if done else None,
         decode_time=_interval(ts.first_token, ts.last_token) if done else None,

@@ -5,6 +5,10 @@ Each iteration has three named phases, and none of them waits on Redis:
 adapter registry snapshots to reconcile, all from the Inbox), ``step()`` (one engine step) and
 ``publish()`` (the Outbox's PublishJob for the writer thread: ONE output entry per frontend
 for everything this step produced).
+
+When Redis stops taking outputs the writer keeps them and retries; past its bound the loop
+stops stepping (backpressure), and after OUTAGE_FAIL_S it ends the started requests with an
+error event, delivered when Redis is back, rather than generating for clients that gave up.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from engine.outputs import EngineStats
 from engine.service.adapter_registry import AdapterRegistry, RegistryWatcher
 from engine.service.inbox import AbortEvent, ControlEvent, Inbox, NewRequest, RegistrySnapshot
 from engine.service.outbox import ActiveRequest, Outbox
+from engine.service.output_writer import OutputWriter
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_io import (
     BroadcastReader,
     Channels,
-    OutputWriter,
     RequestReader,
+    connect,
     ensure_group,
 )
 from engine.service.request_intake import RequestIntake
@@ -36,6 +41,8 @@ from engine.service.status import EngineSnapshot, StatusPublisher
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05
+# A Redis outage longer than the API's silence timeout (30 s): its clients have given up.
+OUTAGE_FAIL_S = 30.0
 
 
 class EngineService:
@@ -59,12 +66,15 @@ class EngineService:
         self._stats: EngineStats | None = engine.stats()
         # Read by the status thread; refreshed on the loop thread with the stats.
         self._lora_info: dict | None = engine.lora_requests_info()
+        self._failed_for_outage = False
+        self._paused = False  # backpressure: the writer's backlog is full
 
         def client() -> redis.Redis:
-            return redis.Redis.from_url(settings.redis_url)
+            return connect(settings.redis_url)
 
         self.redis = client()
-        self.writer = OutputWriter(client(), self.channels)
+        # No automatic retry: the writer decides itself whether a broken MULTI ran.
+        self.writer = OutputWriter(connect(settings.redis_url, retries=0), self.channels)
         self.reader = RequestReader(
             client(),
             self.channels,
@@ -79,7 +89,9 @@ class EngineService:
             self.inbox,
             interval=settings.adapter_sync_interval,
         )
-        self.reaper = DeadEngineReaper(client(), self.channels, self.reader)
+        self.reaper = DeadEngineReaper(
+            client(), self.channels, self.reader, grace_s=2 * settings.status_interval + 0.5
+        )
         self.status = StatusPublisher(
             client(),
             self.keys,
@@ -104,6 +116,7 @@ class EngineService:
         self.adapters.reconcile(snapshot.refs, snapshot.read_at)
         self.status.publish()
         ensure_group(self.redis, self.channels.requests)
+        self.reaper.recover_own()
         threads = (self.writer, self.reader, self.broadcast, self.status, self.registry_watcher)
         for thread in threads:
             thread.start()
@@ -135,6 +148,20 @@ class EngineService:
     def run_once(self) -> None:
         if self._drain_requested and not self.draining:
             self.begin_drain()
+        if self.writer.outage_s() == 0.0:
+            self._failed_for_outage = False
+        elif self.writer.outage_s() > OUTAGE_FAIL_S and not self._failed_for_outage:
+            self.fail_for_outage()
+        if self.writer.congested():
+            # Redis is not taking outputs: produce no more until it does; nothing is dropped.
+            if not self._paused:
+                logger.warning(
+                    "%d output writes waiting for Redis: steps paused", self.writer.backlog
+                )
+            self._paused = True
+            if not self.writer.wait_for_room(IDLE_WAIT_S):
+                return
+        self._paused = False
         idle = not self.engine.has_unfinished_requests()
         self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0)
         deltas = self.step()
@@ -202,6 +229,25 @@ class EngineService:
             len(self.active),
             self.settings.drain_timeout,
         )
+
+    def fail_for_outage(self) -> None:
+        """Redis has been unreachable for OUTAGE_FAIL_S: end started requests with an error
+        (their clients timed out) and hand unstarted ones back; both reach Redis when it
+        returns."""
+        self._failed_for_outage = True
+        if not self.active:
+            return
+        self.engine.abort_request(list(self.active))
+        for active in list(self.active.values()):
+            if active.started:
+                self.outbox.abort_open_samples(
+                    active, error="Redis was unreachable too long while running this request"
+                )
+            else:
+                del self.active[active.request.request_id]
+                self.outbox.hand_back(active.entry_id, active.request)
+        logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)
+        self.publish([])
 
     def shutdown(self) -> None:
         """Fail what is still running, flush outputs, withdraw from Redis, stop threads."""

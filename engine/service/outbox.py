@@ -20,6 +20,9 @@ class ActiveRequest:
     open_indexes: set[int] = field(default_factory=set)
     # Once it produced output, draining can no longer hand it to another engine.
     started: bool = False
+    # Tokens sent per sample: each delta carries the running count, so the frontend can
+    # tell a stream that lost outputs in transit from a complete one.
+    num_sent: dict[int, int] = field(default_factory=dict)
 
 
 class Outbox:
@@ -42,7 +45,11 @@ class Outbox:
                 self.job.started[active.entry_id] = protocol.StartedRecord(
                     active.request.request_id, active.request.frontend_id
                 )
-            self.job.add(active.request.frontend_id, convert.request_delta(delta))
+            message = convert.request_delta(delta)
+            sent = active.num_sent.get(delta.index, 0) + len(message.new_token_ids)
+            active.num_sent[delta.index] = sent
+            message.num_output_tokens = sent
+            self.job.add(active.request.frontend_id, message)
             if delta.finished:
                 active.open_indexes.discard(delta.index)
                 if not active.open_indexes:

@@ -4,11 +4,21 @@ Requests a dead engine had started (they are in its ``started`` hash) end with a
 to their frontend, since tokens were already delivered; requests it had claimed but not
 started are claimed by a survivor and run there. One survivor does this per dead engine,
 under a short lock.
+
+"Expired" must mean dead, not "Redis was away": after an outage (or a restart that reloaded
+already-expired keys) every status key may be missing for a moment while the live engines
+publish theirs again. So an engine counts as dead only once its key has been missing for
+``grace_s`` while this reaper had reached Redis for at least as long.
+
+An engine restarted under the same ``--engine-id`` (a Kubernetes container restart) first
+recovers its own earlier life (``recover_own``): what it had started fails with an error event,
+what it had claimed and not started runs again. Nobody else would: its status key is alive.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 
@@ -27,11 +37,21 @@ def _text(value: bytes | str) -> str:
 
 
 class DeadEngineReaper:
-    def __init__(self, client: redis.Redis, channels: Channels, reader: RequestReader):
+    def __init__(
+        self,
+        client: redis.Redis,
+        channels: Channels,
+        reader: RequestReader,
+        *,
+        grace_s: float = 2.5,
+    ):
         self.client = client
         self.channels = channels
         self.keys = channels.keys
         self.reader = reader
+        self.grace_s = grace_s
+        self._missing_since: dict[str, float] = {}  # engine id -> monotonic time first seen
+        self._reachable_since: float | None = None
 
     def candidates(self) -> set[str]:
         """Consumers of the group and registered engines of this model, except this one."""
@@ -49,35 +69,87 @@ class DeadEngineReaper:
         return names
 
     def check(self) -> list[str]:
-        """Reap every dead engine of this model; returns the ids reaped."""
+        """Reap every engine of this model dead for ``grace_s``; returns the ids reaped."""
+        try:
+            return self._check(time.monotonic())
+        except (redis.ConnectionError, redis.TimeoutError):
+            if self._reachable_since is not None:
+                logger.warning("Redis unreachable: no dead-engine checks until it is back")
+            self._reachable_since = None
+            return []
+
+    def _check(self, now: float) -> list[str]:
+        if self._reachable_since is None:
+            self._reachable_since = now
+        names = self.candidates()
+        for gone in set(self._missing_since) - names:
+            del self._missing_since[gone]
         reaped = []
-        for engine_id in sorted(self.candidates()):
+        for engine_id in sorted(names):
             if self.client.exists(self.keys.status(self.channels.model, engine_id)):
+                self._missing_since.pop(engine_id, None)
                 continue
+            missing_since = self._missing_since.setdefault(engine_id, now)
+            if min(now - missing_since, now - self._reachable_since) < self.grace_s:
+                continue  # maybe alive, its status not yet published again after an outage
             lock = self.keys.reaping(self.channels.model, engine_id)
             if not self.client.set(lock, self.channels.engine_id, nx=True, ex=REAP_LOCK_S):
                 continue
             self.reap(engine_id)
+            self._missing_since.pop(engine_id, None)
             reaped.append(engine_id)
         return reaped
 
+    def recover_own(self) -> None:
+        """At start: fail what an earlier life of this engine id had started, and run again
+        what it had claimed but not started (its pending entries)."""
+        me = self.channels.engine_id
+        num_failed = self._fail_started(me, why=f"engine {me} restarted")
+        num_claimed = self._claim_pending(me)
+        if num_failed or num_claimed:
+            logger.warning(
+                "engine %s restarted: %d requests of its earlier life failed (already "
+                "started), %d taken up again",
+                me,
+                num_failed,
+                num_claimed,
+            )
+
     def reap(self, dead_id: str) -> None:
         model = self.channels.model
-        started_key = self.keys.started(model, dead_id)
+        num_failed = self._fail_started(dead_id, why=f"engine {dead_id} serving {model!r} stopped")
+        num_claimed = self._claim_pending(dead_id)
+        try:
+            self.client.xgroup_delconsumer(self.channels.requests, ENGINE_GROUP, dead_id)
+        except redis.ResponseError:
+            pass
+        self.client.srem(self.keys.engines(), protocol.engine_member(model, dead_id))
+        logger.warning(
+            "engine %s is dead: %d started requests failed, %d unstarted ones taken over",
+            dead_id,
+            num_failed,
+            num_claimed,
+        )
+
+    def _fail_started(self, engine_id: str, *, why: str) -> int:
+        """Error events for the requests in ``engine_id``'s started hash (tokens were already
+        delivered: they cannot silently restart), their entries acknowledged."""
+        started_key = self.keys.started(self.channels.model, engine_id)
         started = self.client.hgetall(started_key)
         failed: dict[str, list[protocol.RequestDelta]] = {}
         for entry_id, raw in started.items():
             try:
                 record = protocol.decode_started(raw)
             except Exception:
-                logger.error("unreadable started record %s of %s", entry_id, dead_id)
+                logger.error("unreadable started record %s of %s", entry_id, engine_id)
                 continue
             failed.setdefault(record.frontend_id, []).append(
                 protocol.RequestDelta(
                     request_id=record.request_id,
                     finish_reason="abort",
-                    error=f"engine {dead_id} serving {model!r} stopped while running this "
-                    "request; retry it",
+                    # Frontends that can resume the request elsewhere do (inference/failover.py).
+                    engine_lost=True,
+                    error=f"{why} while running this request; retry it",
                 )
             )
         pipe = self.client.pipeline(transaction=True)
@@ -88,26 +160,18 @@ class DeadEngineReaper:
             pipe.xack(self.channels.requests, ENGINE_GROUP, *started.keys())
         pipe.delete(started_key)
         pipe.execute()
-        num_claimed = self._claim_pending(dead_id)
-        try:
-            self.client.xgroup_delconsumer(self.channels.requests, ENGINE_GROUP, dead_id)
-        except redis.ResponseError:
-            pass
-        self.client.srem(self.keys.engines(), protocol.engine_member(model, dead_id))
-        logger.warning(
-            "engine %s is dead: %d started requests failed, %d unstarted ones taken over",
-            dead_id,
-            len(started),
-            num_claimed,
-        )
+        return len(started)
 
     def _claim_pending(self, dead_id: str) -> int:
+        """Claim ``dead_id``'s pending entries for this engine and run them. The scan moves
+        past each batch: entries claimed from this engine's own id stay pending under it."""
         total = 0
+        after = "-"
         while True:
             pending = self.client.xpending_range(
                 self.channels.requests,
                 ENGINE_GROUP,
-                min="-",
+                min=after,
                 max="+",
                 count=CLAIM_BATCH,
                 consumername=dead_id,
@@ -115,6 +179,7 @@ class DeadEngineReaper:
             if not pending:
                 return total
             ids = [p["message_id"] for p in pending]
+            after = _next_id(_text(ids[-1]))
             claimed = self.client.xclaim(
                 self.channels.requests,
                 ENGINE_GROUP,
@@ -128,3 +193,9 @@ class DeadEngineReaper:
                 self.client.xack(self.channels.requests, ENGINE_GROUP, *gone)
             self.reader.accept([(entry_id, fields) for entry_id, fields in claimed])
             total += len(claimed)
+
+
+def _next_id(entry_id: str) -> str:
+    """The smallest stream id after ``entry_id``."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"

@@ -8,7 +8,6 @@ queue. Each has its own connection, so a blocking read never delays a write.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from engine import protocol
 from engine.protocol import ENGINE_GROUP, FIELD, Keys
@@ -26,6 +27,23 @@ logger = logging.getLogger(__name__)
 READ_BLOCK_MS = 500
 # Output streams of frontends that went away expire instead of lingering.
 OUTPUT_STREAM_TTL_S = 3600
+
+
+def connect(url: str, *, retries: int = 3) -> redis.Redis:
+    """A client that rides out a dropped connection (a Redis restart) with a few quick retries.
+
+    redis-py's default would retry ten times with up to 10 s between tries, stalling a thread
+    for a minute; the threads here have their own loops and want to hear of an outage fast.
+    ``retries=0`` for a writer that must decide itself whether a failed MULTI ran.
+    """
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        socket_connect_timeout=2,
+        socket_keepalive=True,
+        health_check_interval=30,
+    )
 
 
 def _text(value: bytes | str) -> str:
@@ -108,52 +126,6 @@ class Channels:
             pipe.xadd(self.requests, {FIELD: protocol.encode(request)})
 
 
-class OutputWriter(threading.Thread):
-    """Applies PublishJobs in order; jobs queued while a write is in flight share a round trip."""
-
-    def __init__(self, client: redis.Redis, channels: Channels):
-        super().__init__(name="engine-output-writer", daemon=True)
-        self.client = client
-        self.channels = channels
-        self._jobs: queue.SimpleQueue[PublishJob | None] = queue.SimpleQueue()
-
-    def submit(self, job: PublishJob) -> None:
-        if job:
-            self._jobs.put(job)
-
-    def close(self, timeout: float = 10.0) -> None:
-        self._jobs.put(None)
-        self.join(timeout)
-
-    def run(self) -> None:
-        closing = False
-        while not closing:
-            jobs = [self._jobs.get()]
-            while True:
-                try:
-                    jobs.append(self._jobs.get_nowait())
-                except queue.Empty:
-                    break
-            if jobs[-1] is None or None in jobs:
-                closing = True
-            jobs = [j for j in jobs if j is not None]
-            if jobs:
-                self._write(jobs)
-
-    def _write(self, jobs: list[PublishJob]) -> None:
-        for attempt in range(5):
-            try:
-                pipe = self.client.pipeline(transaction=True)
-                for job in jobs:
-                    self.channels.apply(pipe, job, self.channels.engine_id)
-                pipe.execute()
-                return
-            except redis.RedisError:
-                logger.warning("writing outputs failed (attempt %d)", attempt + 1, exc_info=True)
-                time.sleep(0.2 * (attempt + 1))
-        logger.error("dropped %d output jobs after repeated Redis errors", len(jobs))
-
-
 class RequestReader(threading.Thread):
     """Reads the model's request stream through the consumer group, with backpressure.
 
@@ -209,8 +181,8 @@ class RequestReader(threading.Thread):
                 logger.warning("reading %s failed", stream, exc_info=True)
                 time.sleep(0.5)
                 continue
-            except redis.RedisError:
-                logger.warning("reading %s failed", stream, exc_info=True)
+            except redis.RedisError as exc:
+                logger.warning("reading %s failed: %s", stream, exc)  # Redis away: retried
                 time.sleep(0.5)
                 continue
             for _stream, entries in response or []:
@@ -235,17 +207,18 @@ class RequestReader(threading.Thread):
                 continue
             requests.append(NewRequest(entry_id, request))
         if bad:
-            self.client.xack(self.channels.requests, ENGINE_GROUP, *bad)
+            try:
+                self.client.xack(self.channels.requests, ENGINE_GROUP, *bad)
+            except redis.RedisError:  # still pending: acknowledged when this id restarts
+                logger.warning("could not acknowledge malformed entries %s", bad)
         if not requests:
             return
-        keys = self.channels.keys
-        flags = self.client.exists(*[keys.aborted(r.request.request_id) for r in requests])
-        if flags:  # EXISTS counts; only then look at each
-            pipe = self.client.pipeline(transaction=False)
-            for r in requests:
-                pipe.exists(keys.aborted(r.request.request_id))
-            aborted = pipe.execute()
-        else:
+        try:
+            aborted = self._aborted_flags(requests)
+        except redis.RedisError:
+            # The entries are already ours (pending under this consumer): run them rather
+            # than lose them; an abort sent meanwhile still arrives on the abort stream.
+            logger.warning("could not check abort markers; running the requests anyway")
             aborted = [0] * len(requests)
         for new, was_aborted in zip(requests, aborted, strict=True):
             if was_aborted:
@@ -253,6 +226,16 @@ class RequestReader(threading.Thread):
                 self.inbox.put(AbortEvent(new.request.request_id))
             self.inbox.put(new)
         self.room_changed.clear()
+
+    def _aborted_flags(self, requests: list[NewRequest]) -> list[int]:
+        keys = self.channels.keys
+        flags = self.client.exists(*[keys.aborted(r.request.request_id) for r in requests])
+        if not flags:  # EXISTS counts; only then look at each
+            return [0] * len(requests)
+        pipe = self.client.pipeline(transaction=False)
+        for r in requests:
+            pipe.exists(keys.aborted(r.request.request_id))
+        return pipe.execute()
 
 
 class BroadcastReader(threading.Thread):
@@ -278,8 +261,8 @@ class BroadcastReader(threading.Thread):
         while not self._stop_event.is_set():
             try:
                 response = self.client.xread(last, count=256, block=READ_BLOCK_MS)
-            except redis.RedisError:
-                logger.warning("reading control streams failed", exc_info=True)
+            except redis.RedisError as exc:
+                logger.warning("reading control streams failed: %s", exc)  # retried
                 time.sleep(0.5)
                 continue
             for raw_stream, entries in response or []:

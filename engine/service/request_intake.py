@@ -37,6 +37,12 @@ class RequestIntake:
             self.outbox.hand_back(event.entry_id, request)
             return
         if request_id in self.outbox.active:
+            if self.outbox.active[request_id].request.frontend_id == request.frontend_id:
+                # The same submission twice (a client's retry after a dropped connection):
+                # the running copy answers it; this entry is only acknowledged.
+                logger.warning("duplicate entry %s of request %s", event.entry_id, request_id)
+                self.outbox.job.done.append(event.entry_id)
+                return
             self.outbox.answer_without_running(
                 event.entry_id, request, error=f"request id {request_id!r} is already running"
             )
@@ -54,6 +60,7 @@ class RequestIntake:
                 adapter=adapter,
                 priority=request.priority,
                 arrival_time=time.monotonic() - queued_for if request.arrival_time else None,
+                resumed_output_tokens=request.resumed_output_tokens,
             )
         except (ValueError, TypeError) as exc:
             logger.info("request %s refused: %s", request_id, exc)

@@ -133,8 +133,8 @@ class StatusPublisher(PeriodicThread):
     def tick(self) -> None:
         try:
             self.publish()
-        except redis.RedisError:
-            logger.warning("publishing engine status failed", exc_info=True)
+        except redis.RedisError as exc:
+            logger.warning("publishing engine status failed: %s", exc)  # next tick retries
         if self.on_tick is not None:
             try:
                 self.on_tick()

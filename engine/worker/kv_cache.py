@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -18,6 +19,62 @@ def bytes_per_block(model_config: ModelConfig, block_size: int, dtype: torch.dty
     return per_token * block_size * model_config.num_hidden_layers
 
 
+# The CPU KV budget, like vLLM's VLLM_CPU_KVCACHE_SPACE: GiB, set per engine.
+CPU_KVCACHE_SPACE_ENV = "PLATFORM_CPU_KVCACHE_SPACE"
+# Without it: this share of the memory available once the weights are loaded, at most
+# _AUTO_CAP. The cache is zeroed, so all of it is resident from the start: a tenth leaves room
+# for the API processes, Redis and several engines on one host.
+_AUTO_FRACTION = 0.1
+_AUTO_CAP = 4 << 30
+# ... but never below what one max_model_len sequence needs, nor below 1 GiB (the old fixed
+# default), as long as that fits in half of the available memory: a busy or small machine
+# still starts the model it was asked to serve.
+_AUTO_FLOOR = 1 << 30
+_AUTO_FLOOR_SHARE = 0.5
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux); total physical memory elsewhere."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cpu_kv_cache_budget(config: EngineConfig, min_bytes: int = 0) -> tuple[int, str]:
+    """Bytes the CPU KV cache may take, and where that figure came from (for the log).
+    ``min_bytes``: what one sequence of max_model_len needs (the automatic budget's floor)."""
+    if config.cpu_kv_cache_bytes is not None:
+        return config.cpu_kv_cache_bytes, "engine setting"
+    raw = os.environ.get(CPU_KVCACHE_SPACE_ENV, "").strip()
+    if raw:
+        try:
+            gib = float(raw)
+        except ValueError:
+            gib = 0.0
+        if gib <= 0:
+            raise ValueError(
+                f"{CPU_KVCACHE_SPACE_ENV} must be a positive number of GiB, got {raw!r}"
+            )
+        return int(gib * 2**30), CPU_KVCACHE_SPACE_ENV
+    available = available_memory_bytes()
+    budget = min(int(available * _AUTO_FRACTION), _AUTO_CAP)
+    floor = min(max(_AUTO_FLOOR, min_bytes), int(available * _AUTO_FLOOR_SHARE))
+    if floor > budget:
+        return floor, (
+            f"at least one max_model_len sequence or 1 GiB, of {available / 2**30:.1f} GiB "
+            "available"
+        )
+    return budget, (
+        f"{_AUTO_FRACTION:.0%} of {available / 2**30:.1f} GiB available, "
+        f"capped at {_AUTO_CAP / 2**30:.0f} GiB"
+    )
+
+
 def num_blocks_for(
     config: EngineConfig,
     model_config: ModelConfig,
@@ -27,20 +84,27 @@ def num_blocks_for(
 ) -> int:
     """KV blocks to allocate: ``num_gpu_blocks`` if set, else what the memory budget holds.
 
-    On CPU the budget is ``cpu_kv_cache_bytes``, capped at what ``max_num_seqs`` sequences of
-    ``max_model_len`` tokens could ever use. On CUDA it is ``free_bytes`` (memory left under
+    On CPU the budget is ``cpu_kv_cache_budget`` (the setting, PLATFORM_CPU_KVCACHE_SPACE, or a
+    share of available memory), capped at what ``max_num_seqs`` sequences of ``max_model_len``
+    tokens could ever use. On CUDA it is ``free_bytes`` (memory left under
     ``gpu_memory_utilization`` after weights and peak activations, measured by the runner).
     """
     if config.num_gpu_blocks is not None:
         return config.num_gpu_blocks
     per_block = bytes_per_block(model_config, config.block_size, dtype)
+    min_blocks = -(-model_config.max_model_len // config.block_size)
     if device.type == "cpu":
-        budget = config.cpu_kv_cache_bytes
+        budget, source = cpu_kv_cache_budget(config, min_blocks * per_block)
         needed = -(-config.max_num_seqs * model_config.max_model_len // config.block_size)
         num = min(budget // per_block, needed)
+        logger.info(
+            "CPU KV cache budget %.2f GiB (%s)%s",
+            budget / 2**30,
+            source,
+            "; capped at what max_num_seqs x max_model_len can use" if num == needed else "",
+        )
     else:
         num = max(0, int(free_bytes or 0)) // per_block
-    min_blocks = -(-model_config.max_model_len // config.block_size)
     if num < min_blocks:
         raise ValueError(
             f"the KV cache budget holds {num} blocks but one sequence of max_model_len="
@@ -68,9 +132,11 @@ def allocate_kv_caches(
         kv = torch.zeros(shape, dtype=dtype, device=device)
         caches.append((kv[0], kv[1]))
     logger.info(
-        "KV cache: %d blocks x %d tokens (%.1f MiB)",
+        "KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB on %s",
         num_blocks,
         block_size,
-        num_blocks * bytes_per_block(model_config, block_size, dtype) / 2**20,
+        num_blocks * block_size,
+        num_blocks * bytes_per_block(model_config, block_size, dtype) / 2**30,
+        device,
     )
     return caches

@@ -26,7 +26,9 @@ from engine.model_config import ModelConfig
 from engine.models import load_model
 from engine.outputs import TokenLogprobs
 from engine.request import Request
+from engine.resume import advance_generator
 from engine.sample import Sampler, SamplingBatch
+from engine.structured.bitmask import GrammarBitmask
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
 
@@ -68,8 +70,16 @@ class ModelRunner:
         self.dtype = dtype
         self.block_size = config.block_size
         self.eos_token_ids = frozenset(model_config.eos_token_ids)
+        if device.type == "cpu" and config.cpu_threads is not None:
+            torch.set_num_threads(config.cpu_threads)
         self.backend = get_attention_backend(device, config.attention_backend)
-        self.model = load_model(model_config, dtype=dtype, device=device, backend=self.backend)
+        self.model = load_model(
+            model_config,
+            dtype=dtype,
+            device=device,
+            backend=self.backend,
+            quantization=config.quantization,
+        )
         free_bytes = self._profile_free_bytes() if device.type == "cuda" else None
         self.num_blocks = num_blocks_for(config, model_config, dtype, device, free_bytes)
         self.kv_caches = allocate_kv_caches(
@@ -90,6 +100,7 @@ class ModelRunner:
         generator.manual_seed(config.seed)
         self.sampler = Sampler(generator)
         self.generators: dict[str, torch.Generator] = {}
+        self.grammar_bitmask = GrammarBitmask(model_config.vocab_size, device)
         self.lora = lora  # None when the model cannot serve adapters
 
     # -- per-request state -------------------------------------------------------------------
@@ -100,6 +111,8 @@ class ModelRunner:
             generator = torch.Generator(device=self.device)
             # Sample i of an n-sample request gets seed + i: seeded, yet not n identical copies.
             generator.manual_seed(seed + request.index)
+            # A resumed request continues the seeded sequence where its dead engine left it.
+            advance_generator(generator, request.num_output_tokens, self.model_config.vocab_size)
             self.generators[request.request_id] = generator
 
     def remove_request(self, request_id: str) -> None:
@@ -200,6 +213,7 @@ class ModelRunner:
         if not inputs.sample_requests:
             return result
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        self.grammar_bitmask.apply(logits, inputs.sample_requests)  # structured outputs
         batch = SamplingBatch.from_requests(
             inputs.sample_requests,
             generators=self.generators,

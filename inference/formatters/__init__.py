@@ -5,11 +5,13 @@ from __future__ import annotations
 from inference.formatters.base import ResponseFormatter, collect_response, stream_events
 from inference.formatters.chat import ChatFormatter
 from inference.formatters.completions import CompletionFormatter
+from inference.formatters.responses import ResponsesFormatter
 from inference.generation.plan import GenerationPlan, GenerationStats
 
 FORMATTERS: dict[str, type[ResponseFormatter]] = {
     "chat": ChatFormatter,
     "completion": CompletionFormatter,
+    "response": ResponsesFormatter,
 }
 
 

@@ -1,9 +1,9 @@
 """The interface every OpenAI response shape implements, and the two loops that drive one.
 
-A formatter turns one generation's engine chunks into OpenAI objects: stream chunks as they
-arrive, or the whole response at the end. The loops here (``stream_events``,
-``collect_response``) are shared; what differs between chat, completions and later the
-Responses API is only the shape of a choice, which each formatter's methods build.
+A formatter turns one generation's engine chunks into OpenAI objects: stream events as they
+arrive (``stream``), or the whole response at the end (``collect``). Chat and completions share
+the choice-shaped loops of ``ChoiceFormatter`` and differ only in the shape of a choice; the
+Responses API (formatters/responses.py) streams typed events of its own.
 """
 
 from __future__ import annotations
@@ -44,14 +44,32 @@ class ChoiceOutput:
 
 
 class ResponseFormatter(ABC):
-    """OpenAI objects for one generation; subclasses build the choices."""
-
-    object_name: str  # of a whole response
-    chunk_object_name: str  # of a stream chunk
+    """OpenAI objects for one generation: what the use case streams or answers."""
 
     def __init__(self, plan: GenerationPlan, stats: GenerationStats):
         self.plan = plan
         self.stats = stats
+
+    @abstractmethod
+    def stream(self, items: AsyncIterator[EngineItem]) -> AsyncIterator[dict]:
+        """The stream's events (observing every chunk into ``self.stats``)."""
+
+    @abstractmethod
+    async def collect(self, items: AsyncIterator[EngineItem]) -> dict[str, Any]:
+        """The whole response once the generation has finished."""
+
+
+class ChoiceFormatter(ResponseFormatter):
+    """Chat and completions: ``choices`` in every chunk; subclasses build the choices."""
+
+    object_name: str  # of a whole response
+    chunk_object_name: str  # of a stream chunk
+
+    def stream(self, items: AsyncIterator[EngineItem]) -> AsyncIterator[dict]:
+        return _choice_chunks(self, items)
+
+    async def collect(self, items: AsyncIterator[EngineItem]) -> dict[str, Any]:
+        return await _whole_response(self, items)
 
     # The shape of a choice -------------------------------------------------------------------
 
@@ -109,8 +127,22 @@ class ResponseFormatter(ABC):
         }
 
 
-async def stream_events(
+def stream_events(
     formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
+) -> AsyncIterator[dict]:
+    """The formatter's stream events for ``items``."""
+    return formatter.stream(items)
+
+
+async def collect_response(
+    formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
+) -> dict[str, Any]:
+    """The formatter's whole response for ``items``."""
+    return await formatter.collect(items)
+
+
+async def _choice_chunks(
+    formatter: ChoiceFormatter, items: AsyncIterator[EngineItem]
 ) -> AsyncIterator[dict]:
     """Stream chunk objects: the opening choices, one chunk per new text or finish, usage."""
     for choice in formatter.opening_choices():
@@ -126,8 +158,8 @@ async def stream_events(
         yield formatter.stream_chunk([], final_usage=True)
 
 
-async def collect_response(
-    formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
+async def _whole_response(
+    formatter: ChoiceFormatter, items: AsyncIterator[EngineItem]
 ) -> dict[str, Any]:
     """The whole response once every choice has finished."""
     outputs = [ChoiceOutput() for _ in range(formatter.plan.num_choices)]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference.formatters.base import ChoiceOutput, ResponseFormatter
+from inference.formatters.base import ChoiceFormatter, ChoiceOutput
+from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.output_processor import GenerationChunk, TokenLogprob
+from inference.tools import ContentDelta, ToolCall, ToolCallParser, ToolCallStart, parser_for
+from inference.tools.parsers import Event
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:
@@ -35,9 +38,56 @@ def _delta_choice(
     return choice
 
 
-class ChatFormatter(ResponseFormatter):
+def tool_call_deltas(events: list[Event]) -> tuple[str, list[dict]]:
+    """A chunk's parser events as delta ``content`` and ``tool_calls`` entries: a call's
+    first entry has its index, id, type and function name; later ones add arguments."""
+    texts: list[str] = []
+    entries: dict[int, dict] = {}
+    for event in events:
+        if isinstance(event, ContentDelta):
+            texts.append(event.text)
+        elif isinstance(event, ToolCallStart):
+            entries[event.index] = {
+                "index": event.index,
+                "id": event.id,
+                "type": "function",
+                "function": {"name": event.name, "arguments": ""},
+            }
+        else:
+            entry = entries.setdefault(
+                event.index, {"index": event.index, "function": {"arguments": ""}}
+            )
+            entry["function"]["arguments"] += event.text
+    return "".join(texts), list(entries.values())
+
+
+def tool_calls_json(calls: list[ToolCall]) -> list[dict]:
+    return [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for call in calls
+    ]
+
+
+class ChatFormatter(ChoiceFormatter):
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
+
+    def __init__(self, plan: GenerationPlan, stats: GenerationStats):
+        super().__init__(plan, stats)
+        # One tool-call parser per streamed choice (None: no tools, or tool_choice "none").
+        self._parsers = [self._new_parser() for _ in range(plan.num_choices)]
+        self._called = [False] * plan.num_choices
+
+    def _new_parser(self) -> ToolCallParser | None:
+        return parser_for(self.plan.tools) if self.plan.tools is not None else None
+
+    def _finish_reason(self, reason: str | None, called: bool) -> str | None:
+        # OpenAI's "tool_calls": the turn ended in calls (a cut one stays "length").
+        return "tool_calls" if called and reason == "stop" else reason
 
     def opening_choices(self) -> list[dict]:
         return [
@@ -47,21 +97,41 @@ class ChatFormatter(ResponseFormatter):
 
     def delta_choice(self, choice: int, chunk: GenerationChunk) -> dict | None:
         wants_logprobs = self.plan.logprobs and chunk.logprobs
-        if not (chunk.text or wants_logprobs):
-            return None
         logprobs = chat_logprobs(chunk.logprobs) if wants_logprobs else None
-        return _delta_choice(choice, {"content": chunk.text}, logprobs=logprobs)
+        parser = self._parsers[choice]
+        if parser is None:
+            if not (chunk.text or wants_logprobs):
+                return None
+            return _delta_choice(choice, {"content": chunk.text}, logprobs=logprobs)
+        events = parser.feed(chunk.text)
+        if chunk.finish_reason:
+            events += parser.finish()
+        content, calls = tool_call_deltas(events)
+        delta: dict[str, Any] = {"content": content} if content else {}
+        if calls:
+            delta["tool_calls"] = calls
+            self._called[choice] = True
+        if not (delta or wants_logprobs):
+            return None
+        return _delta_choice(choice, delta, logprobs=logprobs)
 
     def finish_choice(self, choice: int, chunk: GenerationChunk) -> dict:
-        return _delta_choice(
-            choice, {}, finish_reason=chunk.finish_reason, stop_reason=chunk.stop_reason
-        )
+        reason = self._finish_reason(chunk.finish_reason, self._called[choice])
+        return _delta_choice(choice, {}, finish_reason=reason, stop_reason=chunk.stop_reason)
 
     def whole_choice(self, choice: int, output: ChoiceOutput) -> dict:
+        message: dict[str, Any] = {"role": "assistant", "content": output.text, "refusal": None}
+        parser = self._new_parser()
+        if parser is not None:
+            parsed = parser.parse(output.text)
+            message["content"] = parsed.content
+            if parsed.calls:
+                message["tool_calls"] = tool_calls_json(parsed.calls)
+        called = bool(message.get("tool_calls"))
         return {
             "index": choice,
-            "message": {"role": "assistant", "content": output.text, "refusal": None},
+            "message": message,
             "logprobs": chat_logprobs(output.logprobs) if self.plan.logprobs else None,
-            "finish_reason": output.finish_reason,
+            "finish_reason": self._finish_reason(output.finish_reason, called),
             "stop_reason": output.stop_reason,
         }

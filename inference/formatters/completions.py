@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference.formatters.base import ChoiceOutput, ResponseFormatter
+from inference.formatters.base import ChoiceFormatter, ChoiceOutput
 from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.output_processor import GenerationChunk, TokenLogprob
 
@@ -36,7 +36,7 @@ def _choice(index: int, text: str, *, logprobs=None, finish_reason=None, stop_re
     }
 
 
-class CompletionFormatter(ResponseFormatter):
+class CompletionFormatter(ChoiceFormatter):
     object_name = "text_completion"
     chunk_object_name = "text_completion"
 

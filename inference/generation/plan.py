@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from controlplane.adapters.selectors import AdapterRoute
 from engine.protocol import SamplingOptions
 from inference.output_processor import GenerationChunk
+from inference.tools import ToolSetup
 
-Kind = Literal["chat", "completion"]
+if TYPE_CHECKING:
+    from inference.responses.context import ResponseContext
+
+Kind = Literal["chat", "completion", "response"]
 
 
 @dataclass
@@ -38,6 +42,10 @@ class GenerationPlan:
     include_usage: bool = False
     continuous_usage: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    # A chat request's tools and how calls are made (inference/tools); None: no tools.
+    tools: ToolSetup | None = None
+    # A Responses API request (kind "response"): what its Response object echoes and stores.
+    response: ResponseContext | None = None
 
     @property
     def n(self) -> int:

@@ -31,6 +31,8 @@ from inference.sampling import build_sampling
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.schemas.validation import validate_body
+from inference.structured_outputs import structured_output_for
+from inference.tools import ToolSetup
 
 SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": CompletionRequestSerializer}
 # OpenAI's default max_tokens for /v1/completions. Chat defaults to what the context leaves,
@@ -65,7 +67,14 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
 def plan_chat(
     principal: Principal, body: dict[str, Any], entry: ModelEntry, tokenizer: ChatTokenizer
 ) -> GenerationPlan:
-    text, token_ids = render_chat_prompt(tokenizer, body)
+    tools = ToolSetup.from_request(
+        tools=body.get("tools"),
+        tool_choice=body.get("tool_choice"),
+        parallel_tool_calls=body.get("parallel_tool_calls"),
+        parser=entry.tool_parser,
+    )
+    structured = structured_output_for(body, tools)
+    text, token_ids = render_chat_prompt(tokenizer, body, tools)
     requested = body.get("max_completion_tokens") or body.get("max_tokens")
     max_tokens = max_tokens_for(
         prompt_tokens=len(token_ids),
@@ -83,8 +92,11 @@ def plan_chat(
         adapter=entry.adapter,
         request_id=f"chatcmpl-{uuid.uuid4().hex}",
         prompts=[(text, token_ids)],
-        sampling=build_sampling(body, max_tokens=max_tokens, logprobs=logprobs),
+        sampling=build_sampling(
+            body, max_tokens=max_tokens, logprobs=logprobs, structured=structured
+        ),
         logprobs=bool(body.get("logprobs")),
+        tools=tools,
         **_common(body, principal),
     )
 
@@ -113,7 +125,12 @@ def plan_completion(
         adapter=entry.adapter,
         request_id=f"cmpl-{uuid.uuid4().hex}",
         prompts=prompts,
-        sampling=build_sampling(body, max_tokens=max_tokens, logprobs=body.get("logprobs")),
+        sampling=build_sampling(
+            body,
+            max_tokens=max_tokens,
+            logprobs=body.get("logprobs"),
+            structured=structured_output_for(body),
+        ),
         logprobs=body.get("logprobs") is not None,
         echo=body.get("echo", False),
         **_common(body, principal),
@@ -137,6 +154,11 @@ async def prepare_generation(
     Cheap refusals first: the body's fields, the tenant's request limits (429), the model,
     prompts too long to fit; only then the template and the tokenizer, off the event loop.
     """
+    if kind == "response":
+        # A Responses request is a chat generation underneath (it plans through "chat").
+        from inference.responses.planning import prepare_response
+
+        return await prepare_response(principal, raw_body)
     body = validate_body(SERIALIZERS[kind], raw_body)
     await check_request_limits(principal, model=body["model"])
     entry, tokenizer = await load_generation_model(principal, body["model"])

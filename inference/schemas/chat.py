@@ -15,6 +15,7 @@ from inference.schemas.fields import (
     is_valid_text,
 )
 from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingRequestSerializer
+from inference.schemas.tools import ToolRequestFields, tool_calls_field
 
 ROLES = ["system", "developer", "user", "assistant", "tool"]
 # OpenAI's limit; validating a message costs the event loop about 12 microseconds.
@@ -62,10 +63,21 @@ class ChatMessageSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=ROLES)
     content = MessageContentField(required=False, allow_null=True)
     name = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
+    # An assistant turn's calls, and the call a ``tool`` message answers.
+    tool_calls = tool_calls_field()
+    tool_call_id = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
 
     def validate(self, attrs):
         if attrs.get("content") is None:
             attrs["content"] = ""
+        if attrs.get("tool_calls") and attrs["role"] != "assistant":
+            raise serializers.ValidationError(
+                {"tool_calls": "only assistant messages have tool_calls."}
+            )
+        if attrs["role"] == "tool" and not attrs.get("tool_call_id"):
+            raise serializers.ValidationError(
+                {"tool_call_id": "a tool message must name the call it answers (tool_call_id)."}
+            )
         return attrs
 
 
@@ -87,24 +99,19 @@ def chat_messages_field(**kwargs) -> ChatMessageSerializer:
     return ChatMessageSerializer(many=True, allow_empty=False, max_length=MAX_MESSAGES, **kwargs)
 
 
-class ChatCompletionRequestSerializer(SamplingRequestSerializer):
+class ChatCompletionRequestSerializer(ToolRequestFields, SamplingRequestSerializer):
     messages = chat_messages_field()
     max_completion_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     logprobs = StrictBooleanField(required=False, default=False)
     top_logprobs = StrictIntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_TOP_LOGPROBS
     )
-    tools = serializers.ListField(required=False, allow_null=True)
     add_generation_prompt = StrictBooleanField(required=False, default=True)
     chat_template_kwargs = ChatTemplateKwargsField(required=False, allow_null=True)
 
-    def validate_tools(self, value):
-        if value:
-            raise serializers.ValidationError("tool calling is not supported by this server.")
-        return value
-
     def validate(self, attrs):
         attrs = super().validate(attrs)
+        self.validate_tool_fields(attrs)
         if attrs.get("top_logprobs") and not attrs.get("logprobs"):
             raise serializers.ValidationError(
                 {"top_logprobs": "top_logprobs requires logprobs to be true."}

@@ -17,6 +17,7 @@ from inference.schemas.fields import (
     StrictIntegerField,
     TokenIdListField,
 )
+from inference.schemas.structured import StructuredRequestFields
 
 MAX_N = 128
 MAX_TOP_LOGPROBS = 20
@@ -30,12 +31,8 @@ class StreamOptionsSerializer(serializers.Serializer):
     continuous_usage_stats = StrictBooleanField(required=False, default=False)
 
 
-class ResponseFormatSerializer(serializers.Serializer):
-    type = serializers.ChoiceField(choices=["text"])
-
-
-class SamplingRequestSerializer(serializers.Serializer):
-    """The body fields both generation endpoints accept.
+class SamplingRequestSerializer(StructuredRequestFields):
+    """The body fields both generation endpoints accept (structured outputs included).
 
     Sampling fields carry no defaults here: what a client leaves out takes the engine
     protocol's default (engine.protocol.SamplingOptions), the platform's one source of them.
@@ -62,7 +59,6 @@ class SamplingRequestSerializer(serializers.Serializer):
     user = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
     )
-    response_format = ResponseFormatSerializer(required=False, allow_null=True)
     logit_bias = serializers.DictField(required=False, allow_null=True, allow_empty=True)
     # vLLM's extra sampling parameters.
     # The engine clamps top_k to the vocabulary; int32 keeps it a valid tensor value.

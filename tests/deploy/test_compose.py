@@ -10,7 +10,7 @@ import yaml
 from tests.deploy.metrics_token import platform_reads_metrics_token_from
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-PLATFORM_ROLES = ("migrate", "web", "engine", "celery")
+PLATFORM_ROLES = ("migrate", "web", "engine", "celery", "beat", "batch-worker")
 
 
 def split_mount(volume: str) -> tuple[str, str]:
@@ -119,3 +119,31 @@ def test_grafana_provisions_the_datasource_and_the_dashboard(services):
     provider = yaml.safe_load((provisioning / "dashboards" / "platform.yml").read_text())
     dashboards_dir = provider["providers"][0]["options"]["path"]
     assert (DEPLOY / sources[dashboards_dir] / "platform.json").is_file()
+
+
+def test_one_beat_schedules_the_periodic_tasks(services):
+    # Without a beat the usage queue is never flushed and stale batches are never re-queued.
+    beats = [name for name, svc in services.items() if "beat" in svc.get("command", [])]
+    assert beats == ["beat"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "controlplane", "beat"]
+
+
+def test_a_batch_worker_takes_the_queue_batch_jobs_are_routed_to(services):
+    from django.conf import settings
+
+    queue = settings.CELERY_TASK_ROUTES["batches.run"]["queue"]
+    command = services["batch-worker"]["command"]
+    assert command[:4] == ["celery", "-A", "controlplane", "worker"]
+    assert command[command.index("--queues") + 1] == queue
+
+
+def test_web_and_the_batch_worker_share_the_files_directory(services):
+    def files_volume(role):
+        env = services[role]["environment"]
+        return [
+            split_mount(v)[0]
+            for v in services[role]["volumes"]
+            if split_mount(v)[1] == env["FILES_DIR"]
+        ]
+
+    assert files_volume("web") == files_volume("batch-worker") == ["files"]

@@ -14,7 +14,7 @@ from tests.deploy.metrics_token import platform_reads_metrics_token_from
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 NAMESPACE = "llm-platform"
-WORKLOADS = ("web", "engine", "celery", "migrate")
+WORKLOADS = ("web", "engine", "celery", "celery-beat", "batch-worker", "migrate")
 
 
 def _documents() -> list[tuple[str, dict]]:
@@ -189,3 +189,38 @@ def test_the_engine_command_line_is_one_run_engine_accepts(manifests):
     )
     options = parser.parse_args(argv[3:])
     assert (options.model, options.engine_id) == ("default", "engine-0")
+
+
+def test_exactly_one_beat_schedules_the_periodic_tasks(manifests):
+    beat = manifests[("Deployment", "celery-beat")]
+    assert beat["spec"]["replicas"] == 1
+    assert _container(manifests, "celery-beat")["command"][:4] == [
+        "celery",
+        "-A",
+        "controlplane",
+        "beat",
+    ]
+    for (kind, name), _doc in manifests.items():
+        if kind == "Deployment" and name != "celery-beat":
+            assert "beat" not in _container(manifests, name)["command"], name
+
+
+def test_the_batch_worker_takes_the_batch_queue_and_shares_files_with_web(manifests):
+    from django.conf import settings
+
+    command = _container(manifests, "batch-worker")["command"]
+    assert (
+        command[command.index("--queues") + 1]
+        == settings.CELERY_TASK_ROUTES["batches.run"]["queue"]
+    )
+    config = manifests[("ConfigMap", "llm-platform-config")]["data"]
+
+    def files_claim(workload):
+        spec = _pod_spec(manifests, workload)
+        mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        return volumes[mounts[config["FILES_DIR"]]]["persistentVolumeClaim"]["claimName"]
+
+    claim = files_claim("web")
+    assert claim == files_claim("batch-worker")
+    assert ("PersistentVolumeClaim", claim) in manifests

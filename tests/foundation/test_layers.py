@@ -17,8 +17,13 @@ REPO = Path(__file__).resolve().parents[2]
 # The project wiring names both the API and the control plane: the ASGI app and the URLconf.
 WIRING = {"controlplane/asgi.py", "controlplane/urls.py"}
 # What API processes may import from engine/: the Redis contract (the pooling engine's messages
-# are part of it) and torch-free text handling.
-ENGINE_FOR_API = ("engine.protocol", "engine.pooling.messages", "engine.text")
+# are part of it), torch-free text handling, and the torch-free structured-output spec check.
+ENGINE_FOR_API = (
+    "engine.protocol",
+    "engine.pooling.messages",
+    "engine.text",
+    "engine.structured.spec",
+)
 
 
 def _imports(path: Path) -> set[str]:

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from engine import protocol
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
+from inference import engine_client
 from inference.engine_client import (
     EngineClient,
     EngineError,
@@ -84,6 +85,9 @@ class ScriptedEngine:
                     for step in self.script(request):
                         if step == "silence":
                             await asyncio.sleep(3600)
+                        if isinstance(step, float):  # a pause of that many seconds
+                            await asyncio.sleep(step)
+                            continue
                         batch = protocol.OutputBatch(engine_id="e1", deltas=step)
                         await self.redis.xadd(
                             self.keys.outputs(request.frontend_id),
@@ -229,7 +233,8 @@ async def test_engine_error_event_raises(client, tokenizer):
             await gen.__anext__()
 
 
-async def test_silent_engine_times_out(client, tokenizer):
+async def test_silent_engine_times_out(client, tokenizer, monkeypatch):
+    monkeypatch.setattr(engine_client, "QUEUED_PATIENCE", 2)
     client.silence_timeout = 0.3
     await announce(client)
 
@@ -249,6 +254,36 @@ async def test_silent_engine_times_out(client, tokenizer):
             await gen.__anext__()
     await asyncio.sleep(0.1)
     assert await client.redis.exists(client.keys.aborted("quiet")) == 1
+
+
+async def test_a_started_request_waits_out_a_pause_of_its_live_engine(client, tokenizer):
+    # An overloaded engine may preempt a request for longer than one silence timeout; while
+    # the engine is alive the request waits instead of being resumed (redoing its work).
+    client.silence_timeout = 0.3
+    await announce(client)
+
+    def script(r):
+        return [
+            [protocol.RequestDelta(request_id=r.request_id, new_token_ids=[9])],
+            1.0,
+            [
+                protocol.RequestDelta(
+                    request_id=r.request_id, new_token_ids=[9], finish_reason="length"
+                )
+            ],
+        ]
+
+    async with ScriptedEngine(client, script) as engine:
+        gen = client.generate(
+            model=MODEL,
+            prompt_token_ids=[5],
+            sampling=SamplingOptions(),
+            tokenizer=tokenizer,
+            request_id="paused",
+        )
+        chunks = [chunk async for chunk in gen]
+    assert [c.token_ids for c in chunks] == [[9], [9]]
+    assert [r.request_id for r in engine.requests] == ["paused"]  # never re-submitted
 
 
 async def test_closing_the_stream_aborts_in_engine(client, tokenizer):

@@ -56,7 +56,7 @@ def _assert_error(response, status: int, *, param=None, code=None) -> dict:
         ),
         ({"model": "tiny-llama", "messages": USER, "stop": 5}, "stop"),
         (
-            {"model": "tiny-llama", "messages": USER, "response_format": {"type": "json_object"}},
+            {"model": "tiny-llama", "messages": USER, "response_format": {"type": "xml"}},
             "response_format.type",
         ),
         ({"model": "tiny-llama", "messages": USER, "stop_token_ids": [10**9]}, "stop_token_ids"),

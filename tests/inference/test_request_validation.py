@@ -77,7 +77,8 @@ def test_text_content_parts_are_joined():
         ("stream", 1),
         ("top_logprobs", 3),
         ("logit_bias", {"1": 5}),
-        ("tools", [{"type": "function"}]),
+        ("tools", {"type": "function"}),
+        ("tool_choice", "sometimes"),
     ],
 )
 def test_wrong_types_and_unsupported_fields(field, value):

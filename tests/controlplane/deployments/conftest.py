@@ -1,4 +1,5 @@
-"""Fixtures for served-model tests: a fresh catalog cache, and a small catalog to look at."""
+"""Fixtures for served-model tests: a small catalog to look at (tests/conftest.py empties the
+per-process catalog cache around every test)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,8 @@ import pytest
 
 from controlplane.adapters.services import adapter_register
 from controlplane.adapters.tasks import validate_adapter
-from controlplane.deployments.catalog import catalog_cache
 from controlplane.deployments.services import served_model_register
 from engine.lora.testing import make_random_adapter
-
-
-@pytest.fixture(autouse=True)
-def _fresh_catalog():
-    # The catalog is cached per process; tests must not see each other's snapshot.
-    catalog_cache.invalidate_local()
-    yield
-    catalog_cache.invalidate_local()
 
 
 @pytest.fixture

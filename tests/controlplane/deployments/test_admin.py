@@ -37,7 +37,7 @@ def test_deactivating_goes_through_the_service(admin_client, tiny_llama):
 
     response = admin_client.post(
         reverse("admin:deployments_servedmodel_change", args=[model.pk]),
-        {"max_model_len": 1024},  # is_active unticked
+        {"max_model_len": 1024, "tool_parser": "hermes"},  # is_active unticked
     )
     assert response.status_code == 302, response.content[:3000]
     model.refresh_from_db()

@@ -164,3 +164,14 @@ def test_run_engine_serves_the_registered_model_until_drained(
     assert not thread.is_alive() and not errors
     assert not r.exists(keys.status("cmd-model", "cmd1"))
     r.close()
+
+
+def test_run_engine_schedules_by_priority_unless_told_otherwise():
+    # Batch API lines carry a low priority; the platform's engines must honour it.
+    from controlplane.deployments.management.commands.run_engine import Command
+
+    parser = Command().create_parser("manage.py", "run_engine")
+    assert parser.parse_args(["--model", "m"]).scheduling_policy == "priority"
+    assert parser.parse_args(["--model", "m", "--scheduling-policy", "fcfs"]).scheduling_policy == (
+        "fcfs"
+    )

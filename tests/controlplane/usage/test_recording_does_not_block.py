@@ -73,9 +73,14 @@ async def test_finish_returns_before_redis_answers(redis_client, monkeypatch):
     assert redis_client.zcard(redis_key("rl", 7, "inflight")) == 0
 
 
-async def test_a_failing_redis_is_logged_not_raised(redis_client, monkeypatch, caplog):
+async def test_a_failing_redis_is_logged_not_raised_and_the_event_spooled(
+    redis_client, monkeypatch, caplog
+):
+    from controlplane.usage.spool import spool
+
     admission = await admission_policy.admit(PRINCIPAL, model="m", prompt_tokens=3, max_tokens=4)
     _slow_redis(monkeypatch, delay=0.0, fail=True)
     await _finish(admission)
     await admission_policy.finish_pending()
-    assert "could not record usage" in caplog.text
+    assert "spooled" in caplog.text
+    assert admission.request_id.encode() in spool.path.read_bytes()  # kept for the replay

@@ -1,4 +1,4 @@
-"""Two engines on one stream; SIGKILL one: no request is left unanswered (acceptance 4)."""
+"""Two engines on one stream; SIGKILL one: no request is left unanswered (acceptance 4), and\nthe started ones finish on the survivor, token for token (mid-stream failover)."""
 
 from __future__ import annotations
 
@@ -100,15 +100,12 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     expected = await asyncio.to_thread(
         offline_greedy, tiny_llama, prompts, [MAX_TOKENS] * NUM_REQUESTS
     )
-    failed = [i for i, res in enumerate(results) if isinstance(res, EngineError)]
-    for i in failed:
-        assert "stopped while running this request" in str(results[i])
+    # Started requests resumed on the survivor (inference/failover.py), unstarted ones ran
+    # there from the start: every request ends with exactly the undisturbed greedy tokens.
     for i, res in enumerate(results):
-        if i not in failed:
-            assert res == expected[i], f"req{i} wrong after recovery"
-    assert len(failed) >= 1, "a started request should have failed with an error"
-    assert len(failed) == num_started
-    assert len(claimed) > len(failed), "some claimed-but-unstarted requests moved on"
+        assert res == expected[i], f"req{i} wrong after recovery: {res!r}"
+    assert num_started >= 1, "the victim should have died while streaming"
+    assert len(claimed) > num_started, "some claimed-but-unstarted requests moved on"
     assert survivor.process.poll() is None
     # Nothing left pending, and the dead engine is gone from the registry.
     assert r.xpending(keys.requests(MODEL), ENGINE_GROUP)["pending"] == 0

@@ -34,6 +34,7 @@ from controlplane.core.platform_location import (
     record_running_platform,
 )
 from controlplane.core.process_commands import (
+    celery_batch_worker_command,
     celery_worker_command,
     daphne_command,
     platform_environment,
@@ -154,6 +155,10 @@ class Command(BaseCommand):
                 beat_schedule=var_dir / "celerybeat-schedule", loglevel="info"
             )
             self.supervisor.start(Child("celery", celery, log_dir / "celery.log", env=env))
+            batches = celery_batch_worker_command(loglevel="info")
+            self.supervisor.start(
+                Child("celery-batches", batches, log_dir / "celery-batches.log", env=env)
+            )
             daphne = daphne_command(host, port)
             self.supervisor.start(Child("daphne", daphne, log_dir / "daphne.log", env=env))
             st["note"] = f"logs in {log_dir}"

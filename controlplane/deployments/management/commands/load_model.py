@@ -20,6 +20,13 @@ class Command(BaseCommand):
             "sentence-transformers directory, or .gguf file (or a directory holding one)",
         )
         parser.add_argument("--name", required=True, help="the model name clients will use")
+        parser.add_argument(
+            "--quantization",
+            choices=["int8", "int4"],
+            default=None,
+            help="serve the weights weight-only quantized (CPU engines): int8 per channel, or "
+            "int4 in groups of 32 (a Q4_1 GGUF keeps its own 4-bit values)",
+        )
 
     def handle(self, *args, **opts):
         def progress(message: str) -> None:
@@ -29,7 +36,12 @@ class Command(BaseCommand):
         warn_if_no_running_platform(self, change_not_announced("The model"))
         self.stdout.write(f"Validating {opts['path']}")
         try:
-            model = served_model_register(path=opts["path"], name=opts["name"], progress=progress)
+            model = served_model_register(
+                path=opts["path"],
+                name=opts["name"],
+                progress=progress,
+                quantization=opts["quantization"] or "",
+            )
         except ModelRegistrationError as exc:
             raise CommandError(f"not registered: {exc}") from exc
         serves = (
@@ -42,7 +54,8 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(
                 f"Registered {model.name!r}: {model.architecture}, "
-                f"{model.num_parameters / 1e6:.1f}M parameters, {model.dtype}, "
+                f"{model.num_parameters / 1e6:.1f}M parameters, {model.dtype}"
+                f"{', weights ' + model.quantization if model.quantization else ''}, "
                 f"context {model.max_model_len}, {serves}"
             )
         )

@@ -22,6 +22,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--model", required=True, help="a name registered with load_model")
         add_service_arguments(parser)
+        # The platform's engines schedule by priority: Batch API lines carry a low one, so
+        # interactive requests go first (bench/batch_interference.py). Equal priorities are
+        # served first come, first served, as with `python -m engine`'s default fcfs.
+        parser.set_defaults(scheduling_policy="priority")
 
     def handle(self, *args, **opts):
         model = ServedModel.objects.filter(name=opts["model"]).first()
@@ -41,6 +45,8 @@ class Command(BaseCommand):
             return
         args = argparse.Namespace(**opts)
         args.redis_url = redis_url
+        # The model's registered quantization, unless this command line names one.
+        args.quantization = opts.get("quantization") or model.quantization or None
         logging.getLogger("engine").setLevel(opts["log_level"].upper())
         code = serve(args, model_path=model.path, model_name=model.name)
         if code:

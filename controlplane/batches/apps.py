@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class BatchesConfig(AppConfig):
+    name = "controlplane.batches"
+    label = "batches"
+    verbose_name = "Files and batches"

@@ -1,0 +1,85 @@
+"""Reads on files and batches, always within one tenant: another tenant's ids are not found."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from controlplane.batches.models import Batch, BatchResult, StoredFile
+from controlplane.core.api_error import ApiError
+from controlplane.tenants.selectors import KeyRecord, key_record_for
+
+MAX_PAGE = 100
+
+
+def not_found(kind: str, object_id: str) -> ApiError:
+    # The same answer for "does not exist" and "another tenant's": nothing leaks across tenants.
+    return ApiError(f"No such {kind}: '{object_id}'", status=404, code="not_found")
+
+
+def file_get(*, tenant_id: int, file_id: str) -> StoredFile:
+    found = StoredFile.objects.filter(tenant_id=tenant_id, pk=file_id).first()
+    if found is None:
+        raise not_found("File", file_id)
+    return found
+
+
+def batch_get(*, tenant_id: int, batch_id: str) -> Batch:
+    found = Batch.objects.filter(tenant_id=tenant_id, pk=batch_id).first()
+    if found is None:
+        raise not_found("batch", batch_id)
+    return found
+
+
+def _page(queryset: QuerySet, *, after: str | None, limit: int, ascending: bool) -> list:
+    """OpenAI's cursor pages: ``after`` an id of the previous page, newest first by default.
+    One more than ``limit`` is read, to tell whether there is a next page."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise ApiError(f"limit must be between 1 and {MAX_PAGE}.", param="limit")
+    order = ("created_at", "pk") if ascending else ("-created_at", "-pk")
+    queryset = queryset.order_by(*order)
+    if after:
+        anchor = queryset.filter(pk=after).values_list("created_at", flat=True).first()
+        if anchor is None:
+            raise ApiError(f"No such object for `after`: '{after}'", param="after")
+        if ascending:
+            queryset = queryset.filter(created_at__gte=anchor).exclude(
+                created_at=anchor, pk__lte=after
+            )
+        else:
+            queryset = queryset.filter(created_at__lte=anchor).exclude(
+                created_at=anchor, pk__gte=after
+            )
+    return list(queryset[: limit + 1])
+
+
+def file_list(
+    *, tenant_id: int, purpose: str | None, after: str | None, limit: int, ascending: bool
+) -> list[StoredFile]:
+    queryset = StoredFile.objects.filter(tenant_id=tenant_id)
+    if purpose:
+        queryset = queryset.filter(purpose=purpose)
+    return _page(queryset, after=after, limit=limit, ascending=ascending)
+
+
+def batch_list(*, tenant_id: int, after: str | None, limit: int) -> list[Batch]:
+    return _page(
+        Batch.objects.filter(tenant_id=tenant_id), after=after, limit=limit, ascending=False
+    )
+
+
+def batch_done_lines(*, batch_id: str) -> set[int]:
+    """Line numbers whose result is written: a resumed batch skips them."""
+    return set(BatchResult.objects.filter(batch_id=batch_id).values_list("line", flat=True))
+
+
+def batch_result_counts(*, batch_id: str) -> tuple[int, int]:
+    """(completed, failed) lines so far."""
+    results = BatchResult.objects.filter(batch_id=batch_id)
+    return results.filter(ok=True).count(), results.filter(ok=False).count()
+
+
+def batch_key_record(*, batch_id: str) -> KeyRecord | None:
+    """The key that created the batch (its lines run under it), None if it was deleted."""
+    batch = Batch.objects.select_related("api_key__tenant").get(pk=batch_id)
+    key = batch.api_key
+    return None if key is None else key_record_for(key, key.tenant)

@@ -1,0 +1,58 @@
+"""Weight-only quantization of a loaded DecoderLM (``EngineConfig.quantization``).
+
+The four projections of every layer take the chosen method; the LM head (the largest single
+matrix of a small model, 49152 x 576 in SmolLM2-135M) is always int8, as llama.cpp's 4-bit
+files keep their output matrix at 6 to 8 bits (the demo Q4_1 file: Q8_0): logits are
+sensitive, and int8 already reads a quarter of the fp32 bytes. The embedding table stays float: a lookup reads one row per token.
+Norms, biases and the KV cache keep the engine's dtype.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from engine.layers.quantized_linear import QUANTIZATION_METHODS, quantize, weight_bytes
+from engine.models.decoder import DecoderLM
+
+logger = logging.getLogger(__name__)
+
+_PROJECTIONS = ("qkv", "o_proj", "gate_up", "down")
+
+
+def check_quantization(method: str | None, device: torch.device) -> None:
+    """ValueError with the reason when ``method`` cannot run on ``device``."""
+    if method is None:
+        return
+    if method not in QUANTIZATION_METHODS:
+        raise ValueError(
+            f"quantization must be one of {', '.join(QUANTIZATION_METHODS)}, got {method!r}"
+        )
+    if device.type != "cpu":
+        raise ValueError(
+            f"{method} quantization runs on torch's CPU kernels only; serve unquantized on "
+            f"{device.type}"
+        )
+
+
+def quantize_model(model: DecoderLM, method: str) -> None:
+    """Replace the model's projection weights by their quantized form, in place."""
+    before = _projection_bytes(model)
+    for layer in model.layers:
+        for name in _PROJECTIONS:
+            setattr(layer, name, quantize(getattr(layer, name), method))
+    model.lm_head = quantize(model.lm_head, "int8")
+    logger.info(
+        "quantized the projections to %s and the LM head to int8: %.0f MiB -> %.0f MiB",
+        method,
+        before / 2**20,
+        _projection_bytes(model) / 2**20,
+    )
+
+
+def _projection_bytes(model: DecoderLM) -> int:
+    total = weight_bytes(model.lm_head)
+    for layer in model.layers:
+        total += sum(weight_bytes(getattr(layer, name)) for name in _PROJECTIONS)
+    return total

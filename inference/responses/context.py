@@ -1,0 +1,40 @@
+"""What a Responses request carries beyond its chat generation: what its Response echoes,
+the conversation it answers (to store), and where it is stored."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def new_response_id() -> str:
+    return f"resp_{uuid.uuid4().hex}"
+
+
+def new_item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass
+class ResponseContext:
+    tenant_id: int
+    key_prefix: str
+    # Every input item the generation answers: the previous response's conversation and
+    # output first, then this request's input (items with ids, as input_items lists them).
+    input_items: list[dict[str, Any]]
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    tools: list[dict[str, Any]] = field(default_factory=list)  # Responses' function tools
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    id: str = field(default_factory=new_response_id)
+    created_at: int = field(default_factory=lambda: int(time.time()))

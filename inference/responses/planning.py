@@ -1,0 +1,133 @@
+"""A Responses request as a chat generation: validate, rebuild the conversation, plan a chat.
+
+The chat body built here goes through the chat endpoint's own validation and planning
+(``prepare_generation("chat", ...)``), so limits, model grants, the chat template, tools and
+structured outputs behave exactly as on /v1/chat/completions; only the names in its errors
+are put back into Responses terms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from controlplane.core.api_error import ApiError
+from controlplane.tenants.access import Principal
+from engine.text.tokenizer import ChatTokenizer
+from inference.generation.plan import GenerationPlan
+from inference.generation.planning import prepare_generation
+from inference.responses.context import ResponseContext
+from inference.responses.items import chat_messages
+from inference.responses.serializers import ResponsesRequestSerializer
+from inference.responses.storage import conversation_before
+from inference.schemas.validation import validate_body
+
+# Request fields passed to the chat generation as they are, when sent.
+SAME_AS_CHAT = (
+    "model",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "ignore_eos",
+    "cache_salt",
+    "priority",
+    "stream",
+    "user",
+)
+# Chat's names for the Responses fields they came from, for error messages.
+CHAT_TO_RESPONSES = {
+    "messages": "input",
+    "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+}
+
+
+def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    function = {"name": tool["name"]}
+    for name in ("description", "parameters", "strict"):
+        if tool.get(name) is not None:
+            function[name] = tool[name]
+    return {"type": "function", "function": function}
+
+
+def _response_format(text_format: dict[str, Any]) -> dict[str, Any]:
+    if text_format["type"] != "json_schema":
+        return {"type": text_format["type"]}
+    schema = {"name": text_format["name"], "schema": text_format["schema"]}
+    for name in ("description", "strict"):
+        if text_format.get(name) is not None:
+            schema[name] = text_format[name]
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def chat_body(body: dict[str, Any], context: ResponseContext) -> dict[str, Any]:
+    """The /v1/chat/completions body this Responses request amounts to."""
+    chat = {name: body[name] for name in SAME_AS_CHAT if body.get(name) is not None}
+    chat["messages"] = chat_messages(context.input_items, context.instructions)
+    if context.max_output_tokens is not None:
+        chat["max_completion_tokens"] = context.max_output_tokens
+    if context.tools:
+        chat["tools"] = [_chat_tool(tool) for tool in context.tools]
+        choice = context.tool_choice
+        if isinstance(choice, dict):
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        chat["tool_choice"] = choice
+        chat["parallel_tool_calls"] = context.parallel_tool_calls
+    text_format = context.text.get("format") or {"type": "text"}
+    if text_format["type"] != "text":
+        chat["response_format"] = _response_format(text_format)
+    return chat
+
+
+def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> ResponseContext:
+    text = body.get("text") or {}
+    return ResponseContext(
+        tenant_id=principal.tenant_id,
+        key_prefix=principal.key_prefix,
+        input_items=items,
+        instructions=body.get("instructions"),
+        previous_response_id=body.get("previous_response_id"),
+        store=body["store"],
+        tools=[dict(tool) for tool in body.get("tools") or []],
+        tool_choice=body.get("tool_choice") or "auto",
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+        text={"format": dict(text.get("format") or {"type": "text"})},
+        max_output_tokens=body.get("max_output_tokens"),
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
+        metadata=dict(body.get("metadata") or {}),
+        user=body.get("user"),
+    )
+
+
+def _in_responses_terms(error: ApiError) -> ApiError:
+    """A chat error's field as the Responses field it came from. Only the field: a message's
+    index counts the instructions and the previous conversation, not ``input`` alone."""
+    if error.param:
+        base = error.param.partition(".")[0].split("[", 1)[0]
+        if base in CHAT_TO_RESPONSES:
+            original, error.param = error.param, CHAT_TO_RESPONSES[base]
+            error.message = error.message.replace(f"'{original}'", f"'{error.param}'", 1)
+    return error
+
+
+async def prepare_response(
+    principal: Principal, raw_body: dict[str, Any]
+) -> tuple[GenerationPlan, ChatTokenizer]:
+    """Validate a Responses body and plan it as a chat generation of kind "response"."""
+    body = validate_body(ResponsesRequestSerializer, raw_body)
+    history = await conversation_before(principal, body.get("previous_response_id"))
+    context = _context(body, principal, history + body["input"])
+    try:
+        plan, tokenizer = await prepare_generation("chat", principal, chat_body(body, context))
+    except ApiError as exc:
+        raise _in_responses_terms(exc) from None
+    return dataclasses.replace(plan, kind="response", request_id=context.id, response=context), (
+        tokenizer
+    )

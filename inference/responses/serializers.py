@@ -1,0 +1,213 @@
+"""POST /v1/responses request body: OpenAI's fields, and vLLM's sampling extras."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from inference.responses import items
+from inference.schemas.fields import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_NAME_LENGTH,
+    StopField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+)
+from inference.schemas.sampling import MAX_REPETITION_PENALTY
+
+MAX_TOOLS = 128
+MAX_METADATA = 16
+_TEXT_PART = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "enum": list(items.TEXT_PARTS)},
+        "text": {"type": "string"},
+    },
+    "required": ["type", "text"],
+}
+_INPUT_ITEM = {
+    "oneOf": [
+        {
+            "type": "object",
+            "description": "A message (type 'message' may be left out).",
+            "properties": {
+                "type": {"type": "string", "enum": ["message"]},
+                "role": {"type": "string", "enum": list(items.ROLES)},
+                "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]},
+            },
+            "required": ["role", "content"],
+        },
+        {
+            "type": "object",
+            "description": "A function call the model made (from a previous output).",
+            "properties": {
+                "type": {"type": "string", "enum": ["function_call"]},
+                "call_id": {"type": "string"},
+                "name": {"type": "string"},
+                "arguments": {"type": "string"},
+            },
+            "required": ["type", "call_id", "name", "arguments"],
+        },
+        {
+            "type": "object",
+            "description": "The result of a function call, fed back to the model.",
+            "properties": {
+                "type": {"type": "string", "enum": ["function_call_output"]},
+                "call_id": {"type": "string"},
+                "output": {"type": "string"},
+            },
+            "required": ["type", "call_id", "output"],
+        },
+    ]
+}
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": _INPUT_ITEM}]})
+class ResponseInputField(serializers.Field):
+    """``input``: a string (one user message) or a list of input items, given ids."""
+
+    def to_internal_value(self, data):
+        return items.input_items(data)
+
+    def to_representation(self, value):
+        return value
+
+
+class FunctionToolSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["function"])
+    name = StrictCharField(max_length=64)
+    description = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    parameters = serializers.DictField(required=False, allow_null=True)
+    strict = StrictBooleanField(required=False, allow_null=True)
+
+
+class NamedToolChoiceSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["function"])
+    name = StrictCharField(max_length=64)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "enum": ["none", "auto", "required"]},
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["function"]},
+                    "name": {"type": "string"},
+                },
+                "required": ["type", "name"],
+            },
+        ]
+    }
+)
+class ToolChoiceField(serializers.Field):
+    default_error_messages = {
+        "invalid": "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}."
+    }
+
+    def to_internal_value(self, data):
+        if data in ("none", "auto", "required"):
+            return data
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        named = NamedToolChoiceSerializer(data=data)
+        named.is_valid(raise_exception=True)
+        return dict(named.validated_data)
+
+    def to_representation(self, value):
+        return value
+
+
+class TextFormatSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
+    name = StrictCharField(required=False, max_length=64)
+    schema = serializers.DictField(required=False)
+    description = StrictCharField(required=False, allow_blank=True)
+    strict = StrictBooleanField(required=False, allow_null=True)
+
+    def validate(self, attrs):
+        if attrs["type"] == "json_schema" and ("schema" not in attrs or "name" not in attrs):
+            raise serializers.ValidationError("json_schema formats need a name and a schema.")
+        return attrs
+
+
+class TextConfigSerializer(serializers.Serializer):
+    format = TextFormatSerializer(required=False)
+
+
+class ResponsesRequestSerializer(serializers.Serializer):
+    model = StrictCharField(help_text="A model id from GET /v1/models.", max_length=MAX_NAME_LENGTH)
+    input = ResponseInputField(help_text="A string (one user message) or a list of input items.")
+    instructions = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, help_text="The system message."
+    )
+    previous_response_id = StrictCharField(
+        required=False, allow_null=True, max_length=64, help_text="A stored response to continue."
+    )
+    store = StrictBooleanField(required=False, default=True)
+    stream = StrictBooleanField(required=False, default=False)
+    max_output_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
+    temperature = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
+    top_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
+    tools = FunctionToolSerializer(many=True, required=False, max_length=MAX_TOOLS)
+    tool_choice = ToolChoiceField(required=False, allow_null=True)
+    parallel_tool_calls = StrictBooleanField(required=False, allow_null=True)
+    text = TextConfigSerializer(required=False, allow_null=True)
+    metadata = serializers.DictField(
+        child=StrictCharField(max_length=512), required=False, allow_null=True
+    )
+    user = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
+    )
+    truncation = serializers.ChoiceField(
+        choices=["disabled", "auto"], required=False, allow_null=True
+    )
+    # vLLM's extra sampling parameters, as on /v1/chat/completions.
+    seed = StrictIntegerField(
+        required=False, allow_null=True, min_value=INT64_MIN, max_value=INT64_MAX
+    )
+    stop = StopField(required=False, allow_null=True)
+    top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1, max_value=INT32_MAX)
+    min_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
+    presence_penalty = StrictFloatField(
+        required=False, allow_null=True, min_value=-2.0, max_value=2.0
+    )
+    frequency_penalty = StrictFloatField(
+        required=False, allow_null=True, min_value=-2.0, max_value=2.0
+    )
+    repetition_penalty = StrictFloatField(
+        required=False, allow_null=True, min_value=0.01, max_value=MAX_REPETITION_PENALTY
+    )
+    ignore_eos = StrictBooleanField(required=False)
+    cache_salt = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
+    )
+    priority = StrictIntegerField(
+        required=False, default=0, min_value=-INT32_MAX - 1, max_value=INT32_MAX
+    )
+
+    def validate_top_p(self, value):
+        if value is not None and value <= 0.0:
+            raise serializers.ValidationError("must be in (0, 1].")
+        return value
+
+    def validate_metadata(self, value):
+        if value and len(value) > MAX_METADATA:
+            raise serializers.ValidationError(f"must hold at most {MAX_METADATA} pairs.")
+        return value
+
+    def validate(self, attrs):
+        choice = attrs.get("tool_choice")
+        names = {tool["name"] for tool in attrs.get("tools") or []}
+        if isinstance(choice, dict) and choice["name"] not in names:
+            raise serializers.ValidationError(
+                {"tool_choice": f"names the function {choice['name']!r}, which tools do not list."}
+            )
+        if choice == "required" and not names:
+            raise serializers.ValidationError({"tool_choice": "'required' needs tools."})
+        return attrs

@@ -1,0 +1,83 @@
+"""The served stack for structured outputs and tool calls: the real SmolLM2-135M-Instruct
+(registered with ``manage.py load_model``, as an operator does) and a random-weight tiny
+llama, each with its engine process, and Daphne. Started once for this directory."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+
+from controlplane.core.process_commands import engine_command
+from tests.controlplane.support.shared_database import FileDatabase
+from tests.support.platform_services import (
+    engine_status_records,
+    platform_services,
+    serving_daphne,
+)
+from tests.support.processes import running
+
+PREFIX = "sotools"
+SMOLLM2 = "smollm2-135m-instruct"
+RANDOM = "tiny-random"
+
+
+@dataclass
+class ToolsStack:
+    base_url: str
+    api_key: str
+    db: FileDatabase
+
+    def sdk(self, **kwargs):
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
+        )
+
+    def async_sdk(self, **kwargs):
+        import openai
+
+        return openai.AsyncOpenAI(
+            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
+        )
+
+
+@pytest.fixture(scope="package")
+def stack(tmp_path_factory, smollm2, tiny_llama) -> ToolsStack:
+    smollm2_dir, _lines = smollm2
+    workdir = tmp_path_factory.mktemp("structured-e2e")
+    with platform_services(workdir, redis_prefix=PREFIX) as services:
+        db = FileDatabase(services.database_path, services.redis.url)
+        # Shared CI CPUs can starve a 135M model's steps for many seconds: a silence that
+        # long is load here, not a lost engine, and a resumed sample is not what these test.
+        db.env.update(services.env, ENGINE_SILENCE_TIMEOUT="600")
+        db.manage("load_model", str(smollm2_dir), "--name", SMOLLM2)
+        db.manage("load_model", str(tiny_llama), "--name", RANDOM)
+        db.manage("create_tenant", "Builders")
+        key = db.create_key("Builders")
+        engines = [
+            (smollm2_dir, SMOLLM2, {"max_num_seqs": 32}),
+            (tiny_llama, RANDOM, {"max_num_seqs": 32}),
+        ]
+        with (
+            serving_daphne(db.env, workdir / "daphne.log", timeout=90) as base_url,
+            ExitStack() as live,
+        ):
+            for path, name, options in engines:
+                live.enter_context(
+                    running(
+                        engine_command(
+                            path, name, redis_url=services.redis.url, device="cpu", **options
+                        ),
+                        db.env,
+                        workdir / f"engine-{name}.log",
+                        ready=lambda name=name: bool(
+                            engine_status_records(services.redis.url, PREFIX, name)
+                        ),
+                        what=f"engine {name}",
+                        timeout=240,
+                    )
+                )
+            yield ToolsStack(base_url=base_url, api_key=key, db=db)

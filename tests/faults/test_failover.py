@@ -1,0 +1,246 @@
+"""Mid-stream failover: SIGKILL the engine that is generating, the client never notices.
+
+Two engine processes serve the tiny llama behind a Daphne of their own (own Redis prefix and
+database copy, so no other test's engine can pick the request up or be killed). A greedy
+request runs undisturbed once; then the same request runs again and, once its first tokens
+have arrived, the engine whose ``started`` hash holds it is killed with SIGKILL. The survivor
+reaps it, the API re-submits prompt + delivered tokens, and the client (the official openai
+SDK) sees no error, and the very same tokens as the undisturbed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+import redis
+
+from controlplane.core.process_commands import engine_command
+from tests.faults.conftest import fresh_daphne, isolated_env
+from tests.inference.conftest import CHAT_MODEL
+from tests.support.processes import running
+
+# Engines start, die and are replaced, and a failover waits for the status TTL.
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(600)]
+
+PROMPT = "The failover test asks the model to go on and on about"
+MAX_TOKENS = 200
+KILL_AFTER = 30  # tokens the client has received when the engine dies
+
+
+@dataclass
+class Stack:
+    base_url: str
+    api_key: str
+    redis: redis.Redis
+    prefix: str
+
+    def sdk(self):
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, timeout=120
+        )
+
+    def statuses(self) -> dict[str, dict]:
+        keys = self.redis.keys(f"{self.prefix}:status:{CHAT_MODEL}:*")
+        records = [json.loads(r) for r in self.redis.mget(keys) if r] if keys else []
+        return {r["engine_id"]: r for r in records}
+
+    def kill_engine_running_a_request(self) -> str:
+        """SIGKILL the engine whose ``started`` hash holds a request; its id."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for key in self.redis.keys(f"{self.prefix}:started:{CHAT_MODEL}:*"):
+                if self.redis.hlen(key):
+                    engine_id = key.decode().rsplit(":", 1)[1]
+                    os.kill(self.statuses()[engine_id]["pid"], signal.SIGKILL)
+                    return engine_id
+            time.sleep(0.02)
+        raise AssertionError("no engine holds a started request")
+
+
+@pytest.fixture(scope="module")
+def stack(api_platform, tmp_path_factory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("failover")
+    env = isolated_env(api_platform, workdir)
+    prefix = env["PLATFORM_REDIS_PREFIX"]
+    client = redis.Redis.from_url(api_platform.redis_url)
+    with ExitStack() as stack:
+        for i in range(2):
+            command = engine_command(
+                api_platform.checkpoint,
+                CHAT_MODEL,
+                redis_url=api_platform.redis_url,
+                device="cpu",
+                max_num_seqs=8,
+            )
+            stack.enter_context(
+                running(
+                    command,
+                    env,
+                    workdir / f"engine-{i}.log",
+                    ready=lambda n=i + 1: len(client.keys(f"{prefix}:status:{CHAT_MODEL}:*")) >= n,
+                    what=f"engine {i}",
+                    timeout=120,
+                )
+            )
+        daphne = stack.enter_context(fresh_daphne(env, workdir))
+        yield Stack(daphne.base_url, api_platform.api_key, client, prefix)
+    client.close()
+
+
+def _engines_back_to_two(stack: Stack, api_platform, tmp_path, exits: ExitStack) -> None:
+    """After a kill, start a replacement so the next test again has a survivor to move to."""
+    if len(stack.statuses()) >= 2:
+        return
+    env = {**api_platform.env, "PLATFORM_REDIS_PREFIX": stack.prefix}
+    command = engine_command(
+        api_platform.checkpoint, CHAT_MODEL, redis_url=api_platform.redis_url, device="cpu"
+    )
+    exits.enter_context(
+        running(
+            command,
+            env,
+            tmp_path / "replacement-engine.log",
+            ready=lambda: len(stack.statuses()) >= 2,
+            what="replacement engine",
+            timeout=120,
+        )
+    )
+
+
+@pytest.fixture
+def two_engines(stack, api_platform, tmp_path) -> Iterator[Stack]:
+    with ExitStack() as exits:
+        _engines_back_to_two(stack, api_platform, tmp_path, exits)
+        yield stack
+
+
+def _request(**extra) -> dict:
+    return {
+        "model": CHAT_MODEL,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "logprobs": 1,
+        "extra_body": {"ignore_eos": True},
+        **extra,
+    }
+
+
+def _undisturbed(stack: Stack):
+    done = stack.sdk().completions.create(**_request())
+    assert len(done.choices[0].logprobs.tokens) == MAX_TOKENS
+    return done
+
+
+def _generated(stack: Stack) -> dict[str, int]:
+    return {e: s["generation_tokens_total"] for e, s in stack.statuses().items()}
+
+
+def test_greedy_stream_survives_sigkill_of_its_engine(two_engines):
+    stack = two_engines
+    undisturbed = _undisturbed(stack)
+    time.sleep(1.5)  # one status refresh
+    before = _generated(stack)
+
+    stream = stack.sdk().completions.create(
+        **_request(stream=True, stream_options={"include_usage": True})
+    )
+    got_tokens: list[str] = []
+    got_text = ""
+    finish_reason = usage = None
+    killed = None
+    longest_pause, last = 0.0, time.monotonic()
+    for chunk in stream:
+        now = time.monotonic()
+        longest_pause, last = max(longest_pause, now - last), now
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            got_text += choice.text
+            if choice.logprobs is not None:
+                got_tokens.extend(choice.logprobs.tokens)
+            finish_reason = choice.finish_reason or finish_reason
+        if killed is None and len(got_tokens) >= KILL_AFTER:
+            killed = stack.kill_engine_running_a_request()
+    assert killed is not None
+    assert finish_reason == "length"
+    # Status TTL (5 s) + the reaper's grace + one tick: the stream resumes within seconds.
+    print(f"failover pause: {longest_pause:.1f}s")
+    assert longest_pause < 20
+    assert got_tokens == undisturbed.choices[0].logprobs.tokens
+    assert got_text == undisturbed.choices[0].text
+    # The survivor really took over, from where the dead engine stopped: it generated the
+    # rest of this request's tokens, not all of them.
+    time.sleep(1.5)  # one status refresh
+    after = _generated(stack)
+    survivors = [e for e in after if e != killed]
+    assert len(survivors) == 1
+    grown = after[survivors[0]] - before.get(survivors[0], 0)
+    assert 0 < grown <= MAX_TOKENS - KILL_AFTER
+    # Billed once for the original prompt, and for every token produced.
+    assert usage.prompt_tokens == undisturbed.usage.prompt_tokens
+    assert usage.completion_tokens == MAX_TOKENS
+
+
+def test_greedy_request_without_stream_survives_sigkill(two_engines):
+    stack = two_engines
+    undisturbed = _undisturbed(stack)
+    sdk = stack.sdk()
+    result: dict = {}
+
+    def call() -> None:
+        try:
+            result["done"] = sdk.completions.create(**_request())
+        except Exception as exc:  # reported by the assertion below
+            result["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    killed = stack.kill_engine_running_a_request()
+    thread.join(timeout=120)
+    assert "error" not in result, result.get("error")
+    done = result["done"]
+    assert killed not in stack.statuses()
+    assert done.choices[0].logprobs.tokens == undisturbed.choices[0].logprobs.tokens
+    assert done.choices[0].text == undisturbed.choices[0].text
+    assert done.choices[0].finish_reason == "length"
+    assert done.usage.prompt_tokens == undisturbed.usage.prompt_tokens
+    assert done.usage.completion_tokens == MAX_TOKENS
+
+
+def test_seeded_samples_of_n_survive_sigkill_each_where_it_stopped(two_engines):
+    """n=2, sampled with a seed: each sample resumes alone (seed + index, its own output so
+    far) and both end exactly as in the undisturbed run."""
+    stack = two_engines
+    request = _request(n=2, temperature=0.9, seed=1234)
+    undisturbed = stack.sdk().completions.create(**request)
+    expected = {c.index: c.logprobs.tokens for c in undisturbed.choices}
+    assert expected[0] != expected[1]  # two samples, not one copied
+    time.sleep(1.5)  # one status refresh
+    before = _generated(stack)
+
+    got: dict[int, list[str]] = {0: [], 1: []}
+    killed = None
+    for chunk in stack.sdk().completions.create(**request, stream=True):
+        for choice in chunk.choices:
+            if choice.logprobs is not None:
+                got[choice.index].extend(choice.logprobs.tokens)
+        if killed is None and len(got[0]) + len(got[1]) >= KILL_AFTER:
+            killed = stack.kill_engine_running_a_request()
+    assert killed is not None
+    assert got == expected
+    # The survivor generated only what was left of the two samples.
+    time.sleep(1.5)
+    after = _generated(stack)
+    (survivor,) = [e for e in after if e != killed]
+    assert 0 < after[survivor] - before.get(survivor, 0) <= 2 * MAX_TOKENS - KILL_AFTER
