@@ -8,8 +8,9 @@ the request). Only the JSON API's paths are limited: the admin's adapter upload 
 multipart files to disk under its own limit (``ADAPTER_MAX_BYTES``), and /v1/files under
 ``FILES_MAX_UPLOAD_BYTES`` (its uploads stream to a temporary file too).
 
-Daphne itself receives a whole body (into a temporary file) before any application runs; to
-refuse an upload before it is sent, a proxy in front needs a limit too (docs/operations.md).
+Daphne itself receives a whole body before any application runs; for a Content-Length over the
+cap it keeps none of it (``capped_limit_for`` is handed to controlplane/core/daphne_bodies.py).
+To refuse an upload before it is sent, a proxy in front needs a limit too (docs/operations.md).
 """
 
 from __future__ import annotations

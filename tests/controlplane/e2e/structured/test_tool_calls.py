@@ -101,7 +101,7 @@ def test_named_function_arguments_always_validate(stack, model):
 def test_required_calls_always_validate(stack, model):
     client = stack.sdk(timeout=600)
     kwargs = dict(
-        model=model, messages=ASK, tools=TOOLS, tool_choice="required", n=N, max_tokens=300
+        model=model, messages=ASK, tools=TOOLS, tool_choice="required", n=N, max_tokens=200
     )
     whole = client.chat.completions.create(**kwargs)
     for choice in whole.choices:
