@@ -7,17 +7,12 @@ from rest_framework import serializers
 
 from inference.responses import items
 from inference.schemas.fields import (
-    INT32_MAX,
-    INT64_MAX,
-    INT64_MIN,
     MAX_NAME_LENGTH,
-    StopField,
     StrictBooleanField,
     StrictCharField,
-    StrictFloatField,
     StrictIntegerField,
 )
-from inference.schemas.sampling import MAX_REPETITION_PENALTY
+from inference.schemas.sampling import SamplingFields
 
 MAX_TOOLS = 128
 MAX_METADATA = 16
@@ -107,7 +102,8 @@ class NamedToolChoiceSerializer(serializers.Serializer):
 )
 class ToolChoiceField(serializers.Field):
     default_error_messages = {
-        "invalid": "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}."
+        # Braces doubled: DRF formats these messages with str.format.
+        "invalid": "must be 'none', 'auto', 'required' or {{\"type\": \"function\", \"name\": ...}}."
     }
 
     def to_internal_value(self, data):
@@ -140,7 +136,9 @@ class TextConfigSerializer(serializers.Serializer):
     format = TextFormatSerializer(required=False)
 
 
-class ResponsesRequestSerializer(serializers.Serializer):
+class ResponsesRequestSerializer(SamplingFields):
+    """OpenAI's Responses fields; the sampling fields (vLLM's extras too) are chat's."""
+
     model = StrictCharField(help_text="A model id from GET /v1/models.", max_length=MAX_NAME_LENGTH)
     input = ResponseInputField(help_text="A string (one user message) or a list of input items.")
     instructions = StrictCharField(
@@ -152,8 +150,6 @@ class ResponsesRequestSerializer(serializers.Serializer):
     store = StrictBooleanField(required=False, default=True)
     stream = StrictBooleanField(required=False, default=False)
     max_output_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
-    temperature = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
-    top_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
     tools = FunctionToolSerializer(many=True, required=False, max_length=MAX_TOOLS)
     tool_choice = ToolChoiceField(required=False, allow_null=True)
     parallel_tool_calls = StrictBooleanField(required=False, allow_null=True)
@@ -161,40 +157,9 @@ class ResponsesRequestSerializer(serializers.Serializer):
     metadata = serializers.DictField(
         child=StrictCharField(max_length=512), required=False, allow_null=True
     )
-    user = StrictCharField(
-        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
-    )
     truncation = serializers.ChoiceField(
         choices=["disabled", "auto"], required=False, allow_null=True
     )
-    # vLLM's extra sampling parameters, as on /v1/chat/completions.
-    seed = StrictIntegerField(
-        required=False, allow_null=True, min_value=INT64_MIN, max_value=INT64_MAX
-    )
-    stop = StopField(required=False, allow_null=True)
-    top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1, max_value=INT32_MAX)
-    min_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
-    presence_penalty = StrictFloatField(
-        required=False, allow_null=True, min_value=-2.0, max_value=2.0
-    )
-    frequency_penalty = StrictFloatField(
-        required=False, allow_null=True, min_value=-2.0, max_value=2.0
-    )
-    repetition_penalty = StrictFloatField(
-        required=False, allow_null=True, min_value=0.01, max_value=MAX_REPETITION_PENALTY
-    )
-    ignore_eos = StrictBooleanField(required=False)
-    cache_salt = StrictCharField(
-        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
-    )
-    priority = StrictIntegerField(
-        required=False, default=0, min_value=-INT32_MAX - 1, max_value=INT32_MAX
-    )
-
-    def validate_top_p(self, value):
-        if value is not None and value <= 0.0:
-            raise serializers.ValidationError("must be in (0, 1].")
-        return value
 
     def validate_metadata(self, value):
         if value and len(value) > MAX_METADATA:

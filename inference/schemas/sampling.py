@@ -31,16 +31,10 @@ class StreamOptionsSerializer(serializers.Serializer):
     continuous_usage_stats = StrictBooleanField(required=False, default=False)
 
 
-class SamplingRequestSerializer(StructuredRequestFields):
-    """The body fields both generation endpoints accept (structured outputs included).
+class SamplingFields(serializers.Serializer):
+    """The sampling fields every generation endpoint takes (chat, completions, responses):
+    OpenAI's and vLLM's extras, with the bounds that keep any JSON value out of a 5xx."""
 
-    Sampling fields carry no defaults here: what a client leaves out takes the engine
-    protocol's default (engine.protocol.SamplingOptions), the platform's one source of them.
-    """
-
-    model = StrictCharField(help_text="A model id from GET /v1/models.", max_length=MAX_NAME_LENGTH)
-    n = StrictIntegerField(required=False, min_value=1, max_value=MAX_N)
-    max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     temperature = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=2.0)
     top_p = StrictFloatField(required=False, allow_null=True, min_value=0.0, max_value=1.0)
     # vLLM's range: the engine seeds a torch generator per sample with seed + sample index.
@@ -54,12 +48,9 @@ class SamplingRequestSerializer(StructuredRequestFields):
         required=False, allow_null=True, min_value=-2.0, max_value=2.0
     )
     stop = StopField(required=False, allow_null=True)
-    stream = StrictBooleanField(required=False, default=False)
-    stream_options = StreamOptionsSerializer(required=False, allow_null=True)
     user = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
     )
-    logit_bias = serializers.DictField(required=False, allow_null=True, allow_empty=True)
     # vLLM's extra sampling parameters.
     # The engine clamps top_k to the vocabulary; int32 keeps it a valid tensor value.
     top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1, max_value=INT32_MAX)
@@ -67,13 +58,7 @@ class SamplingRequestSerializer(StructuredRequestFields):
     repetition_penalty = StrictFloatField(
         required=False, allow_null=True, min_value=0.01, max_value=MAX_REPETITION_PENALTY
     )
-    min_tokens = StrictIntegerField(required=False, min_value=0)
     ignore_eos = StrictBooleanField(required=False)
-    stop_token_ids = TokenIdListField(
-        required=False, allow_null=True, max_length=MAX_STOP_TOKEN_IDS
-    )
-    skip_special_tokens = StrictBooleanField(required=False, default=True)
-    include_stop_str_in_output = StrictBooleanField(required=False, default=False)
     cache_salt = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
     )
@@ -85,6 +70,27 @@ class SamplingRequestSerializer(StructuredRequestFields):
         if value is not None and value <= 0.0:
             raise serializers.ValidationError("must be in (0, 1].")
         return value
+
+
+class SamplingRequestSerializer(StructuredRequestFields, SamplingFields):
+    """The body fields both generation endpoints accept (structured outputs included).
+
+    Sampling fields carry no defaults here: what a client leaves out takes the engine
+    protocol's default (engine.protocol.SamplingOptions), the platform's one source of them.
+    """
+
+    model = StrictCharField(help_text="A model id from GET /v1/models.", max_length=MAX_NAME_LENGTH)
+    n = StrictIntegerField(required=False, min_value=1, max_value=MAX_N)
+    max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
+    stream = StrictBooleanField(required=False, default=False)
+    stream_options = StreamOptionsSerializer(required=False, allow_null=True)
+    logit_bias = serializers.DictField(required=False, allow_null=True, allow_empty=True)
+    min_tokens = StrictIntegerField(required=False, min_value=0)
+    stop_token_ids = TokenIdListField(
+        required=False, allow_null=True, max_length=MAX_STOP_TOKEN_IDS
+    )
+    skip_special_tokens = StrictBooleanField(required=False, default=True)
+    include_stop_str_in_output = StrictBooleanField(required=False, default=False)
 
     def validate_logit_bias(self, value):
         if value:

@@ -77,6 +77,8 @@ def test_text_format_becomes_response_format(text_format, response_format):
     [
         ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [TOOL]}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
+        # Its message holds braces: this was a 500 (KeyError) until they were escaped.
+        ({"tool_choice": True}, "tool_choice"),
         ({"text": {"format": {"type": "json_schema", "name": "A"}}}, "text.format"),
         ({"input": [{"role": "user", "content": 3}]}, "input[0]"),
         ({"max_output_tokens": "5"}, "max_output_tokens"),
