@@ -26,14 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-POPULATE = """
-import json, sys
-from controlplane.deployments.models import ServedModel
-from controlplane.tenants.services import api_key_create, tenant_create
-ServedModel.objects.update_or_create(name="bench", defaults={"path": sys.argv[-1],
-    "architecture": "LlamaForCausalLM", "max_model_len": 2048})
-print(api_key_create(tenant=tenant_create(name="bench")).secret)
-"""
+from bench.bench_tenant import register_command  # noqa: E402
 
 
 def _proc_status(pid: int) -> dict[str, int]:
@@ -162,7 +155,7 @@ def main() -> None:
     subprocess.run([py, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env, check=True)
     key = (
         subprocess.run(
-            [py, "-c", "import django; django.setup()\n" + POPULATE, str(checkpoint)],
+            register_command(py, "bench", checkpoint, 2048),
             cwd=REPO,
             env=env,
             check=True,

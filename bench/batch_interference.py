@@ -29,14 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-POPULATE = """
-import sys
-from controlplane.deployments.models import ServedModel
-from controlplane.tenants.services import api_key_create, tenant_create
-ServedModel.objects.update_or_create(name="bench", defaults={"path": sys.argv[-1],
-    "architecture": "LlamaForCausalLM", "max_model_len": 2048})
-print(api_key_create(tenant=tenant_create(name="bench")).secret)
-"""
+from bench.bench_tenant import register_command  # noqa: E402
 
 
 def _wait(check, timeout: float, what: str) -> None:
@@ -125,7 +118,7 @@ def main() -> None:
     }
     py = sys.executable
     subprocess.run([py, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env, check=True)
-    populate = [py, "-c", "import django; django.setup()\n" + POPULATE, str(checkpoint)]
+    populate = register_command(py, "bench", checkpoint, 2048)
     out = subprocess.run(populate, cwd=REPO, env=env, check=True, capture_output=True, text=True)
     key = out.stdout.strip().splitlines()[-1]
     port = free_port()

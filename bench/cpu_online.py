@@ -23,18 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench import peers
+from bench.bench_tenant import register_command
 from bench.cpu_vs_vllm import checkpoint, process_tree_peak_rss
 
 REPO = peers.REPO
 MODEL_NAME = "bench"
-POPULATE = """
-import sys
-from controlplane.deployments.models import ServedModel
-from controlplane.tenants.services import api_key_create, tenant_create
-ServedModel.objects.update_or_create(name=sys.argv[-2], defaults={"path": sys.argv[-1],
-    "architecture": "LlamaForCausalLM", "max_model_len": 4096})
-print(api_key_create(tenant=tenant_create(name="bench")).secret)
-"""
 CLIENT = """
 import json, sys
 from vllm.benchmarks.serve import add_cli_args, main
@@ -101,13 +94,7 @@ def our_platform(
         env["ENGINE_SILENCE_TIMEOUT"] = "600"
         subprocess.run(migrate_command(), cwd=REPO, env=env, check=True)
         key = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import django; django.setup()\n" + POPULATE,
-                MODEL_NAME,
-                str(model),
-            ],
+            register_command(sys.executable, MODEL_NAME, model, 4096),
             cwd=REPO,
             env=env,
             check=True,
