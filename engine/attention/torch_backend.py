@@ -1,5 +1,9 @@
 """Paged attention in plain PyTorch: the CPU path and the reference for other backends.
 
+On a CPU in float32, decodes run in one call of the native kernel (kernels/cpu/attention.cpp),
+which reads K/V from their blocks with no gather; what follows is the PyTorch path, which
+serves other dtypes and devices and is that kernel's reference.
+
 Decodes run as a few batched calls: each sequence's keys are gathered from its blocks into a
 padded [group, max_len] tensor and padding is masked. Gathering dominates the cost, so decodes
 of similar length (the runner sorts them) are grouped to keep padding small. On a CPU, a
@@ -14,33 +18,19 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.backend import AttentionBackend, AttentionMetadata
+from engine.layers.dispatch import cpu_ops
 
 
 class TorchAttentionBackend(AttentionBackend):
     name = "torch"
 
     def prepare(self, metadata: AttentionMetadata) -> None:
-        bs = metadata.block_size
         state = metadata.backend_state
-        device = metadata.block_tables.device
+        state["decode_groups"] = None  # built on first use: the native kernel needs none
         nd = metadata.num_decodes
+        bs = metadata.block_size
+        device = metadata.block_tables.device
         offsets = torch.arange(bs, device=device)
-        groups = []
-        for start, end in _length_groups(metadata.seq_lens_list[:nd]):
-            max_len = max(metadata.seq_lens_list[start:end])
-            num_blocks = -(-max_len // bs)
-            tables = metadata.block_tables[start:end, :num_blocks]
-            if end - start == 1 and device.type == "cpu":
-                # One sequence alone: no padding, no mask, whole blocks (see _single_sequence).
-                groups.append((start, end, (tables[0], max_len), None))
-                continue
-            # [group, num_blocks * block_size] slot of every context position
-            slots = (tables[:, :, None] * bs + offsets).reshape(end - start, -1)
-            positions = torch.arange(num_blocks * bs, device=device)
-            # [group, 1, 1, max_len] True where the position holds context
-            mask = positions[None, :] < metadata.seq_lens[start:end, None]
-            groups.append((start, end, slots, mask[:, None, None, :]))
-        state["decode_groups"] = groups
         prefills = []
         for s in range(nd, metadata.num_seqs):
             start, end = metadata.query_start_loc[s], metadata.query_start_loc[s + 1]
@@ -58,6 +48,39 @@ class TorchAttentionBackend(AttentionBackend):
             prefills.append((start, end, slots[:seq_len], mask))
         state["prefills"] = prefills
 
+    @staticmethod
+    def _decode_groups(metadata: AttentionMetadata) -> list:
+        """Gather indices and masks of the decodes, grouped by length (once per step)."""
+        state = metadata.backend_state
+        if state["decode_groups"] is not None:
+            return state["decode_groups"]
+        bs = metadata.block_size
+        device = metadata.block_tables.device
+        nd = metadata.num_decodes
+        offsets = torch.arange(bs, device=device)
+        groups = []
+        for start, end in _length_groups(metadata.seq_lens_list[:nd]):
+            max_len = max(metadata.seq_lens_list[start:end])
+            num_blocks = -(-max_len // bs)
+            tables = metadata.block_tables[start:end, :num_blocks]
+            if end - start == 1 and device.type == "cpu":
+                # One sequence alone: no padding, no mask, whole blocks (see _single_sequence).
+                # Whether its blocks are consecutive is decided here, once for every layer.
+                table = tables[0]
+                n = table.numel()
+                consecutive = n == 1 or bool((table[1:] - table[:-1] == 1).all())
+                where = slice(int(table[0]), int(table[0]) + n) if consecutive else table
+                groups.append((start, end, (where, max_len), None))
+                continue
+            # [group, num_blocks * block_size] slot of every context position
+            slots = (tables[:, :, None] * bs + offsets).reshape(end - start, -1)
+            positions = torch.arange(num_blocks * bs, device=device)
+            # [group, 1, 1, max_len] True where the position holds context
+            mask = positions[None, :] < metadata.seq_lens[start:end, None]
+            groups.append((start, end, slots, mask[:, None, None, :]))
+        state["decode_groups"] = groups
+        return groups
+
     def write_kv(self, key, value, k_cache, v_cache, metadata):
         num_kv_heads, head_dim = key.shape[1], key.shape[2]
         slots = metadata.slot_mapping
@@ -68,19 +91,24 @@ class TorchAttentionBackend(AttentionBackend):
         num_kv_heads, head_dim = key.shape[1], key.shape[2]
         state = metadata.backend_state
         out = torch.empty_like(query)
+        nd = metadata.num_decodes
+        ops = cpu_ops(query) if nd else None
+        if ops is not None and k_cache.dtype == torch.float32:
+            decoded = ops.paged_decode_attention(
+                query[:nd].contiguous(),
+                k_cache,
+                v_cache,
+                metadata.block_tables,
+                metadata.seq_lens,
+                scale,
+            )
+            if nd == metadata.num_seqs:
+                return decoded
+            out[:nd] = decoded
+        else:
+            self._decode_attention(query, k_cache, v_cache, metadata, scale, out)
         k_flat = k_cache.view(-1, num_kv_heads, head_dim)
         v_flat = v_cache.view(-1, num_kv_heads, head_dim)
-        for start, end, slots, mask in state["decode_groups"]:
-            if mask is None:  # one sequence: (its block table, its length)
-                k, v = _single_sequence(k_cache, v_cache, *slots)
-            else:
-                k = k_flat[slots].transpose(1, 2)  # [group, kv_heads, max_len, head_dim]
-                v = v_flat[slots].transpose(1, 2)
-            q = query[start:end].unsqueeze(2)  # [group, heads, 1, head_dim]
-            o = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
-            )
-            out[start:end] = o.squeeze(2)
         for start, end, slots, mask in state["prefills"]:
             q = query[start:end].transpose(0, 1)  # [heads, query_len, head_dim]
             if slots is None:
@@ -98,20 +126,36 @@ class TorchAttentionBackend(AttentionBackend):
             out[start:end] = o.transpose(0, 1)
         return out
 
+    def _decode_attention(self, query, k_cache, v_cache, metadata, scale, out) -> None:
+        """The PyTorch decode path: gathered K/V per length group, masked SDPA."""
+        num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+        k_flat = k_cache.view(-1, num_kv_heads, head_dim)
+        v_flat = v_cache.view(-1, num_kv_heads, head_dim)
+        for start, end, slots, mask in self._decode_groups(metadata):
+            if mask is None:  # one sequence: (its block table, its length)
+                k, v = _single_sequence(k_cache, v_cache, *slots)
+            else:
+                k = k_flat[slots].transpose(1, 2)  # [group, kv_heads, max_len, head_dim]
+                v = v_flat[slots].transpose(1, 2)
+            q = query[start:end].unsqueeze(2)  # [group, heads, 1, head_dim]
+            o = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
+            )
+            out[start:end] = o.squeeze(2)
 
-def _single_sequence(k_cache, v_cache, table: torch.Tensor, length: int):
+
+def _single_sequence(k_cache, v_cache, blocks: slice | torch.Tensor, length: int):
     """K and V of one sequence as [1, kv_heads, length, head_dim], copied as little as may be.
 
-    Consecutive blocks (what a fresh pool gives one stream) are a view of the cache: no copy.
-    Otherwise whole blocks are selected (one index per block_size tokens, several times
-    cheaper than indexing every token's slot). Either way the exact length needs no mask.
+    Consecutive blocks (what a fresh pool gives one stream; ``blocks`` is then a slice) are a
+    view of the cache: no copy. Otherwise whole blocks are selected (one index per block_size
+    tokens, several times cheaper than indexing every token's slot). Either way the exact
+    length needs no mask.
     """
-    first = int(table[0])
-    n = table.numel()
-    if n == 1 or bool((table[1:] - table[:-1] == 1).all()):
-        k, v = k_cache[first : first + n], v_cache[first : first + n]
+    if isinstance(blocks, slice):
+        k, v = k_cache[blocks], v_cache[blocks]
     else:
-        k, v = k_cache.index_select(0, table), v_cache.index_select(0, table)
+        k, v = k_cache.index_select(0, blocks), v_cache.index_select(0, blocks)
     kv_heads, head_dim = k.shape[-2], k.shape[-1]
     k = k.view(-1, kv_heads, head_dim)[:length].transpose(0, 1)[None]
     v = v.view(-1, kv_heads, head_dim)[:length].transpose(0, 1)[None]

@@ -1,7 +1,9 @@
-"""Which implementation the layer functions run: Triton kernels on CUDA, PyTorch elsewhere.
+"""Which implementation the layer functions run: Triton kernels on CUDA, the native CPU ops
+(kernels/cpu) for float32 on a CPU, PyTorch otherwise.
 
 The layer functions (rms_norm, add_rms_norm, silu_and_mul, RotaryEmbedding) keep their
-signatures and pick per call from the tensor's device, so the model code never branches.
+signatures and pick per call from the tensor's device and dtype, so the model code never
+branches.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ def _triton_installed() -> bool:
 def use_kernels(x: torch.Tensor) -> bool:
     """True when ``x`` should go through the Triton kernels rather than plain PyTorch."""
     return x.device.type in KERNEL_DEVICE_TYPES and _triton_installed()
+
+
+def cpu_ops(x: torch.Tensor):
+    """``torch.ops.platform_cpu`` when ``x`` is a float32 CPU tensor and the native ops are
+    built (kernels/cpu), else None. Never on devices routed to Triton (the interpreter tests)."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or "cpu" in KERNEL_DEVICE_TYPES:
+        return None
+    from kernels.cpu import native_ops
+
+    return native_ops()
 
 
 def kernel_ops() -> ModuleType:

@@ -1,19 +1,18 @@
-"""Weight-only quantized linear layers on torch's own CPU kernels.
+"""Weight-only quantized linear layers for CPU serving.
 
 One stream of decode is bound by reading the weights: every token reads all of them once, so
-fewer bytes per weight is the biggest single-stream lever on a CPU. Activations stay in the
-engine's dtype; only the stored weights shrink:
+fewer bytes per weight is the biggest single-stream lever on a CPU. Activations stay in
+float32 (compute) and come back in the caller's dtype; only the stored weights shrink:
 
-- ``int8``: symmetric, one scale per output channel, ``aten._weight_int8pack_mm``.
-- ``int4``: asymmetric (scale and zero) per group of ``group_size`` input channels,
-  ``aten._weight_int4pack_mm_for_cpu`` on the layout ``_convert_weight_to_int4pack_for_cpu``
-  packs. With groups of 32 this is GGUF's Q4_1 grid (``d * q + m``), so a checkpoint
-  converted from a Q4_1 GGUF is re-packed onto the very 4-bit codes the file stored (its
-  fp16 ``d`` and ``m`` become the kernel's bf16 scale and zero: rounded to 8 mantissa bits).
+- ``int8``: symmetric, one float32 scale per output channel.
+- ``int4``: min and scale per block of 32 input channels, w = q * scale + min (q in 0..15),
+  float16 scale and min: GGUF's Q4_1 format, five bits a weight. A checkpoint converted from a
+  Q4_1 GGUF is re-packed onto the very codes, scales and mins the file stored.
 
-``dequantize_int8`` and ``dequantize_int4_codes`` give the float matrix a quantized weight
-stands for, in plain PyTorch: dequantize-then-``F.linear`` is the reference the kernels are
-tested against (tests/engine/test_quantized_linear.py).
+Batches of up to ``KERNEL_MAX_ROWS`` rows (decode) run the native matrix-vector kernels of
+kernels/cpu (int4 ones quantize the activations to 8 bits per block of 32, as llama.cpp does);
+larger batches (prefill chunks) dequantize the matrix and run a float32 GEMM. Where the native kernels cannot be built, their PyTorch
+references (kernels/cpu/reference.py) run instead, correct but slower than float weights.
 """
 
 from __future__ import annotations
@@ -23,18 +22,20 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from kernels.cpu import native_ops
+from kernels.cpu import reference as cpu_reference
+
 QUANTIZATION_METHODS = ("int8", "int4")
-# The kernels' fast paths take bf16 activations (AVX512-BF16/AMX where the CPU has them); with
-# fp32 ones they fall back to paths 5-30x slower. So quantized layers compute in bf16 and hand
-# back the caller's dtype.
-COMPUTE_DTYPE = torch.bfloat16
-INT4_GROUP_SIZES = (32, 64, 128, 256)  # what the int4 CPU kernel accepts
+INT4_BLOCK = cpu_reference.INT4_BLOCK
+# Up to this many rows, reading the quantized weights once for all rows (the kernels) beats
+# dequantizing them for a GEMM (bench/quantized_kernels.py measures the crossover).
+KERNEL_MAX_ROWS = 8
 
 
 @dataclass(slots=True)
 class Int8Weight:
     qweight: torch.Tensor  # [out, in] int8
-    scales: torch.Tensor  # [out], COMPUTE_DTYPE
+    scales: torch.Tensor  # [out] float32
 
     @property
     def shape(self) -> torch.Size:
@@ -43,15 +44,13 @@ class Int8Weight:
 
 @dataclass(slots=True)
 class Int4Weight:
-    packed: torch.Tensor  # the kernel's packed layout (two 4-bit values per byte)
-    scales_and_zeros: torch.Tensor  # [in // group_size, out, 2], COMPUTE_DTYPE
-    group_size: int
-    out_features: int
-    in_features: int
+    packed: torch.Tensor  # [out, in / 2] uint8, kernels/cpu/reference.pack_int4's order
+    scales: torch.Tensor  # [out, in / 32] float16
+    mins: torch.Tensor  # [out, in / 32] float16
 
     @property
     def shape(self) -> torch.Size:
-        return torch.Size((self.out_features, self.in_features))
+        return torch.Size((self.packed.shape[0], self.packed.shape[1] * 2))
 
 
 QuantizedWeight = Int8Weight | Int4Weight
@@ -62,86 +61,90 @@ def quantize_int8(weight: torch.Tensor) -> Int8Weight:
     w = weight.float()
     scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
     q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
-    return Int8Weight(q.contiguous(), scales.to(COMPUTE_DTYPE))
+    return Int8Weight(q.contiguous(), scales.contiguous())
 
 
-def int4_group_size(in_features: int, preferred: int = 32) -> int:
-    """The group size to use for a matrix with ``in_features`` columns (ValueError if none fits)."""
-    for size in (preferred, *INT4_GROUP_SIZES):
-        if size in INT4_GROUP_SIZES and in_features % size == 0:
-            return size
-    raise ValueError(f"int4 needs in_features divisible by 32; this matrix has {in_features}")
+def int4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[out, in] float -> (codes 0..15 [out, in], scale and min [out, in / 32] float16) with
+    w ~= q * scale + min.
 
-
-def int4_codes(
-    weight: torch.Tensor, group_size: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[out, in] float -> (codes 0..15 [out, in], scale and zero [out, in // group_size]) with
-    w ~= (q - 8) * scale + zero.
-
-    Min/max per group (scale = (max - min) / 15): the group's extremes land exactly on codes
-    0 and 15, which is how Q4_1 blocks are made, so Q4_1-derived weights come back unchanged.
+    Min/max per block (scale = (max - min) / 15), as llama.cpp makes Q4_1 blocks: the block's
+    extremes land on codes 0 and 15, so Q4_1-derived weights come back unchanged. Codes are
+    rounded against the float16 scale and min the kernels will use.
     """
     out_features, in_features = weight.shape
-    if in_features % group_size:
-        raise ValueError(f"in_features {in_features} is not a multiple of group {group_size}")
-    w = weight.float().reshape(out_features, in_features // group_size, group_size)
-    lo = w.amin(dim=-1)
-    hi = w.amax(dim=-1)
-    scale = ((hi - lo) / 15.0).clamp(min=1e-12)
-    q = torch.round((w - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
-    # The kernel computes (q - 8) * scale + zero, so zero sits at code 8.
-    return q.reshape(out_features, in_features), scale, lo + 8.0 * scale
+    if in_features % INT4_BLOCK:
+        raise ValueError(
+            f"int4 needs in_features to be a multiple of group size {INT4_BLOCK}, got {in_features}"
+        )
+    w = weight.float().reshape(out_features, in_features // INT4_BLOCK, INT4_BLOCK)
+    lo = w.amin(dim=-1).half()
+    scale = ((w.amax(dim=-1) - lo.float()) / 15.0).clamp(min=1e-7).half()
+    q = torch.round((w - lo.float()[..., None]) / scale.float()[..., None]).clamp(0, 15)
+    return q.to(torch.uint8).reshape(out_features, in_features), scale, lo
 
 
 def dequantize_int4_codes(
-    codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor
+    codes: torch.Tensor, scale: torch.Tensor, mins: torch.Tensor
 ) -> torch.Tensor:
-    """The float32 matrix ``int4_codes`` stands for: (q - 8) * scale + zero per group."""
+    """The float32 matrix ``int4_codes`` stands for: q * scale + min per block."""
     out_features, in_features = codes.shape
-    groups = codes.reshape(out_features, scale.shape[1], -1).float()
-    return ((groups - 8.0) * scale[..., None] + zero[..., None]).reshape(out_features, in_features)
+    blocks = codes.reshape(out_features, scale.shape[1], -1).float()
+    w = blocks * scale.float()[..., None] + mins.float()[..., None]
+    return w.reshape(out_features, in_features)
 
 
-def quantize_int4(weight: torch.Tensor, group_size: int = 32) -> Int4Weight:
-    """[out, in] float -> the int4 CPU kernel's packed codes and its scale/zero table."""
-    codes, scale, zero = int4_codes(weight, group_size)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.contiguous(), 1)
-    scales_and_zeros = torch.stack((scale.t(), zero.t()), dim=-1).to(COMPUTE_DTYPE).contiguous()
-    return Int4Weight(packed, scales_and_zeros, group_size, *weight.shape)
+def quantize_int4(weight: torch.Tensor) -> Int4Weight:
+    """[out, in] float -> packed 4-bit codes with a float16 scale and min per block of 32."""
+    codes, scale, mins = int4_codes(weight)
+    return Int4Weight(cpu_reference.pack_int4(codes), scale.contiguous(), mins.contiguous())
 
 
 def quantize(weight: torch.Tensor, method: str) -> QuantizedWeight:
     if method == "int8":
         return quantize_int8(weight)
     if method == "int4":
-        return quantize_int4(weight, int4_group_size(weight.shape[1]))
+        return quantize_int4(weight)
     raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_METHODS)}")
 
 
 def linear(
     x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``F.linear`` for float weights, the quantized CPU kernel for quantized ones (computed in
-    COMPUTE_DTYPE, returned in ``x``'s dtype)."""
+    """``F.linear`` for float weights; for quantized ones, the native kernels (few rows) or
+    dequantize-then-GEMM (many), computed in float32 and returned in ``x``'s dtype."""
     if isinstance(weight, torch.Tensor):
         return F.linear(x, weight, bias)
-    rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)
-    if isinstance(weight, Int8Weight):
-        y = torch.ops.aten._weight_int8pack_mm(rows, weight.qweight, weight.scales)
-    else:
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            rows, weight.packed, weight.group_size, weight.scales_and_zeros
-        )
-    y = y.to(x.dtype)
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.dtype != torch.float32:
+        rows = rows.float()
+    y = _quantized_matmul(rows, weight)
+    if y.dtype != x.dtype:
+        y = y.to(x.dtype)
     if bias is not None:
         y = y + bias
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
-def dequantize_int8(weight: Int8Weight) -> torch.Tensor:
-    """The float [out, in] matrix an int8 weight stands for (in COMPUTE_DTYPE)."""
-    return weight.qweight.to(weight.scales.dtype) * weight.scales[:, None]
+def _quantized_matmul(rows: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:
+    ops = native_ops()
+    few = rows.shape[0] <= KERNEL_MAX_ROWS
+    if isinstance(weight, Int8Weight):
+        if ops is not None and few:
+            return ops.int8_linear(rows, weight.qweight, weight.scales)
+        # Scaling the output columns is cheaper than scaling the widened matrix.
+        return F.linear(rows, weight.qweight.float()) * weight.scales
+    impl = ops if ops is not None else cpu_reference
+    if few:
+        return impl.int4_linear(rows, weight.packed, weight.scales, weight.mins)
+    return F.linear(rows, impl.int4_dequantize(weight.packed, weight.scales, weight.mins))
+
+
+def dequantize(weight: QuantizedWeight) -> torch.Tensor:
+    """The float32 [out, in] matrix a quantized weight stands for."""
+    if isinstance(weight, Int8Weight):
+        return weight.qweight.float() * weight.scales[:, None]
+    return cpu_reference.int4_dequantize(weight.packed, weight.scales, weight.mins)
 
 
 def weight_bytes(weight: torch.Tensor | QuantizedWeight) -> int:
@@ -151,6 +154,6 @@ def weight_bytes(weight: torch.Tensor | QuantizedWeight) -> int:
     tensors = (
         (weight.qweight, weight.scales)
         if isinstance(weight, Int8Weight)
-        else (weight.packed, weight.scales_and_zeros)
+        else (weight.packed, weight.scales, weight.mins)
     )
     return sum(t.numel() * t.element_size() for t in tensors)

@@ -4,6 +4,8 @@ Follows Hugging Face's convention (rotate_half: the two halves of the head dimen
 pairs), including Llama 3's frequency scaling, so outputs match transformers bit for bit.
 On CUDA the Triton kernel (kernels.apply_rotary_embedding) rotates q and k in one launch from a
 float32 cos|sin table; it rounds cos, sin and each product to the model dtype as this code does.
+On a CPU in float32 the native op (kernels/cpu/layer_ops.cpp) rotates both from the same cos
+and sin tables this code reads, bit for bit.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ class RotaryEmbedding:
         positions = torch.arange(max_position, dtype=torch.float)
         freqs = positions[:, None] * inv_freq[None, :]  # [max_position, head_dim // 2]
         # Both halves use the same angles (HF concatenates freqs with itself).
-        self.cos = freqs.cos().to(dtype=dtype, device=device)
-        self.sin = freqs.sin().to(dtype=dtype, device=device)
+        self.cos = freqs.cos().to(dtype=dtype, device=device).contiguous()
+        self.sin = freqs.sin().to(dtype=dtype, device=device).contiguous()
         # [max_position, head_dim] float32, cos half then sin half: the kernel's table.
         self.cos_sin_cache = (
             torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(device)
@@ -68,6 +70,9 @@ class RotaryEmbedding:
             return dispatch.kernel_ops().apply_rotary_embedding(
                 positions, query, key, self.cos_sin_cache
             )
+        ops = dispatch.cpu_ops(query)
+        if ops is not None and self.cos.dtype == torch.float32:
+            return ops.rotary_embedding(positions, query, key, self.cos, self.sin)
         cos = self.cos[positions].unsqueeze(1)  # [T, 1, head_dim // 2]
         sin = self.sin[positions].unsqueeze(1)
         return _rotate(query, cos, sin), _rotate(key, cos, sin)

@@ -54,6 +54,14 @@ class ModelInputs:
     sample_rows: list[int]
 
 
+def _report_cpu_kernels() -> None:
+    """Build (or load) the native CPU kernels now, at start, and say which path runs."""
+    from kernels.cpu import native_ops, unavailable_reason
+
+    if native_ops() is None:
+        logger.warning("CPU kernels unavailable, PyTorch fallbacks run: %s", unavailable_reason())
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -70,8 +78,10 @@ class ModelRunner:
         self.dtype = dtype
         self.block_size = config.block_size
         self.eos_token_ids = frozenset(model_config.eos_token_ids)
-        if device.type == "cpu" and config.cpu_threads is not None:
-            torch.set_num_threads(config.cpu_threads)
+        if device.type == "cpu":
+            if config.cpu_threads is not None:
+                torch.set_num_threads(config.cpu_threads)
+            _report_cpu_kernels()
         self.backend = get_attention_backend(device, config.attention_backend)
         self.model = load_model(
             model_config,

@@ -1,0 +1,101 @@
+"""Native CPU kernels (C++, AVX2/FMA where the CPU has them), built on first use.
+
+The Triton kernels of this package serve GPUs. On a CPU, PyTorch's big operators (GEMMs,
+attention) are fast, but decode also runs hundreds of small ones a step, each costing more in
+dispatch than in arithmetic, and weight-only quantized matmuls of a few rows have no fast
+PyTorch kernel without bf16 hardware. So:
+
+- ``quantized_linear.cpp``: int8 and int4 (Q4_1) matrix-vector products for decode;
+- ``layer_ops.cpp``: RMSNorm (with the residual add), rotary embedding and SiLU-and-mul as one
+  op each, float32.
+
+They are registered as ``torch.ops.platform_cpu.*``; each has a PyTorch reference with the same
+arguments (kernels/cpu/reference.py, kernels/reference).
+
+The source is compiled once per machine with the C++ compiler torch uses (``-march=native``,
+so the build is specific to this CPU and its name carries a hash of the CPU's flags, the
+source and the torch version) into torch's extension cache (``TORCH_EXTENSIONS_DIR``, default
+``~/.cache/torch_extensions``). The first build takes 15 to 30 seconds; later processes load
+the cached library. Nothing is built until a quantized model is loaded.
+
+``native_ops()`` returns the op namespace, or None with the reason in ``unavailable_reason()``
+(no compiler, a failed build, or ``PLATFORM_CPU_KERNELS=0``); callers then run the PyTorch
+references. ``python -m kernels.cpu`` builds them ahead of time (bin/bootstrap does) and says
+which CPU features they use.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SOURCES = [
+    Path(__file__).with_name(n) for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp")
+]
+_unavailable: list[str] = []
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (what ``-march=native`` compiles for)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_name() -> str:
+    digest = hashlib.sha256()
+    parts = [src.read_bytes() for src in SOURCES] + [
+        _cpu_flags().encode(),
+        torch.__version__.encode(),
+    ]
+    for part in parts:
+        digest.update(part)
+    return f"platform_cpu_{digest.hexdigest()[:12]}"
+
+
+@functools.cache
+def native_ops():
+    """``torch.ops.platform_cpu`` with the kernels loaded, or None (see the reason)."""
+    if os.environ.get("PLATFORM_CPU_KERNELS", "1") == "0":
+        _unavailable.append("PLATFORM_CPU_KERNELS=0")
+        return None
+    from torch.utils import cpp_extension
+
+    start = time.monotonic()
+    try:
+        cpp_extension.load(
+            name=_build_name(),
+            sources=[str(src) for src in SOURCES],
+            # -fopenmp: ATen's parallel_for splits output rows over torch's OpenMP threads (the
+            # library resolves to the libgomp torch already loaded, so they share one pool).
+            # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
+            # elementwise ops round as their PyTorch references do.
+            extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffp-contract=off"],
+            extra_ldflags=["-fopenmp"],
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception as exc:
+        _unavailable.append(f"building the CPU kernels failed: {str(exc).strip()[:500]}")
+        logger.warning("native CPU kernels unavailable: %s", _unavailable[-1])
+        return None
+    logger.info("native CPU kernels ready in %.1fs", time.monotonic() - start)
+    return torch.ops.platform_cpu
+
+
+def unavailable_reason() -> str | None:
+    """Why ``native_ops()`` returned None, or None when the kernels are loaded."""
+    return None if native_ops() is not None else _unavailable[-1]

@@ -1,0 +1,23 @@
+"""``python -m kernels.cpu``: build the native CPU kernels now (not at the first model load)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from kernels.cpu import _cpu_flags, native_ops, unavailable_reason
+
+
+def main() -> int:
+    start = time.monotonic()
+    if native_ops() is None:
+        print(f"CPU kernels unavailable (PyTorch fallbacks will run): {unavailable_reason()}")
+        return 1
+    flags = set(_cpu_flags().split())
+    simd = "AVX2+FMA" if {"avx2", "fma"} <= flags else "scalar (no AVX2/FMA on this CPU)"
+    print(f"CPU kernels ready ({simd}) in {time.monotonic() - start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+// Weight-only quantized matrix-vector products for CPU decode (one to a few rows at a time).
+//
+// Decoding one token reads every weight once, so on a CPU its speed is set by how many bytes a
+// weight takes and by whether the kernel keeps up with memory. No bf16 hardware is needed
+// (most CPUs have none):
+//   int8: weights widened to float32 in registers, accumulated in float32 against float32
+//         activations: within float32 rounding of dequantize-then-matmul.
+//   int4: widening 4-bit codes to floats costs more instructions than memory saves, so, as
+//         llama.cpp does, the activations are quantized to 8 bits per block of 32 (Q8_1) and
+//         the products are summed in integers. The PyTorch reference (kernels/cpu/reference.py)
+//         quantizes the activations the same way.
+//
+// Layouts (kernels/cpu/reference.py packs and unpacks them):
+//   int8: qweight [N, K] int8, scales [N] float32; w[n, k] = q[n, k] * scales[n].
+//   int4: packed [N, K / 2] uint8 in blocks of 32 weights along K (GGUF's Q4_1 layout): byte j
+//         of a block holds weight j in its low nibble and weight j + 16 in its high nibble;
+//         scales, mins [N, K / 32] float16; w = q * scale + min, q in 0..15. Five bits a
+//         weight, as in a Q4_1 file, whose float16 scales and mins are kept exactly.
+//
+// Up to kRows activation rows share one pass over a weight row (the widened weights are reused
+// from registers); the caller sends larger batches to dequantize-then-GEMM instead. Output
+// rows are split over ATen's intra-op threads.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PLATFORM_AVX2 1
+#endif
+
+namespace {
+
+constexpr int kRows = 4;
+constexpr int64_t kBlock = 32;  // int4 weights per scale/min
+
+#ifdef PLATFORM_AVX2
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Eight int8 weights from memory, as float32 lanes.
+inline __m256 widen_i8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The low eight bytes of v (values 0..15), as float32 lanes.
+inline __m256 widen_u8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+inline float half_to_float(at::Half h) { return _cvtsh_ss(h.x); }
+#else
+inline float half_to_float(at::Half h) { return static_cast<float>(h); }
+#endif
+
+// y[r * ldy] = scale * dot(x[r], q) for R rows of x (row stride ldx).
+template <int R>
+void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, float scale,
+                   float* y, int64_t ldy) {
+  float sums[R];
+  int64_t k = 0;
+#ifdef PLATFORM_AVX2
+  // Four accumulators a row: the FMA latency, not the loads, would bound one chain.
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
+  for (; k + 32 <= K; k += 32) {
+    const __m256 w0 = widen_i8(q + k), w1 = widen_i8(q + k + 8);
+    const __m256 w2 = widen_i8(q + k + 16), w3 = widen_i8(q + k + 24);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + r * ldx + k;
+      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), w2, acc[r][2]);
+      acc[r][3] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), w3, acc[r][3]);
+    }
+  }
+  for (; k + 8 <= K; k += 8) {
+    const __m256 w = widen_i8(q + k);
+    for (int r = 0; r < R; ++r)
+      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + k), w, acc[r][0]);
+  }
+  for (int r = 0; r < R; ++r)
+    sums[r] = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
+                                 _mm256_add_ps(acc[r][2], acc[r][3])));
+#else
+  for (int r = 0; r < R; ++r) sums[r] = 0.f;
+#endif
+  for (; k < K; ++k)
+    for (int r = 0; r < R; ++r) sums[r] += x[r * ldx + k] * static_cast<float>(q[k]);
+  for (int r = 0; r < R; ++r) y[r * ldy] = sums[r] * scale;
+}
+
+// Activations for the int4 kernel, per block of 32: codes xq = round(x / dx) in -127..127 with
+// dx = max|x| / 127 (0 and all-zero codes for a zero block), and the exact float sum of the
+// block (what its weights' min multiplies). llama.cpp's Q8_1 activations, computed the same
+// way as kernels/cpu/reference.py's quantize_activations.
+void quantize_activations(const float* x, int64_t K, int8_t* xq, float* dx, float* xsum) {
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0.f, sum = 0.f;
+    for (int i = 0; i < kBlock; ++i) {
+      amax = std::max(amax, std::fabs(xb[i]));
+      sum += xb[i];
+    }
+    const float d = amax / 127.f;
+    for (int i = 0; i < kBlock; ++i)
+      xq[b * kBlock + i] = d > 0.f ? static_cast<int8_t>(std::nearbyint(xb[i] / d)) : 0;
+    dx[b] = d;
+    xsum[b] = sum;
+  }
+}
+
+// y[r * ldy] = sum over blocks b of scale[b] * dx[r][b] * dot(codes, xq[r]) + min[b] * xsum[r][b]:
+// 4-bit weights times 8-bit activations in integers, 32 products in three instructions.
+template <int R>
+void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
+                   const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
+                   int64_t ldy) {
+  const int64_t blocks = K / kBlock;
+  float sums[R];
+#ifdef PLATFORM_AVX2
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
+    // weights 0..15 in the low lane, 16..31 in the high one: the activations' order
+    const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
+                                           _mm_and_si128(bytes, nibble));
+    const float d = half_to_float(scale[b]);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
+      // codes (0..15) times activations (-127..127), pairs summed into 16 bits, then 32
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx[r * blocks + b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
+#else
+  for (int r = 0; r < R; ++r) {
+    sums[r] = 0.f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int8_t* xb = xq + r * K + b * kBlock;
+      int32_t dot = 0;
+      for (int j = 0; j < 16; ++j) {
+        const uint8_t byte = q[b * 16 + j];
+        dot += static_cast<int32_t>(byte & 15) * xb[j] + static_cast<int32_t>(byte >> 4) * xb[j + 16];
+      }
+      sums[r] += static_cast<float>(dot) * (half_to_float(scale[b]) * dx[r * blocks + b]);
+    }
+  }
+#endif
+  for (int r = 0; r < R; ++r) {
+    float m = 0.f;
+    for (int64_t b = 0; b < blocks; ++b) m += half_to_float(mins[b]) * xsum[r * blocks + b];
+    y[r * ldy] = sums[r] + m;
+  }
+}
+
+// Calls rows(m, R) over the rows of x in groups of kRows, then the leftover rows.
+template <typename F>
+void for_row_groups(int64_t M, F&& rows) {
+  int64_t m = 0;
+  for (; m + kRows <= M; m += kRows) rows(m, std::integral_constant<int, kRows>{});
+  for (; m < M; ++m) rows(m, std::integral_constant<int, 1>{});
+}
+
+void check_x(const at::Tensor& x, int64_t K) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat,
+              "x must be a 2-D float32 tensor, got ", x.sizes(), " ", x.scalar_type());
+  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the weight ", K);
+}
+
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
+              "qweight must be a contiguous 2-D int8 tensor");
+  const int64_t N = qweight.size(0), K = qweight.size(1);
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == N && scales.is_contiguous(),
+              "scales must be ", N, " contiguous float32 values");
+  check_x(x, K);
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0);
+  at::Tensor y = at::empty({M, N}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const int8_t* qp = qweight.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for_row_groups(M, [&](int64_t m, auto rows) {
+        int8_dot_rows<decltype(rows)::value>(xp + m * K, K, qp + n * K, K, sp[n], yp + m * N + n, N);
+      });
+  });
+  return y;
+}
+
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& mins) {
+  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
+              "packed must be a contiguous 2-D uint8 tensor");
+  const int64_t N = packed.size(0), K = packed.size(1) * 2, blocks = K / kBlock;
+  TORCH_CHECK(K % kBlock == 0, "int4 weights come in blocks of 32 along K, got K = ", K);
+  for (const at::Tensor* t : {&scales, &mins})
+    TORCH_CHECK(t->scalar_type() == at::kHalf && t->is_contiguous() && t->dim() == 2 &&
+                    t->size(0) == N && t->size(1) == blocks,
+                "scales and mins must be contiguous float16 [", N, ", ", blocks, "]");
+  check_x(x, K);
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0);
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> dx(M * blocks), xsum(M * blocks);
+  for (int64_t m = 0; m < M; ++m)
+    quantize_activations(xc.data_ptr<float>() + m * K, K, xq.data() + m * K, dx.data() + m * blocks,
+                         xsum.data() + m * blocks);
+  at::Tensor y = at::empty({M, N}, xc.options());
+  const uint8_t* qp = packed.data_ptr<uint8_t>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* mp = mins.data_ptr<at::Half>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for_row_groups(M, [&](int64_t m, auto rows) {
+        int4_dot_rows<decltype(rows)::value>(xq.data() + m * K, dx.data() + m * blocks,
+                                             xsum.data() + m * blocks, K, qp + n * (K / 2),
+                                             sp + n * blocks, mp + n * blocks, yp + m * N + n, N);
+      });
+  });
+  return y;
+}
+
+// The float32 matrix of an int4 weight (for batches too large for the kernels above).
+at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
+                           const at::Tensor& mins) {
+  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
+              "packed must be a contiguous 2-D uint8 tensor");
+  const int64_t N = packed.size(0), K = packed.size(1) * 2, blocks = K / kBlock;
+  TORCH_CHECK(scales.numel() == N * blocks && mins.numel() == N * blocks &&
+                  scales.scalar_type() == at::kHalf && mins.scalar_type() == at::kHalf,
+              "scales and mins must be float16 [", N, ", ", blocks, "]");
+  at::Tensor w = at::empty({N, K}, scales.options().dtype(at::kFloat));
+  const uint8_t* qp = packed.data_ptr<uint8_t>();
+  const at::Tensor sc = scales.contiguous(), mc = mins.contiguous();
+  const at::Half* sp = sc.data_ptr<at::Half>();
+  const at::Half* mp = mc.data_ptr<at::Half>();
+  float* wp = w.data_ptr<float>();
+  at::parallel_for(0, N * blocks, 64, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* src = qp + b * 16;
+      float* dst = wp + b * kBlock;
+      const float d = half_to_float(sp[b]), m = half_to_float(mp[b]);
+      for (int j = 0; j < 16; ++j) {
+        dst[j] = static_cast<float>(src[j] & 15) * d + m;
+        dst[j + 16] = static_cast<float>(src[j] >> 4) * d + m;
+      }
+    }
+  });
+  return w;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(platform_cpu, m) {
+  m.def("int8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
+  m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor mins) -> Tensor");
+  m.def("int4_dequantize(Tensor packed, Tensor scales, Tensor mins) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
+  m.impl("int8_linear", &int8_linear);
+  m.impl("int4_linear", &int4_linear);
+  m.impl("int4_dequantize", &int4_dequantize);
+}

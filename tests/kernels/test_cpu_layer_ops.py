@@ -1,0 +1,79 @@
+"""The native CPU layer ops (kernels/cpu/layer_ops.cpp) against their PyTorch references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.layers.rotary import RotaryEmbedding
+from kernels import reference
+from kernels.cpu import native_ops, unavailable_reason
+from kernels.cpu import reference as cpu_reference
+
+SHAPES = [(1, 576), (5, 64), (40, 7), (3, 1536)]  # (tokens, hidden): decode, prefill, odd widths
+
+
+@pytest.fixture(scope="module")
+def ops():
+    found = native_ops()
+    assert found is not None, unavailable_reason()  # this machine kind has a C++ compiler
+    return found
+
+
+def _rows(tokens: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(tokens, hidden, generator=gen), torch.rand(hidden, generator=gen) + 0.5
+
+
+@pytest.mark.parametrize(("tokens", "hidden"), SHAPES)
+def test_rms_norm_matches_the_reference(ops, tokens, hidden):
+    x, w = _rows(tokens, hidden, 0)
+    # the sum of squares runs in another order: the last bit or so may differ
+    torch.testing.assert_close(
+        ops.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), rtol=2e-6, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(("tokens", "hidden"), SHAPES)
+def test_fused_add_rms_norm_matches_the_reference(ops, tokens, hidden):
+    x, w = _rows(tokens, hidden, 1)
+    residual, _ = _rows(tokens, hidden, 2)
+    out, summed = ops.fused_add_rms_norm(x, residual, w, 1e-5)
+    ref_out, ref_summed = reference.fused_add_rms_norm(x, residual, w, 1e-5)
+    assert torch.equal(summed, ref_summed)
+    torch.testing.assert_close(out, ref_out, rtol=2e-6, atol=1e-6)
+
+
+def test_rotary_is_bit_identical_to_the_engine_reference(ops):
+    """On the strided q and k a fused qkv projection gives (views into one [T, width] row)."""
+    heads, kv_heads, head_dim, tokens = 9, 3, 64, 6
+    rotary = RotaryEmbedding(
+        head_dim, 10000.0, None, 512, dtype=torch.float32, device=torch.device("cpu")
+    )
+    gen = torch.Generator().manual_seed(3)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, generator=gen)
+    q, k, _ = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
+    q = q.view(tokens, heads, head_dim)
+    k = k.view(tokens, kv_heads, head_dim)
+    positions = torch.tensor([0, 1, 7, 300, 511, 42])
+    got_q, got_k = ops.rotary_embedding(positions, q, k, rotary.cos, rotary.sin)
+    want_q, want_k = cpu_reference.rotary_embedding(positions, q, k, rotary.cos, rotary.sin)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
+@pytest.mark.parametrize(("tokens", "hidden"), SHAPES)
+def test_silu_and_mul_matches_the_reference(ops, tokens, hidden):
+    x, _ = _rows(tokens, 2 * hidden, 4)
+    torch.testing.assert_close(ops.silu_and_mul(x), reference.silu_and_mul(x), rtol=2e-6, atol=1e-6)
+
+
+def test_bad_inputs_are_refused_with_the_reason(ops):
+    x, w = _rows(2, 8, 5)
+    with pytest.raises(RuntimeError, match="float32"):
+        ops.rms_norm(x.double(), w, 1e-6)
+    with pytest.raises(RuntimeError, match="weight must be 8"):
+        ops.rms_norm(x, w[:4], 1e-6)
+    rotary = RotaryEmbedding(8, 10000.0, None, 16, dtype=torch.float32, device=torch.device("cpu"))
+    q = torch.randn(1, 2, 8)
+    with pytest.raises(RuntimeError, match="outside the table"):
+        ops.rotary_embedding(torch.tensor([16]), q, q, rotary.cos, rotary.sin)
