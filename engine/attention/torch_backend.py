@@ -82,6 +82,10 @@ class TorchAttentionBackend(AttentionBackend):
         return groups
 
     def write_kv(self, key, value, k_cache, v_cache, metadata):
+        ops = cpu_ops(key)
+        if ops is not None and k_cache.dtype == value.dtype == torch.float32:
+            ops.write_kv(key, value, k_cache, v_cache, metadata.slot_mapping)
+            return
         num_kv_heads, head_dim = key.shape[1], key.shape[2]
         slots = metadata.slot_mapping
         k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slots, key)

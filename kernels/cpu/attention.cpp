@@ -1,4 +1,5 @@
-// Decode attention straight from the paged KV cache (float32): one query token per sequence.
+// Decode attention straight from the paged KV cache (float32): one query token per sequence;
+// and the write of a step's K and V into that cache, one op for both.
 //
 // The PyTorch path (engine/attention/torch_backend.py, the reference) gathers every sequence's
 // keys and values out of their blocks into a padded batch, then runs SDPA with a mask: for
@@ -130,11 +131,47 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
   return out;
 }
 
+// k_cache/v_cache slot slot_mapping[t] = key/value[t]: this step's K and V into the cache.
+void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+              const at::Tensor& slot_mapping) {
+  TORCH_CHECK(k_cache.scalar_type() == at::kFloat && k_cache.dim() == 4 && k_cache.is_contiguous() &&
+                  v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
+                  v_cache.scalar_type() == at::kFloat,
+              "k_cache and v_cache must be contiguous float32 [blocks, block_size, kv_heads, "
+              "head_dim] tensors of one shape");
+  const int64_t KVH = k_cache.size(2), D = k_cache.size(3), slots = k_cache.size(0) * k_cache.size(1);
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.dim() == 1 && slot_mapping.is_contiguous(),
+              "slot_mapping must be a contiguous 1-D int64 tensor");
+  const int64_t T = slot_mapping.size(0);
+  for (const at::Tensor* t : {&key, &value})
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->dim() == 3 && t->size(0) == T && t->size(1) == KVH &&
+                    t->size(2) == D && t->stride(2) == 1 && t->stride(1) == D,
+                "key and value must be float32 [", T, ", ", KVH, ", ", D, "] with contiguous tokens");
+  const int64_t* slot = slot_mapping.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t)
+    TORCH_CHECK(slot[t] >= 0 && slot[t] < slots, "slot ", slot[t], " is outside the cache (", slots, " slots)");
+  const float* kp = key.data_ptr<float>();
+  const float* vp = value.data_ptr<float>();
+  float* kc = k_cache.data_ptr<float>();
+  float* vc = v_cache.data_ptr<float>();
+  const int64_t row = KVH * D, ldk = key.stride(0), ldv = value.stride(0);
+  at::parallel_for(0, T, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      std::copy(kp + t * ldk, kp + t * ldk + row, kc + slot[t] * row);
+      std::copy(vp + t * ldv, vp + t * ldv + row, vc + slot[t] * row);
+    }
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(platform_cpu, m) {
+  m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
   m.def("paged_decode_attention(Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
         "Tensor seq_lens, float scale) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }
+TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
+  m.impl("paged_decode_attention", &paged_decode_attention);
+  m.impl("write_kv", &write_kv);
+}

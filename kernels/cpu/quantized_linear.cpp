@@ -128,11 +128,12 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
   const int64_t blocks = K / kBlock;
   float sums[R];
 #ifdef PLATFORM_AVX2
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  // Two accumulators a row, for even and odd blocks: one would wait on the FMA's latency.
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const __m128i nibble = _mm_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < blocks; ++b) {
+  auto block = [&](int64_t b, int slot) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
     // weights 0..15 in the low lane, 16..31 in the high one: the activations' order
     const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
@@ -142,10 +143,28 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
       // codes (0..15) times activations (-127..127), pairs summed into 16 bits, then 32
       const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx[r * blocks + b]), acc[r]);
+      acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx[r * blocks + b]),
+                                     acc[r][slot]);
     }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    block(b, 0);
+    block(b + 1, 1);
   }
-  for (int r = 0; r < R; ++r) sums[r] = hsum(acc[r]);
+  if (b < blocks) block(b, 0);
+  for (int r = 0; r < R; ++r) sums[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+  // The mins' share, eight blocks at a time.
+  for (int r = 0; r < R; ++r) {
+    __m256 m = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= blocks; c += 8)
+      m = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + c))),
+                          _mm256_loadu_ps(xsum + r * blocks + c), m);
+    float tail = 0.f;
+    for (; c < blocks; ++c) tail += half_to_float(mins[c]) * xsum[r * blocks + c];
+    y[r * ldy] = sums[r] + hsum(m) + tail;
+  }
 #else
   for (int r = 0; r < R; ++r) {
     sums[r] = 0.f;
@@ -159,12 +178,12 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
       sums[r] += static_cast<float>(dot) * (half_to_float(scale[b]) * dx[r * blocks + b]);
     }
   }
-#endif
   for (int r = 0; r < R; ++r) {
     float m = 0.f;
     for (int64_t b = 0; b < blocks; ++b) m += half_to_float(mins[b]) * xsum[r * blocks + b];
     y[r * ldy] = sums[r] + m;
   }
+#endif
 }
 
 // Calls rows(m, R) over the rows of x in groups of kRows, then the leftover rows.

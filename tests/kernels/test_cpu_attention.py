@@ -97,3 +97,20 @@ def test_a_block_table_outside_the_cache_is_refused(ops):
         ops.paged_decode_attention(query, k_cache, v_cache, tables, lens, 1.0)
     with pytest.raises(RuntimeError, match="its block table holds"):
         ops.paged_decode_attention(query, k_cache, v_cache, tables, lens * 10, 1.0)
+
+
+def test_write_kv_stores_each_token_at_its_slot(ops):
+    """The native write of a step's K/V (strided rows, as a qkv split gives) and index_copy_."""
+    gen = torch.Generator().manual_seed(3)
+    qkv = torch.randn(5, 3 * 2 * 8, generator=gen)
+    key = qkv[:, 16:32].view(5, 2, 8)
+    value = qkv[:, 32:].view(5, 2, 8)
+    slots = torch.tensor([0, 17, 5, 40, 63])
+    k_cache, v_cache = torch.zeros(4, BLOCK, 2, 8), torch.zeros(4, BLOCK, 2, 8)
+    ops.write_kv(key, value, k_cache, v_cache, slots)
+    want_k = torch.zeros(64, 2, 8).index_copy_(0, slots, key)
+    want_v = torch.zeros(64, 2, 8).index_copy_(0, slots, value)
+    assert torch.equal(k_cache.view(64, 2, 8), want_k)
+    assert torch.equal(v_cache.view(64, 2, 8), want_v)
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        ops.write_kv(key, value, k_cache, v_cache, slots + 1)
