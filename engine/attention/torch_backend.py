@@ -94,7 +94,6 @@ class TorchAttentionBackend(AttentionBackend):
     def attend(self, query, key, value, k_cache, v_cache, metadata, scale):
         num_kv_heads, head_dim = key.shape[1], key.shape[2]
         state = metadata.backend_state
-        out = torch.empty_like(query)
         nd = metadata.num_decodes
         ops = cpu_ops(query) if nd else None
         if ops is not None and k_cache.dtype == torch.float32:
@@ -108,8 +107,10 @@ class TorchAttentionBackend(AttentionBackend):
             )
             if nd == metadata.num_seqs:
                 return decoded
+            out = torch.empty_like(query)
             out[:nd] = decoded
         else:
+            out = torch.empty_like(query)
             self._decode_attention(query, k_cache, v_cache, metadata, scale, out)
         k_flat = k_cache.view(-1, num_kv_heads, head_dim)
         v_flat = v_cache.view(-1, num_kv_heads, head_dim)

@@ -14,6 +14,8 @@ from types import ModuleType
 
 import torch
 
+from kernels.cpu import native_ops
+
 # Device types whose tensors go through kernels/. Tests add "cpu" in a process started with
 # TRITON_INTERPRET=1 to run the kernel path through Triton's interpreter.
 KERNEL_DEVICE_TYPES: tuple[str, ...] = ("cuda",)
@@ -34,8 +36,6 @@ def cpu_ops(x: torch.Tensor):
     built (kernels/cpu), else None. Never on devices routed to Triton (the interpreter tests)."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or "cpu" in KERNEL_DEVICE_TYPES:
         return None
-    from kernels.cpu import native_ops
-
     return native_ops()
 
 

@@ -84,7 +84,7 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
       TORCH_CHECK(tables[b * ldt + i] >= 0 && tables[b * ldt + i] < num_blocks, "sequence ", b,
                   " names block ", tables[b * ldt + i], " of ", num_blocks);
   }
-  at::Tensor out = at::zeros({B, H, D}, query.options());
+  at::Tensor out = at::empty({B, H, D}, query.options());
   const float* qp = query.data_ptr<float>();
   const float* kp = k_cache.data_ptr<float>();
   const float* vp = v_cache.data_ptr<float>();
@@ -103,6 +103,7 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
       const float* q = qp + b * H * D;
       float* o = op + b * H * D;
       scores.resize(H * L);
+      std::fill(o, o + H * D, 0.f);
       std::vector<float> row_max(H, -std::numeric_limits<float>::infinity()), total(H, 0.f);
       for (int64_t t = 0; t < L; ++t) {
         const float* k = kp + (table[t / BS] * BS + t % BS) * token_stride;
