@@ -98,23 +98,25 @@ def stack(api_platform, tmp_path_factory) -> Iterator[Stack]:
 
 
 def _engines_back_to_two(stack: Stack, api_platform, tmp_path, exits: ExitStack) -> None:
-    """After a kill, start a replacement so the next test again has a survivor to move to."""
-    if len(stack.statuses()) >= 2:
-        return
+    """After kills, start replacements so the next test again has a survivor to move to.
+
+    Which engine a test kills depends on which one picked its request up, and an earlier
+    test's replacement stops when that test ends: so none, one or two may be missing."""
     env = {**api_platform.env, "PLATFORM_REDIS_PREFIX": stack.prefix}
     command = engine_command(
         api_platform.checkpoint, CHAT_MODEL, redis_url=api_platform.redis_url, device="cpu"
     )
-    exits.enter_context(
-        running(
-            command,
-            env,
-            tmp_path / "replacement-engine.log",
-            ready=lambda: len(stack.statuses()) >= 2,
-            what="replacement engine",
-            timeout=120,
+    while (have := len(stack.statuses())) < 2:
+        exits.enter_context(
+            running(
+                command,
+                env,
+                tmp_path / f"replacement-engine-{have}.log",
+                ready=lambda have=have: len(stack.statuses()) > have,
+                what="replacement engine",
+                timeout=120,
+            )
         )
-    )
 
 
 @pytest.fixture
