@@ -67,6 +67,13 @@ def test_silu_and_mul_matches_the_reference(ops, tokens, hidden):
     torch.testing.assert_close(ops.silu_and_mul(x), reference.silu_and_mul(x), rtol=2e-6, atol=1e-6)
 
 
+def test_silu_and_mul_holds_at_the_ends_of_the_float_range(ops):
+    """Where exp overflows or underflows (the vector exp clamps its input)."""
+    gate = torch.tensor([[-1000.0, -100.0, -88.0, -20.0, -1e-3, 0.0, 1e-3, 20.0, 88.0, 100.0]])
+    x = torch.cat((gate, torch.full_like(gate, 3.0)), dim=-1)
+    torch.testing.assert_close(ops.silu_and_mul(x), reference.silu_and_mul(x), rtol=2e-6, atol=1e-6)
+
+
 def test_bad_inputs_are_refused_with_the_reason(ops):
     x, w = _rows(2, 8, 5)
     with pytest.raises(RuntimeError, match="float32"):
