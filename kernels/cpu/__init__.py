@@ -31,6 +31,8 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -74,6 +76,12 @@ def native_ops():
         return None
     from torch.utils import cpp_extension
 
+    if shutil.which("ninja") is None:
+        # The ninja pip package installs beside this interpreter, which need not be on PATH
+        # (``.venv/bin/python`` run directly); torch looks the build tool up there.
+        os.environ["PATH"] = (
+            f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        )
     start = time.monotonic()
     try:
         cpp_extension.load(
@@ -89,7 +97,10 @@ def native_ops():
             verbose=False,
         )
     except Exception as exc:
-        _unavailable.append(f"building the CPU kernels failed: {str(exc).strip()[:500]}")
+        # The compiler's complaint comes last, after the command lines.
+        detail = str(exc).strip()
+        detail = detail if len(detail) <= 600 else "..." + detail[-600:]
+        _unavailable.append(f"building the CPU kernels failed: {detail}")
         logger.warning("native CPU kernels unavailable: %s", _unavailable[-1])
         return None
     logger.info("native CPU kernels ready in %.1fs", time.monotonic() - start)
