@@ -11,8 +11,9 @@ float32 (compute) and come back in the caller's dtype; only the stored weights s
 
 Batches of up to ``KERNEL_MAX_ROWS`` rows (decode) run the native matrix-vector kernels of
 kernels/cpu (int4 ones quantize the activations to 8 bits per block of 32, as llama.cpp does);
-larger batches (prefill chunks) dequantize the matrix and run a float32 GEMM. Where the native kernels cannot be built, their PyTorch
-references (kernels/cpu/reference.py) run instead, correct but slower than float weights.
+larger batches (prefill chunks) dequantize the matrix and run a float32 GEMM. Where the native
+kernels cannot be built, their PyTorch references (kernels/cpu/reference.py) run instead,
+correct but slower than float weights.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from kernels.cpu import reference as cpu_reference
 
 QUANTIZATION_METHODS = ("int8", "int4")
 INT4_BLOCK = cpu_reference.INT4_BLOCK
-# Up to this many rows, reading the quantized weights once for all rows (the kernels) beats
-# dequantizing them for a GEMM (bench/quantized_kernels.py measures the crossover).
+# Up to this many rows the kernels (which widen each weight once per 4 rows) beat dequantizing
+# the matrix for a GEMM; past it the GEMM wins (decode batches vs prefill chunks).
 KERNEL_MAX_ROWS = 8
 
 
@@ -82,16 +83,6 @@ def int4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     scale = ((w.amax(dim=-1) - lo.float()) / 15.0).clamp(min=1e-7).half()
     q = torch.round((w - lo.float()[..., None]) / scale.float()[..., None]).clamp(0, 15)
     return q.to(torch.uint8).reshape(out_features, in_features), scale, lo
-
-
-def dequantize_int4_codes(
-    codes: torch.Tensor, scale: torch.Tensor, mins: torch.Tensor
-) -> torch.Tensor:
-    """The float32 matrix ``int4_codes`` stands for: q * scale + min per block."""
-    out_features, in_features = codes.shape
-    blocks = codes.reshape(out_features, scale.shape[1], -1).float()
-    w = blocks * scale.float()[..., None] + mins.float()[..., None]
-    return w.reshape(out_features, in_features)
 
 
 def quantize_int4(weight: torch.Tensor) -> Int4Weight:

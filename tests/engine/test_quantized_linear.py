@@ -12,13 +12,13 @@ from engine.layers import quantized_linear
 from engine.layers.quantized_linear import (
     KERNEL_MAX_ROWS,
     dequantize,
-    dequantize_int4_codes,
     int4_codes,
     linear,
     quantize_int4,
     quantize_int8,
     weight_bytes,
 )
+from kernels.cpu.reference import int4_dequantize, pack_int4
 
 OUT, IN = 192, 256
 ROWS = [1, 3, KERNEL_MAX_ROWS + 5]  # the kernels, and the GEMM path past KERNEL_MAX_ROWS
@@ -85,7 +85,7 @@ def test_int4_keeps_q4_1_weights_exactly():
     w = (d * q + m).reshape(OUT, IN)
     codes, scale, mins = int4_codes(w)
     assert torch.equal(codes.reshape(blocks, 32), q.to(torch.uint8))
-    torch.testing.assert_close(dequantize_int4_codes(codes, scale, mins), w, atol=1e-7, rtol=0)
+    torch.testing.assert_close(int4_dequantize(pack_int4(codes), scale, mins), w, atol=1e-7, rtol=0)
     torch.testing.assert_close(dequantize(quantize_int4(w)), w, atol=1e-7, rtol=0)
 
 
