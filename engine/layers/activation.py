@@ -1,5 +1,5 @@
 """SwiGLU activation on a fused gate/up projection (Triton kernel on CUDA, the native op on a
-CPU in float32, PyTorch otherwise)."""
+CPU in float32 or bfloat16, PyTorch otherwise)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Which implementation the layer functions run: Triton kernels on CUDA, the native CPU ops
-(kernels/cpu) for float32 on a CPU, PyTorch otherwise.
+(kernels/cpu) for float32 and bfloat16 on a CPU, PyTorch otherwise.
 
 The layer functions (rms_norm, add_rms_norm, silu_and_mul, RotaryEmbedding) keep their
 signatures and pick per call from the tensor's device and dtype, so the model code never
@@ -31,10 +31,15 @@ def use_kernels(x: torch.Tensor) -> bool:
     return x.device.type in KERNEL_DEVICE_TYPES and _triton_installed()
 
 
+# The dtypes the native CPU ops take (they compute in float32 and round as PyTorch does).
+CPU_OP_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def cpu_ops(x: torch.Tensor):
-    """``torch.ops.platform_cpu`` when ``x`` is a float32 CPU tensor and the native ops are
-    built (kernels/cpu), else None. Never on devices routed to Triton (the interpreter tests)."""
-    if x.device.type != "cpu" or x.dtype != torch.float32 or "cpu" in KERNEL_DEVICE_TYPES:
+    """``torch.ops.platform_cpu`` when ``x`` is a float32 or bfloat16 CPU tensor and the native
+    ops are built (kernels/cpu), else None. Never on devices routed to Triton (the interpreter
+    tests). The ops want their other tensor arguments in ``x``'s dtype."""
+    if x.device.type != "cpu" or x.dtype not in CPU_OP_DTYPES or "cpu" in KERNEL_DEVICE_TYPES:
         return None
     return native_ops()
 

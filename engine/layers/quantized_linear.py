@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.layers.packed_linear import PackedWeight, packed_linear
 from kernels.cpu import native_ops
 from kernels.cpu import reference as cpu_reference
 
@@ -100,12 +101,17 @@ def quantize(weight: torch.Tensor, method: str) -> QuantizedWeight:
 
 
 def linear(
-    x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor | QuantizedWeight | PackedWeight,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``F.linear`` for float weights; for quantized ones, the native kernels (few rows) or
-    dequantize-then-GEMM (many), computed in float32 and returned in ``x``'s dtype."""
+    """``F.linear`` for float weights, oneDNN's for packed bfloat16 ones; for quantized ones,
+    the native kernels (few rows) or dequantize-then-GEMM (many), computed in float32 and
+    returned in ``x``'s dtype."""
     if isinstance(weight, torch.Tensor):
         return F.linear(x, weight, bias)
+    if isinstance(weight, PackedWeight):
+        return packed_linear(x, weight, bias)
     rows = x.reshape(-1, x.shape[-1])
     if rows.dtype != torch.float32:
         rows = rows.float()
@@ -138,10 +144,12 @@ def dequantize(weight: QuantizedWeight) -> torch.Tensor:
     return cpu_reference.int4_dequantize(weight.packed, weight.scales, weight.mins)
 
 
-def weight_bytes(weight: torch.Tensor | QuantizedWeight) -> int:
+def weight_bytes(weight: torch.Tensor | QuantizedWeight | PackedWeight) -> int:
     """Bytes the weight occupies in memory (what one decode step reads)."""
     if isinstance(weight, torch.Tensor):
         return weight.numel() * weight.element_size()
+    if isinstance(weight, PackedWeight):
+        return weight.shape.numel() * 2  # bfloat16
     tensors = (
         (weight.qweight, weight.scales)
         if isinstance(weight, Int8Weight)

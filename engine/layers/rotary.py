@@ -4,8 +4,8 @@ Follows Hugging Face's convention (rotate_half: the two halves of the head dimen
 pairs), including Llama 3's frequency scaling, so outputs match transformers bit for bit.
 On CUDA the Triton kernel (kernels.apply_rotary_embedding) rotates q and k in one launch from a
 float32 cos|sin table; it rounds cos, sin and each product to the model dtype as this code does.
-On a CPU in float32 the native op (kernels/cpu/layer_ops.cpp) rotates both from the same cos
-and sin tables this code reads, bit for bit.
+On a CPU in float32 or bfloat16 the native op (kernels/cpu/layer_ops.cpp) rotates both from
+the same cos and sin tables this code reads, bit for bit.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class RotaryEmbedding:
                 positions, query, key, self.cos_sin_cache
             )
         ops = dispatch.cpu_ops(query)
-        if ops is not None and self.cos.dtype == torch.float32:
+        if ops is not None and self.cos.dtype == query.dtype == key.dtype:
             return ops.rotary_embedding(positions, query, key, self.cos, self.sin)
         cos = self.cos[positions].unsqueeze(1)  # [T, 1, head_dim // 2]
         sin = self.sin[positions].unsqueeze(1)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.layers.activation import silu_and_mul
 from engine.layers.layernorm import add_rms_norm, rms_norm
+from engine.layers.packed_linear import PackedWeight
 from engine.layers.quantized_linear import QuantizedWeight, linear
 from engine.layers.rotary import RotaryEmbedding
 from engine.model_config import ModelConfig
@@ -30,7 +31,7 @@ LoraApply = Callable[[torch.Tensor, torch.Tensor, int, str], torch.Tensor]
 
 
 # A projection's weight: a float matrix, or its weight-only quantized form (engine.models.quantize).
-Weight = torch.Tensor | QuantizedWeight
+Weight = torch.Tensor | QuantizedWeight | PackedWeight
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from safetensors import safe_open
 from engine.attention.backend import AttentionBackend
 from engine.model_config import ModelConfig
 from engine.models.decoder import DecoderLM
-from engine.models.quantize import check_quantization, quantize_model
+from engine.models.quantize import check_quantization, pack_model, quantize_model
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ def load_model(
     del weights  # the float copies go as each projection is quantized
     if quantization is not None:
         quantize_model(model, quantization)
+    else:
+        pack_model(model)
     logger.info(
         "loaded %s (%s, %d layers) on %s as %s%s",
         config.path,

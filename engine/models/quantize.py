@@ -1,4 +1,5 @@
-"""Weight-only quantization of a loaded DecoderLM (``EngineConfig.quantization``).
+"""Weight-only quantization of a loaded DecoderLM (``EngineConfig.quantization``), and the
+oneDNN packing of unquantized bfloat16 projections on CPUs with bfloat16 kernels.
 
 The four projections of every layer take the chosen method; the LM head (the largest single
 matrix of a small model, 49152 x 576 in SmolLM2-135M) is always int8, as llama.cpp's 4-bit
@@ -13,6 +14,7 @@ import logging
 
 import torch
 
+from engine.layers.packed_linear import can_pack, pack
 from engine.layers.quantized_linear import QUANTIZATION_METHODS, quantize, weight_bytes
 from engine.models.decoder import DecoderLM
 
@@ -49,6 +51,20 @@ def quantize_model(model: DecoderLM, method: str) -> None:
         before / 2**20,
         _projection_bytes(model) / 2**20,
     )
+
+
+def pack_model(model: DecoderLM) -> bool:
+    """Pack the projections and the LM head for oneDNN where that helps (engine.layers.
+    packed_linear); False, leaving the model as it was, where it does not. A tied LM head is
+    packed as a copy: the embedding lookup keeps reading the plain table."""
+    if not can_pack(model.dtype, model.device):
+        return False
+    for layer in model.layers:
+        for name in _PROJECTIONS:
+            setattr(layer, name, pack(getattr(layer, name)))
+    model.lm_head = pack(model.lm_head)
+    logger.info("packed the bfloat16 projections and LM head for oneDNN")
+    return True
 
 
 def _projection_bytes(model: DecoderLM) -> int:

@@ -29,6 +29,7 @@ from engine.request import Request
 from engine.resume import advance_generator
 from engine.sample import Sampler, SamplingBatch
 from engine.structured.bitmask import GrammarBitmask
+from engine.worker.cpu_allocator import keep_freed_memory_mapped
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
 
@@ -81,6 +82,7 @@ class ModelRunner:
         if device.type == "cpu":
             if config.cpu_threads is not None:
                 torch.set_num_threads(config.cpu_threads)
+            keep_freed_memory_mapped()
             _report_cpu_kernels()
         self.backend = get_attention_backend(device, config.attention_backend)
         self.model = load_model(

@@ -7,7 +7,9 @@ PyTorch kernel without bf16 hardware. So:
 
 - ``quantized_linear.cpp``: int8 and int4 (Q4_1) matrix-vector products for decode;
 - ``layer_ops.cpp``: RMSNorm (with the residual add), rotary embedding and SiLU-and-mul as one
-  op each, float32.
+  op each, float32 or bfloat16;
+- ``attention.cpp``: decode attention read straight from the paged KV cache, and the KV write,
+  float32 or bfloat16 (``vec.h`` holds what the two dtypes share).
 
 They are registered as ``torch.ops.platform_cpu.*``; each has a PyTorch reference with the same
 arguments (kernels/cpu/reference.py, kernels/reference).
@@ -43,6 +45,7 @@ logger = logging.getLogger(__name__)
 SOURCES = [
     Path(__file__).with_name(n) for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp")
 ]
+HEADERS = [Path(__file__).with_name("vec.h")]
 _unavailable: list[str] = []
 
 
@@ -59,7 +62,7 @@ def _cpu_flags() -> str:
 
 def _build_name() -> str:
     digest = hashlib.sha256()
-    parts = [src.read_bytes() for src in SOURCES] + [
+    parts = [src.read_bytes() for src in SOURCES + HEADERS] + [
         _cpu_flags().encode(),
         torch.__version__.encode(),
     ]

@@ -1,5 +1,6 @@
-// Decode attention straight from the paged KV cache (float32): one query token per sequence;
-// and the write of a step's K and V into that cache, one op for both.
+// Decode attention straight from the paged KV cache (float32 or bfloat16, computed in float32):
+// one query token per sequence; and the write of a step's K and V into that cache, one op for
+// both.
 //
 // The PyTorch path (engine/attention/torch_backend.py, the reference) gathers every sequence's
 // keys and values out of their blocks into a padded batch, then runs SDPA with a mask: for
@@ -14,24 +15,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define PLATFORM_AVX2 1
-#endif
+#include "vec.h"
 
 namespace {
 
-inline float dot(const float* a, const float* b, int64_t n) {
+using namespace platform_cpu;
+
+template <typename T>
+inline float dot(const float* a, const T* b, int64_t n) {
   int64_t i = 0;
   float sum = 0.f;
-#ifdef PLATFORM_AVX2
+#if defined(PLATFORM_AVX512)
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load16(b + i + 16), acc1);
+  }
+  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), acc0);
+  sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(PLATFORM_AVX2)
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
   }
   __m256 acc = _mm256_add_ps(acc0, acc1);
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -39,31 +49,109 @@ inline float dot(const float* a, const float* b, int64_t n) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   sum = _mm_cvtss_f32(s);
 #endif
-  for (; i < n; ++i) sum += a[i] * b[i];
+  for (; i < n; ++i) sum += a[i] * to_float(b[i]);
   return sum;
 }
 
 // out += p * v over n floats.
-inline void axpy(float p, const float* v, float* out, int64_t n) {
+template <typename T>
+inline void axpy(float p, const T* v, float* out, int64_t n) {
   int64_t i = 0;
+#if defined(PLATFORM_AVX512)
+  const __m512 pw = _mm512_set1_ps(p);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(pw, load16(v + i), _mm512_loadu_ps(out + i)));
+#endif
 #ifdef PLATFORM_AVX2
   const __m256 pv = _mm256_set1_ps(p);
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, load8(v + i), _mm256_loadu_ps(out + i)));
 #endif
-  for (; i < n; ++i) out[i] += p * v[i];
+  for (; i < n; ++i) out[i] += p * to_float(v[i]);
+}
+
+// s[i] = exp(s[i] - max) over n scores; returns their sum.
+inline float softmax_numerators(float* s, int64_t n, float max) {
+  int64_t i = 0;
+  float total = 0.f;
+#ifdef PLATFORM_AVX2
+  const __m256 m = _mm256_set1_ps(max);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  for (float lane : lanes) total += lane;
+#endif
+  for (; i < n; ++i) {
+    s[i] = std::exp(s[i] - max);
+    total += s[i];
+  }
+  return total;
+}
+
+void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
+  TORCH_CHECK((k_cache.scalar_type() == at::kFloat || k_cache.scalar_type() == at::kBFloat16) &&
+                  k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes() &&
+                  v_cache.is_contiguous() && v_cache.scalar_type() == k_cache.scalar_type(),
+              "k_cache and v_cache must be contiguous float32 or bfloat16 [blocks, block_size, "
+              "kv_heads, head_dim] tensors of one shape and dtype");
+}
+
+template <typename T>
+void decode_attention(const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                      const int64_t* tables, int64_t ldt, const int64_t* lens, float sc, at::Tensor& out) {
+  const int64_t B = query.size(0), H = query.size(1), D = query.size(2);
+  const int64_t BS = k_cache.size(1), KVH = k_cache.size(2), G = H / KVH;
+  const T* qp = query.data_ptr<T>();
+  const T* kp = k_cache.data_ptr<T>();
+  const T* vp = v_cache.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const int64_t token_stride = KVH * D;  // elements between consecutive slots of one KV head
+
+  // One work item per sequence, all heads together: a token's K (and V) for every KV head is
+  // one contiguous row of the block, so reading them in token order streams through memory
+  // (per KV head, the rows would be read a third at a time, several times slower).
+  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> scores, q(H * D), o(H * D);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t L = lens[b];
+      const int64_t* table = tables + b * ldt;
+      for (int64_t i = 0; i < H * D; ++i) q[i] = to_float(qp[b * H * D + i]);
+      scores.resize(H * L);
+      std::fill(o.begin(), o.end(), 0.f);
+      std::vector<float> row_max(H, -std::numeric_limits<float>::infinity()), total(H, 0.f);
+      for (int64_t t = 0; t < L; ++t) {
+        const T* k = kp + (table[t / BS] * BS + t % BS) * token_stride;
+        for (int64_t h = 0; h < H; ++h) {
+          const float s = dot(q.data() + h * D, k + (h / G) * D, D) * sc;
+          scores[h * L + t] = s;
+          row_max[h] = std::max(row_max[h], s);
+        }
+      }
+      for (int64_t h = 0; h < H; ++h) total[h] = softmax_numerators(scores.data() + h * L, L, row_max[h]);
+      for (int64_t t = 0; t < L; ++t) {
+        const T* v = vp + (table[t / BS] * BS + t % BS) * token_stride;
+        for (int64_t h = 0; h < H; ++h) axpy(scores[h * L + t], v + (h / G) * D, o.data() + h * D, D);
+      }
+      T* ob = op + b * H * D;
+      for (int64_t h = 0; h < H; ++h) {
+        const float inv = 1.f / total[h];
+        for (int64_t d = 0; d < D; ++d) ob[h * D + d] = static_cast<T>(o[h * D + d] * inv);
+      }
+    }
+  });
 }
 
 at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_cache,
                                   const at::Tensor& v_cache, const at::Tensor& block_tables,
                                   const at::Tensor& seq_lens, double scale) {
-  TORCH_CHECK(query.scalar_type() == at::kFloat && query.dim() == 3 && query.is_contiguous(),
-              "query must be a contiguous float32 [seqs, heads, head_dim] tensor");
-  TORCH_CHECK(k_cache.scalar_type() == at::kFloat && k_cache.dim() == 4 && k_cache.is_contiguous() &&
-                  v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
-                  v_cache.scalar_type() == at::kFloat,
-              "k_cache and v_cache must be contiguous float32 [blocks, block_size, kv_heads, "
-              "head_dim] tensors of one shape");
+  check_cache(k_cache, v_cache);
+  TORCH_CHECK(query.scalar_type() == k_cache.scalar_type() && query.dim() == 3 && query.is_contiguous(),
+              "query must be a contiguous [seqs, heads, head_dim] tensor of the cache's dtype");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2 &&
                   block_tables.stride(1) == 1,
               "block_tables must be int64 [seqs, max_blocks] with contiguous rows");
@@ -74,7 +162,7 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
   TORCH_CHECK(k_cache.size(3) == D, "query and cache head_dim differ");
   TORCH_CHECK(H % KVH == 0, H, " query heads do not group over ", KVH, " KV heads");
   TORCH_CHECK(block_tables.size(0) >= B && seq_lens.size(0) >= B, "one block table and length per sequence");
-  const int64_t G = H / KVH, max_blocks = block_tables.size(1), ldt = block_tables.stride(0);
+  const int64_t max_blocks = block_tables.size(1), ldt = block_tables.stride(0);
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
@@ -85,81 +173,40 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
                   " names block ", tables[b * ldt + i], " of ", num_blocks);
   }
   at::Tensor out = at::empty({B, H, D}, query.options());
-  const float* qp = query.data_ptr<float>();
-  const float* kp = k_cache.data_ptr<float>();
-  const float* vp = v_cache.data_ptr<float>();
-  float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
-  const int64_t token_stride = KVH * D;  // floats between consecutive slots of one KV head
-
-  // One work item per sequence, all heads together: a token's K (and V) for every KV head is
-  // one contiguous row of the block, so reading them in token order streams through memory
-  // (per KV head, the rows would be read a third at a time, several times slower).
-  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> scores;
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t L = lens[b];
-      const int64_t* table = tables + b * ldt;
-      const float* q = qp + b * H * D;
-      float* o = op + b * H * D;
-      scores.resize(H * L);
-      std::fill(o, o + H * D, 0.f);
-      std::vector<float> row_max(H, -std::numeric_limits<float>::infinity()), total(H, 0.f);
-      for (int64_t t = 0; t < L; ++t) {
-        const float* k = kp + (table[t / BS] * BS + t % BS) * token_stride;
-        for (int64_t h = 0; h < H; ++h) {
-          const float s = dot(q + h * D, k + (h / G) * D, D) * sc;
-          scores[h * L + t] = s;
-          row_max[h] = std::max(row_max[h], s);
-        }
-      }
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t t = 0; t < L; ++t) {
-          const float p = std::exp(scores[h * L + t] - row_max[h]);
-          scores[h * L + t] = p;
-          total[h] += p;
-        }
-      for (int64_t t = 0; t < L; ++t) {
-        const float* v = vp + (table[t / BS] * BS + t % BS) * token_stride;
-        for (int64_t h = 0; h < H; ++h) axpy(scores[h * L + t], v + (h / G) * D, o + h * D, D);
-      }
-      for (int64_t h = 0; h < H; ++h) {
-        const float inv = 1.f / total[h];
-        for (int64_t d = 0; d < D; ++d) o[h * D + d] *= inv;
-      }
-    }
-  });
+  if (query.scalar_type() == at::kFloat)
+    decode_attention<float>(query, k_cache, v_cache, tables, ldt, lens, sc, out);
+  else
+    decode_attention<bf16>(query, k_cache, v_cache, tables, ldt, lens, sc, out);
   return out;
 }
 
 // k_cache/v_cache slot slot_mapping[t] = key/value[t]: this step's K and V into the cache.
 void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping) {
-  TORCH_CHECK(k_cache.scalar_type() == at::kFloat && k_cache.dim() == 4 && k_cache.is_contiguous() &&
-                  v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
-                  v_cache.scalar_type() == at::kFloat,
-              "k_cache and v_cache must be contiguous float32 [blocks, block_size, kv_heads, "
-              "head_dim] tensors of one shape");
+  check_cache(k_cache, v_cache);
   const int64_t KVH = k_cache.size(2), D = k_cache.size(3), slots = k_cache.size(0) * k_cache.size(1);
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.dim() == 1 && slot_mapping.is_contiguous(),
               "slot_mapping must be a contiguous 1-D int64 tensor");
   const int64_t T = slot_mapping.size(0);
   for (const at::Tensor* t : {&key, &value})
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->dim() == 3 && t->size(0) == T && t->size(1) == KVH &&
-                    t->size(2) == D && t->stride(2) == 1 && t->stride(1) == D,
-                "key and value must be float32 [", T, ", ", KVH, ", ", D, "] with contiguous tokens");
+    TORCH_CHECK(t->scalar_type() == k_cache.scalar_type() && t->dim() == 3 && t->size(0) == T &&
+                    t->size(1) == KVH && t->size(2) == D && t->stride(2) == 1 && t->stride(1) == D,
+                "key and value must be [", T, ", ", KVH, ", ", D,
+                "] tensors of the cache's dtype with contiguous tokens");
   const int64_t* slot = slot_mapping.data_ptr<int64_t>();
   for (int64_t t = 0; t < T; ++t)
     TORCH_CHECK(slot[t] >= 0 && slot[t] < slots, "slot ", slot[t], " is outside the cache (", slots, " slots)");
-  const float* kp = key.data_ptr<float>();
-  const float* vp = value.data_ptr<float>();
-  float* kc = k_cache.data_ptr<float>();
-  float* vc = v_cache.data_ptr<float>();
-  const int64_t row = KVH * D, ldk = key.stride(0), ldv = value.stride(0);
+  const int64_t size = k_cache.element_size();
+  const char* kp = static_cast<const char*>(key.data_ptr());
+  const char* vp = static_cast<const char*>(value.data_ptr());
+  char* kc = static_cast<char*>(k_cache.data_ptr());
+  char* vc = static_cast<char*>(v_cache.data_ptr());
+  const int64_t row = KVH * D * size, ldk = key.stride(0) * size, ldv = value.stride(0) * size;
   at::parallel_for(0, T, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      std::copy(kp + t * ldk, kp + t * ldk + row, kc + slot[t] * row);
-      std::copy(vp + t * ldv, vp + t * ldv + row, vc + slot[t] * row);
+      std::memcpy(kc + slot[t] * row, kp + t * ldk, row);
+      std::memcpy(vc + slot[t] * row, vp + t * ldv, row);
     }
   });
 }

@@ -67,6 +67,16 @@ def test_decode_attention_matches_exact_attention(ops, seq_lens, heads, kv_heads
     )
 
 
+def test_bfloat16_decode_attention_matches_exact_attention(ops):
+    """A bfloat16 cache and query (read in float32), the output rounded once to bfloat16."""
+    query, k_cache, v_cache, tables, lens = _paged([1, 17, 130], 16, 8, 128, 4)
+    query, k_cache, v_cache = query.bfloat16(), k_cache.bfloat16(), v_cache.bfloat16()
+    got = ops.paged_decode_attention(query, k_cache, v_cache, tables, lens, 0.09)
+    assert got.dtype == torch.bfloat16
+    want = _exact(query.float(), k_cache.float(), v_cache.float(), tables, lens, 0.09)
+    torch.testing.assert_close(got.float(), want, rtol=8e-3, atol=1e-3)
+
+
 def test_the_backend_gives_the_same_output_on_either_decode_path(ops, monkeypatch):
     """The attention backend's native decode (a float32 CPU step) and its PyTorch path."""
     seq_lens = [5, 33, 64, 20]
@@ -114,3 +124,17 @@ def test_write_kv_stores_each_token_at_its_slot(ops):
     assert torch.equal(v_cache.view(64, 2, 8), want_v)
     with pytest.raises(RuntimeError, match="outside the cache"):
         ops.write_kv(key, value, k_cache, v_cache, slots + 1)
+    with pytest.raises(RuntimeError, match="the cache's dtype"):
+        ops.write_kv(key.bfloat16(), value.bfloat16(), k_cache, v_cache, slots)
+
+
+def test_write_kv_stores_bfloat16_rows(ops):
+    gen = torch.Generator().manual_seed(5)
+    key = torch.randn(3, 2, 8, generator=gen).bfloat16()
+    value = torch.randn(3, 2, 8, generator=gen).bfloat16()
+    slots = torch.tensor([9, 2, 30])
+    k_cache = torch.zeros(2, BLOCK, 2, 8, dtype=torch.bfloat16)
+    v_cache = torch.zeros_like(k_cache)
+    ops.write_kv(key, value, k_cache, v_cache, slots)
+    assert torch.equal(k_cache.view(32, 2, 8)[slots], key)
+    assert torch.equal(v_cache.view(32, 2, 8)[slots], value)

@@ -74,10 +74,54 @@ def test_silu_and_mul_holds_at_the_ends_of_the_float_range(ops):
     torch.testing.assert_close(ops.silu_and_mul(x), reference.silu_and_mul(x), rtol=2e-6, atol=1e-6)
 
 
+def _assert_bf16_close(got: torch.Tensor, want: torch.Tensor) -> None:
+    """bfloat16 results: mostly the same bits; where the float32 value before the last rounding
+    differs in its last bit (another sum order, a polynomial exp), one bfloat16 step apart."""
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert (got == want).float().mean() >= 0.99
+    torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize(("tokens", "hidden"), SHAPES)
+def test_bfloat16_norms_round_where_the_reference_rounds(ops, tokens, hidden):
+    x, w = (t.bfloat16() for t in _rows(tokens, hidden, 6))
+    residual, _ = _rows(tokens, hidden, 7)
+    residual = residual.bfloat16()
+    _assert_bf16_close(ops.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6))
+    out, summed = ops.fused_add_rms_norm(x, residual, w, 1e-6)
+    ref_out, ref_summed = reference.fused_add_rms_norm(x, residual, w, 1e-6)
+    assert torch.equal(summed, ref_summed)
+    _assert_bf16_close(out, ref_out)
+
+
+@pytest.mark.parametrize(("tokens", "hidden"), SHAPES)
+def test_bfloat16_silu_and_mul_rounds_where_the_reference_rounds(ops, tokens, hidden):
+    x = _rows(tokens, 2 * hidden, 8)[0].bfloat16()
+    _assert_bf16_close(ops.silu_and_mul(x), reference.silu_and_mul(x))
+
+
+def test_bfloat16_rotary_is_bit_identical_to_the_engine_reference(ops):
+    """Each product and sum rounded to bfloat16, as the reference's separate ops round them
+    (72 = 64 + 8: the vector loop and the scalar tail)."""
+    heads, kv_heads, head_dim, tokens = 4, 2, 144, 5
+    rotary = RotaryEmbedding(
+        head_dim, 10000.0, None, 512, dtype=torch.bfloat16, device=torch.device("cpu")
+    )
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(tokens, heads, head_dim, generator=gen).bfloat16()
+    k = torch.randn(tokens, kv_heads, head_dim, generator=gen).bfloat16()
+    positions = torch.tensor([0, 3, 99, 260, 511])
+    got_q, got_k = ops.rotary_embedding(positions, q, k, rotary.cos, rotary.sin)
+    want_q, want_k = cpu_reference.rotary_embedding(positions, q, k, rotary.cos, rotary.sin)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
 def test_bad_inputs_are_refused_with_the_reason(ops):
     x, w = _rows(2, 8, 5)
-    with pytest.raises(RuntimeError, match="float32"):
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
         ops.rms_norm(x.double(), w, 1e-6)
+    with pytest.raises(RuntimeError, match="weight must be BFloat16"):
+        ops.rms_norm(x.bfloat16(), w, 1e-6)
     with pytest.raises(RuntimeError, match="weight must be 8"):
         ops.rms_norm(x, w[:4], 1e-6)
     rotary = RotaryEmbedding(8, 10000.0, None, 16, dtype=torch.float32, device=torch.device("cpu"))
