@@ -47,9 +47,7 @@ def pack(weight: torch.Tensor) -> PackedWeight:
     return PackedWeight(packed, weight.shape)
 
 
-def packed_linear(
-    x: torch.Tensor, weight: PackedWeight, bias: torch.Tensor | None
-) -> torch.Tensor:
+def packed_linear(x: torch.Tensor, weight: PackedWeight, bias: torch.Tensor | None) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])
     y = torch.ops.mkldnn._linear_pointwise(rows, weight.packed, bias, "none", [], "")
     return y.view(*x.shape[:-1], weight.shape[0])
