@@ -34,6 +34,12 @@
 #include <immintrin.h>
 #define PLATFORM_AVX2 1
 #endif
+// AVX512 with VNNI (Ice Lake and later Xeons, Zen 4): 64 4-bit-by-8-bit products summed per
+// instruction (vpdpbusd), twice the AVX2 path's 32 in three.
+#if defined(PLATFORM_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512DQ__) && defined(__AVX512VNNI__)
+#define PLATFORM_AVX512_VNNI 1
+#endif
 
 namespace {
 
@@ -148,12 +154,39 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
     }
   };
   int64_t b = 0;
+#ifdef PLATFORM_AVX512_VNNI
+  // Two blocks at a time: their 32 bytes of codes widened to 64 (block b's weights 0..15,
+  // 16..31, then block b + 1's), against the same 64 activation bytes.
+  __m512 wide[R];
+  for (int r = 0; r < R; ++r) wide[r] = _mm512_setzero_ps();
+  const __m256i nibbles = _mm256_set1_epi8(0x0F);
+  for (; b + 2 <= blocks; b += 2) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * 16));
+    const __m256i lo = _mm256_and_si256(bytes, nibbles);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibbles);
+    // [lo b, lo b+1, hi b, hi b+1] in 128-bit lanes, reordered to [lo b, hi b, lo b+1, hi b+1]
+    __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    codes = _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));
+    const float d0 = half_to_float(scale[b]), d1 = half_to_float(scale[b + 1]);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xq + r * K + b * kBlock);
+      // int32 lanes 0..7 hold block b's sums, 8..15 block b + 1's
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
+      const __m512 sc = _mm512_insertf32x8(_mm512_set1_ps(d0 * dx[r * blocks + b]),
+                                           _mm256_set1_ps(d1 * dx[r * blocks + b + 1]), 1);
+      wide[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, wide[r]);
+    }
+  }
+#endif
   for (; b + 2 <= blocks; b += 2) {
     block(b, 0);
     block(b + 1, 1);
   }
   if (b < blocks) block(b, 0);
   for (int r = 0; r < R; ++r) sums[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+#ifdef PLATFORM_AVX512_VNNI
+  for (int r = 0; r < R; ++r) sums[r] += _mm512_reduce_add_ps(wide[r]);
+#endif
   // The mins' share, eight blocks at a time.
   for (int r = 0; r < R; ++r) {
     __m256 m = _mm256_setzero_ps();
