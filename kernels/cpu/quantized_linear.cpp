@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -35,7 +36,7 @@
 #define PLATFORM_AVX2 1
 #endif
 // AVX512 with VNNI (Ice Lake and later Xeons, Zen 4): 64 4-bit-by-8-bit products summed per
-// instruction (vpdpbusd), twice the AVX2 path's 32 in three.
+// instruction (vpdpbusd), where the AVX2 path sums 32 in three.
 #if defined(PLATFORM_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VNNI__)
 #define PLATFORM_AVX512_VNNI 1
@@ -125,6 +126,26 @@ void quantize_activations(const float* x, int64_t K, int8_t* xq, float* dx, floa
   }
 }
 
+#ifdef PLATFORM_AVX512_VNNI
+constexpr int64_t kGroup = 4;  // blocks per step of the VNNI loop
+
+// The activations of every whole group of four blocks reordered to [weights 0..15 of each of
+// the four blocks, then weights 16..31 of each]: the order in which a 64-byte load of the
+// group's codes yields its low and then its high nibbles. Blocks past the last whole group
+// keep their order (the per-block loop reads them).
+void interleave_groups(int8_t* xq, int64_t K) {
+  int8_t group[kGroup * kBlock];
+  for (int64_t g = 0; g < K / (kGroup * kBlock); ++g) {
+    int8_t* x = xq + g * kGroup * kBlock;
+    for (int j = 0; j < kGroup; ++j) {
+      std::memcpy(group + j * 16, x + j * kBlock, 16);
+      std::memcpy(group + kGroup * 16 + j * 16, x + j * kBlock + 16, 16);
+    }
+    std::memcpy(x, group, sizeof group);
+  }
+}
+#endif
+
 // y[r * ldy] = sum over blocks b of scale[b] * dx[r][b] * dot(codes, xq[r]) + min[b] * xsum[r][b]:
 // 4-bit weights times 8-bit activations in integers, 32 products in three instructions.
 template <int R>
@@ -155,25 +176,25 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
   };
   int64_t b = 0;
 #ifdef PLATFORM_AVX512_VNNI
-  // Two blocks at a time: their 32 bytes of codes widened to 64 (block b's weights 0..15,
-  // 16..31, then block b + 1's), against the same 64 activation bytes.
+  // Four blocks a step: their 64 bytes of codes split into low nibbles (weights 0..15 of each
+  // block) and high ones (16..31), against activations interleave_groups put in that order.
+  // int32 lane i of the sums belongs to block b + i / 4; the scale vector repeats each
+  // block's factor over its four lanes.
   __m512 wide[R];
   for (int r = 0; r < R; ++r) wide[r] = _mm512_setzero_ps();
-  const __m256i nibbles = _mm256_set1_epi8(0x0F);
-  for (; b + 2 <= blocks; b += 2) {
-    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * 16));
-    const __m256i lo = _mm256_and_si256(bytes, nibbles);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibbles);
-    // [lo b, lo b+1, hi b, hi b+1] in 128-bit lanes, reordered to [lo b, hi b, lo b+1, hi b+1]
-    __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    codes = _mm512_shuffle_i64x2(codes, codes, _MM_SHUFFLE(3, 1, 2, 0));
-    const float d0 = half_to_float(scale[b]), d1 = half_to_float(scale[b + 1]);
+  const __m512i nibbles = _mm512_set1_epi8(0x0F);
+  const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  for (; b + kGroup <= blocks; b += kGroup) {
+    const __m512i bytes = _mm512_loadu_si512(q + b * 16);
+    const __m512i lo = _mm512_and_si512(bytes, nibbles);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibbles);
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + b)));
     for (int r = 0; r < R; ++r) {
-      const __m512i xv = _mm512_loadu_si512(xq + r * K + b * kBlock);
-      // int32 lanes 0..7 hold block b's sums, 8..15 block b + 1's
-      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
-      const __m512 sc = _mm512_insertf32x8(_mm512_set1_ps(d0 * dx[r * blocks + b]),
-                                           _mm256_set1_ps(d1 * dx[r * blocks + b + 1]), 1);
+      const int8_t* xg = xq + r * K + b * kBlock;
+      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg));
+      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xg + 64));
+      const __m128 factors = _mm_mul_ps(dw, _mm_loadu_ps(dx + r * blocks + b));
+      const __m512 sc = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(factors));
       wide[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, wide[r]);
     }
   }
@@ -271,9 +292,13 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const int64_t M = xc.size(0);
   std::vector<int8_t> xq(M * K);
   std::vector<float> dx(M * blocks), xsum(M * blocks);
-  for (int64_t m = 0; m < M; ++m)
+  for (int64_t m = 0; m < M; ++m) {
     quantize_activations(xc.data_ptr<float>() + m * K, K, xq.data() + m * K, dx.data() + m * blocks,
                          xsum.data() + m * blocks);
+#ifdef PLATFORM_AVX512_VNNI
+    interleave_groups(xq.data() + m * K, K);
+#endif
+  }
   at::Tensor y = at::empty({M, N}, xc.options());
   const uint8_t* qp = packed.data_ptr<uint8_t>();
   const at::Half* sp = scales.data_ptr<at::Half>();
