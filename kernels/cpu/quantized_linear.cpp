@@ -37,7 +37,10 @@
 #endif
 // AVX512 with VNNI (Ice Lake and later Xeons, Zen 4): 64 4-bit-by-8-bit products summed per
 // instruction (vpdpbusd), where the AVX2 path sums 32 in three.
-#if defined(PLATFORM_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+#if defined(PLATFORM_AVX2) && defined(__AVX512F__)
+#define PLATFORM_AVX512 1
+#endif
+#if defined(PLATFORM_AVX512) && defined(__AVX512BW__) && \
     defined(__AVX512DQ__) && defined(__AVX512VNNI__)
 #define PLATFORM_AVX512_VNNI 1
 #endif
@@ -74,6 +77,21 @@ void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, floa
                    float* y, int64_t ldy) {
   float sums[R];
   int64_t k = 0;
+#ifdef PLATFORM_AVX512
+  // Sixteen weights a vector (half the instructions a weight of the AVX2 loop below).
+  __m512 wide[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < 4; ++a) wide[r][a] = _mm512_setzero_ps();
+  for (; k + 64 <= K; k += 64) {
+    __m512 w[4];
+    for (int j = 0; j < 4; ++j)
+      w[j] = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16 * j))));
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j)
+        wide[r][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k + 16 * j), w[j], wide[r][j]);
+  }
+#endif
 #ifdef PLATFORM_AVX2
   // Four accumulators a row: the FMA latency, not the loads, would bound one chain.
   __m256 acc[R][4];
@@ -98,6 +116,11 @@ void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, floa
   for (int r = 0; r < R; ++r)
     sums[r] = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
                                  _mm256_add_ps(acc[r][2], acc[r][3])));
+#ifdef PLATFORM_AVX512
+  for (int r = 0; r < R; ++r)
+    sums[r] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(wide[r][0], wide[r][1]),
+                                                  _mm512_add_ps(wide[r][2], wide[r][3])));
+#endif
 #else
   for (int r = 0; r < R; ++r) sums[r] = 0.f;
 #endif
