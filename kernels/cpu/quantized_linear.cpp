@@ -150,24 +150,107 @@ void quantize_activations(const float* x, int64_t K, int8_t* xq, float* dx, floa
 }
 
 #ifdef PLATFORM_AVX512_VNNI
-constexpr int64_t kGroup = 4;  // blocks per step of the VNNI loop
-
-// The activations of every whole group of four blocks reordered to [weights 0..15 of each of
-// the four blocks, then weights 16..31 of each]: the order in which a 64-byte load of the
-// group's codes yields its low and then its high nibbles. Blocks past the last whole group
-// keep their order (the per-block loop reads them).
-void interleave_groups(int8_t* xq, int64_t K) {
-  int8_t group[kGroup * kBlock];
-  for (int64_t g = 0; g < K / (kGroup * kBlock); ++g) {
-    int8_t* x = xq + g * kGroup * kBlock;
-    for (int j = 0; j < kGroup; ++j) {
-      std::memcpy(group + j * 16, x + j * kBlock, 16);
-      std::memcpy(group + kGroup * 16 + j * 16, x + j * kBlock + 16, 16);
-    }
-    std::memcpy(x, group, sizeof group);
+// The VNNI loop takes blocks four at a time, then a pair, then a last single block. A group of
+// g blocks is read as g * 16 bytes of codes split into their low nibbles (weights 0..15 of
+// each block) and then their high ones (16..31); interleave_groups reorders each group's
+// activations the same way: [x[0..15] of each block, then x[16..31] of each]. A single block
+// is already in that order.
+void interleave(int8_t* x, int g) {
+  int8_t group[4 * kBlock];
+  for (int j = 0; j < g; ++j) {
+    std::memcpy(group + j * 16, x + j * kBlock, 16);
+    std::memcpy(group + g * 16 + j * 16, x + j * kBlock + 16, 16);
   }
+  std::memcpy(x, group, g * kBlock);
+}
+
+void interleave_groups(int8_t* xq, int64_t K) {
+  const int64_t blocks = K / kBlock;
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) interleave(xq + b * kBlock, 4);
+  if (b + 2 <= blocks) interleave(xq + b * kBlock, 2);
+}
+
+inline float hsum128(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// int4_dot_rows with AVX512-VNNI: vpdpbusd sums 64 products of 4-bit codes and 8-bit
+// activations in one instruction. int32 lane i of a group's sums belongs to block i / 4 of
+// the group (a pair repeats after eight lanes), and the scale vector spreads each block's
+// factor over its lanes the same way.
+template <int R>
+void int4_dot_rows_vnni(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
+                        const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
+                        int64_t ldy) {
+  const int64_t blocks = K / kBlock;
+  __m512 acc[R];
+  __m128 min_acc[R];
+  float tail[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    min_acc[r] = _mm_setzero_ps();
+    tail[r] = 0.f;
+  }
+  const __m512i nibbles = _mm512_set1_epi8(0x0F);
+  const __m512i spread4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i spread2 = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) {
+    const __m512i bytes = _mm512_loadu_si512(q + b * 16);
+    const __m512i lo = _mm512_and_si512(bytes, nibbles);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibbles);
+    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + b)));
+    const __m128 mw = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mins + b)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xg = xq + r * K + b * kBlock;
+      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg));
+      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xg + 64));
+      const __m128 factors = _mm_mul_ps(dw, _mm_loadu_ps(dx + r * blocks + b));
+      const __m512 sc = _mm512_permutexvar_ps(spread4, _mm512_castps128_ps512(factors));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+      min_acc[r] = _mm_fmadd_ps(mw, _mm_loadu_ps(xsum + r * blocks + b), min_acc[r]);
+    }
+  }
+  if (b + 2 <= blocks) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * 16));
+    const __m256i nib = _mm512_castsi512_si256(nibbles);
+    const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, nib)),
+                                             _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib), 1);
+    const float d0 = half_to_float(scale[b]), d1 = half_to_float(scale[b + 1]);
+    const float m0 = half_to_float(mins[b]), m1 = half_to_float(mins[b + 1]);
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xg = xq + r * K + b * kBlock;
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, _mm512_loadu_si512(xg));
+      const float* dxr = dx + r * blocks + b;
+      const __m512 sc = _mm512_permutexvar_ps(
+          spread2, _mm512_castps128_ps512(_mm_setr_ps(d0 * dxr[0], d1 * dxr[1], 0.f, 0.f)));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+      tail[r] += m0 * xsum[r * blocks + b] + m1 * xsum[r * blocks + b + 1];
+    }
+    b += 2;
+  }
+  if (b < blocks) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
+    const __m128i nib = _mm512_castsi512_si128(nibbles);
+    const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nib),
+                                           _mm_and_si128(bytes, nib));
+    const float d = half_to_float(scale[b]), m = half_to_float(mins[b]);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(codes),
+                                              _mm512_zextsi256_si512(xv));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(d * dx[r * blocks + b]), acc[r]);
+      tail[r] += m * xsum[r * blocks + b];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    y[r * ldy] = _mm512_reduce_add_ps(acc[r]) + hsum128(min_acc[r]) + tail[r];
 }
 #endif
+
 
 // y[r * ldy] = sum over blocks b of scale[b] * dx[r][b] * dot(codes, xq[r]) + min[b] * xsum[r][b]:
 // 4-bit weights times 8-bit activations in integers, 32 products in three instructions.
@@ -175,6 +258,10 @@ template <int R>
 void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
                    const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
                    int64_t ldy) {
+#ifdef PLATFORM_AVX512_VNNI
+  int4_dot_rows_vnni<R>(xq, dx, xsum, K, q, scale, mins, y, ldy);
+  return;
+#endif
   const int64_t blocks = K / kBlock;
   float sums[R];
 #ifdef PLATFORM_AVX2
@@ -198,39 +285,13 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
     }
   };
   int64_t b = 0;
-#ifdef PLATFORM_AVX512_VNNI
-  // Four blocks a step: their 64 bytes of codes split into low nibbles (weights 0..15 of each
-  // block) and high ones (16..31), against activations interleave_groups put in that order.
-  // int32 lane i of the sums belongs to block b + i / 4; the scale vector repeats each
-  // block's factor over its four lanes.
-  __m512 wide[R];
-  for (int r = 0; r < R; ++r) wide[r] = _mm512_setzero_ps();
-  const __m512i nibbles = _mm512_set1_epi8(0x0F);
-  const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  for (; b + kGroup <= blocks; b += kGroup) {
-    const __m512i bytes = _mm512_loadu_si512(q + b * 16);
-    const __m512i lo = _mm512_and_si512(bytes, nibbles);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibbles);
-    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + b)));
-    for (int r = 0; r < R; ++r) {
-      const int8_t* xg = xq + r * K + b * kBlock;
-      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg));
-      dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xg + 64));
-      const __m128 factors = _mm_mul_ps(dw, _mm_loadu_ps(dx + r * blocks + b));
-      const __m512 sc = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(factors));
-      wide[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, wide[r]);
-    }
-  }
-#endif
   for (; b + 2 <= blocks; b += 2) {
     block(b, 0);
     block(b + 1, 1);
   }
   if (b < blocks) block(b, 0);
   for (int r = 0; r < R; ++r) sums[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
-#ifdef PLATFORM_AVX512_VNNI
-  for (int r = 0; r < R; ++r) sums[r] += _mm512_reduce_add_ps(wide[r]);
-#endif
+
   // The mins' share, eight blocks at a time.
   for (int r = 0; r < R; ++r) {
     __m256 m = _mm256_setzero_ps();

@@ -9,9 +9,19 @@ from kernels.cpu import native_ops, unavailable_reason
 from kernels.cpu import reference as ref
 
 # (rows, in_features, out_features): one row (decode), groups of four rows and leftovers, widths
-# that are and are not multiples of the vector loops (int8 only: int4 needs blocks of 32).
+# that are and are not multiples of the vector loops (int8 only: int4 needs blocks of 32). The
+# int4 widths cover the VNNI loop's groups of four blocks, its pair and its single block
+# (7 blocks: 4 + 2 + 1; 5: 4 + 1; 3: 2 + 1).
 INT8_SHAPES = [(1, 576, 960), (4, 576, 33), (7, 1536, 64), (9, 40, 17), (2, 5, 3), (1, 8, 1)]
-INT4_SHAPES = [(1, 576, 960), (4, 576, 33), (7, 1536, 64), (9, 32, 17), (3, 96, 5)]
+INT4_SHAPES = [
+    (1, 576, 960),
+    (4, 576, 33),
+    (7, 1536, 64),
+    (9, 32, 17),
+    (3, 96, 5),
+    (1, 224, 9),
+    (5, 160, 3),
+]
 
 
 @pytest.fixture(scope="module")
