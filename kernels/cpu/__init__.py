@@ -16,9 +16,11 @@ arguments (kernels/cpu/reference.py, kernels/reference).
 
 The source is compiled once per machine with the C++ compiler torch uses (``-march=native``,
 so the build is specific to this CPU and its name carries a hash of the CPU's flags, the
-source and the torch version) into torch's extension cache (``TORCH_EXTENSIONS_DIR``, default
-``~/.cache/torch_extensions``). The first build takes 15 to 30 seconds; later processes load
-the cached library. Nothing is built until a quantized model is loaded.
+target, the source and the torch version) into torch's extension cache
+(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``). The first build takes 15 to
+30 seconds; later processes load the cached library. ``PLATFORM_CPU_KERNELS_MARCH`` builds
+for another target than this CPU (``x86-64-v3``: AVX2 without the AVX512 paths). The engine
+builds them at start on a CPU device.
 
 ``native_ops()`` returns the op namespace, or None with the reason in ``unavailable_reason()``
 (no compiler, a failed build, or ``PLATFORM_CPU_KERNELS=0``); callers then run the PyTorch
@@ -60,10 +62,18 @@ def _cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
+def target_arch() -> str:
+    """What ``-march`` the kernels are built for: ``PLATFORM_CPU_KERNELS_MARCH`` (for example
+    ``x86-64-v3``, AVX2 and FMA without AVX512, to build for a fleet of mixed CPUs), else
+    ``native``, this CPU."""
+    return os.environ.get("PLATFORM_CPU_KERNELS_MARCH", "native").strip() or "native"
+
+
 def _build_name() -> str:
     digest = hashlib.sha256()
     parts = [src.read_bytes() for src in SOURCES + HEADERS] + [
         _cpu_flags().encode(),
+        target_arch().encode(),
         torch.__version__.encode(),
     ]
     for part in parts:
@@ -94,7 +104,7 @@ def native_ops():
             # library resolves to the libgomp torch already loaded, so they share one pool).
             # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
             # elementwise ops round as their PyTorch references do.
-            extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffp-contract=off"],
+            extra_cflags=["-O3", f"-march={target_arch()}", "-fopenmp", "-ffp-contract=off"],
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=False,

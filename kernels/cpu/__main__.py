@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kernels.cpu import _cpu_flags, native_ops, unavailable_reason
+from kernels.cpu import _cpu_flags, native_ops, target_arch, unavailable_reason
 
 
 def main() -> int:
@@ -14,7 +14,9 @@ def main() -> int:
         print(f"CPU kernels unavailable (PyTorch fallbacks will run): {unavailable_reason()}")
         return 1
     flags = set(_cpu_flags().split())
-    if {"avx2", "fma"} <= flags:
+    if target_arch() != "native":
+        simd = f"-march={target_arch()}"
+    elif {"avx2", "fma"} <= flags:
         # The wider paths the sources have (#if on the compiler's -march=native macros).
         simd = "+".join(
             ["AVX2", "FMA"]

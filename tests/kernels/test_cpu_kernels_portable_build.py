@@ -1,0 +1,29 @@
+"""The native CPU kernels built for a plain AVX2 target (``PLATFORM_CPU_KERNELS_MARCH``) pass the
+same tests as the build for this CPU.
+
+On an AVX512 machine the default build runs the AVX512 and VNNI paths, and the AVX2 code that
+every other x86 CPU runs would go untested; this builds it for x86-64-v3 (AVX2, FMA, F16C, no
+AVX512) in a subprocess and runs the kernel tests against it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL_TESTS = [
+    "tests/kernels/test_cpu_quantized_linear.py",
+    "tests/kernels/test_cpu_layer_ops.py",
+    "tests/kernels/test_cpu_attention.py",
+]
+
+
+def test_the_avx2_build_passes_the_kernel_tests():
+    env = {**os.environ, "PLATFORM_CPU_KERNELS_MARCH": "x86-64-v3"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_TESTS]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout
