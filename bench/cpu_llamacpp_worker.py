@@ -25,7 +25,10 @@ def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: 
     from engine import LLM, SamplingParams
 
     torch.set_num_threads(threads)
-    llm = LLM(model, device="cpu", max_model_len=2048, **options)
+    # One sequence of 2,048 tokens, as llama.cpp's context (n_ctx) below: the KV cache then
+    # holds what llama.cpp's does, so the peak RSS of the two compares like for like (the
+    # engine's default sizes it for a server: 10% of the free memory).
+    llm = LLM(model, device="cpu", max_model_len=2048, max_num_seqs=1, **options)
     engine = llm.llm_engine
 
     def stream(n: int) -> list[float]:
