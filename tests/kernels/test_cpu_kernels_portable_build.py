@@ -9,9 +9,12 @@ AVX512) in a subprocess and runs the kernel tests against it.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 KERNEL_TESTS = [
@@ -21,6 +24,7 @@ KERNEL_TESTS = [
 ]
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64-v3 is an x86 target")
 def test_the_avx2_build_passes_the_kernel_tests():
     env = {**os.environ, "PLATFORM_CPU_KERNELS_MARCH": "x86-64-v3"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KERNEL_TESTS]
