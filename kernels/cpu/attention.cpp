@@ -101,49 +101,110 @@ void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
               "kv_heads, head_dim] tensors of one shape and dtype");
 }
 
+// One sequence's attention over its tokens [t0, t1), all heads: per head the largest score
+// m[h], the sum l[h] of exp(score - m[h]), and o[h] = the sum of exp(score - m[h]) * v, not
+// yet divided by l[h] (so partial ranges of one sequence can be merged).
+template <typename T>
+struct SequenceView {
+  const T* k;
+  const T* v;
+  const int64_t* table;
+  int64_t block_size, token_stride, heads, group, head_dim;
+  float scale;
+};
+
+template <typename T>
+void attend_tokens(const SequenceView<T>& seq, const float* q, int64_t t0, int64_t t1,
+                   std::vector<float>& scores, float* o, float* m, float* l) {
+  const int64_t H = seq.heads, D = seq.head_dim, G = seq.group, BS = seq.block_size, n = t1 - t0;
+  std::fill(o, o + H * D, 0.f);
+  std::fill(m, m + H, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + H, 0.f);
+  if (n <= 0) return;
+  scores.resize(H * n);
+  for (int64_t t = t0; t < t1; ++t) {
+    const T* k = seq.k + (seq.table[t / BS] * BS + t % BS) * seq.token_stride;
+    for (int64_t h = 0; h < H; ++h) {
+      const float s = dot(q + h * D, k + (h / G) * D, D) * seq.scale;
+      scores[h * n + t - t0] = s;
+      m[h] = std::max(m[h], s);
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) l[h] = softmax_numerators(scores.data() + h * n, n, m[h]);
+  for (int64_t t = t0; t < t1; ++t) {
+    const T* v = seq.v + (seq.table[t / BS] * BS + t % BS) * seq.token_stride;
+    for (int64_t h = 0; h < H; ++h) axpy(scores[h * n + t - t0], v + (h / G) * D, o + h * D, D);
+  }
+}
+
 template <typename T>
 void decode_attention(const at::Tensor& query, const at::Tensor& k_cache, const at::Tensor& v_cache,
                       const int64_t* tables, int64_t ldt, const int64_t* lens, float sc, at::Tensor& out) {
   const int64_t B = query.size(0), H = query.size(1), D = query.size(2);
-  const int64_t BS = k_cache.size(1), KVH = k_cache.size(2), G = H / KVH;
+  const int64_t KVH = k_cache.size(2);
   const T* qp = query.data_ptr<T>();
-  const T* kp = k_cache.data_ptr<T>();
-  const T* vp = v_cache.data_ptr<T>();
   T* op = out.data_ptr<T>();
-  const int64_t token_stride = KVH * D;  // elements between consecutive slots of one KV head
+  auto view = [&](int64_t b) {
+    // token_stride: elements between consecutive slots of one KV head
+    return SequenceView<T>{k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), tables + b * ldt, k_cache.size(1),
+                           KVH * D, H, H / KVH, D, sc};
+  };
+  auto widen_query = [&](int64_t b, std::vector<float>& q) {
+    for (int64_t i = 0; i < H * D; ++i) q[i] = to_float(qp[b * H * D + i]);
+  };
 
-  // One work item per sequence, all heads together: a token's K (and V) for every KV head is
-  // one contiguous row of the block, so reading them in token order streams through memory
-  // (per KV head, the rows would be read a third at a time, several times slower).
-  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> scores, q(H * D), o(H * D);
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t L = lens[b];
-      const int64_t* table = tables + b * ldt;
-      for (int64_t i = 0; i < H * D; ++i) q[i] = to_float(qp[b * H * D + i]);
-      scores.resize(H * L);
-      std::fill(o.begin(), o.end(), 0.f);
-      std::vector<float> row_max(H, -std::numeric_limits<float>::infinity()), total(H, 0.f);
-      for (int64_t t = 0; t < L; ++t) {
-        const T* k = kp + (table[t / BS] * BS + t % BS) * token_stride;
+  // Work items are sequences, all heads together: a token's K (and V) for every KV head is one
+  // contiguous row of the block, so reading them in token order streams through memory (per
+  // KV head, the rows would be read a third at a time, several times slower). With fewer
+  // sequences than threads (one stream), each sequence's tokens are split over the threads
+  // instead and the parts merged by their softmax maxima (flash-decoding), so a long context
+  // is read by every core.
+  const int64_t threads = at::get_num_threads();
+  if (B >= threads) {
+    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<float> scores, q(H * D), o(H * D), m(H), l(H);
+      for (int64_t b = b0; b < b1; ++b) {
+        widen_query(b, q);
+        attend_tokens(view(b), q.data(), 0, lens[b], scores, o.data(), m.data(), l.data());
+        T* ob = op + b * H * D;
         for (int64_t h = 0; h < H; ++h) {
-          const float s = dot(q.data() + h * D, k + (h / G) * D, D) * sc;
-          scores[h * L + t] = s;
-          row_max[h] = std::max(row_max[h], s);
+          const float inv = 1.f / l[h];
+          for (int64_t d = 0; d < D; ++d) ob[h * D + d] = static_cast<T>(o[h * D + d] * inv);
         }
       }
-      for (int64_t h = 0; h < H; ++h) total[h] = softmax_numerators(scores.data() + h * L, L, row_max[h]);
-      for (int64_t t = 0; t < L; ++t) {
-        const T* v = vp + (table[t / BS] * BS + t % BS) * token_stride;
-        for (int64_t h = 0; h < H; ++h) axpy(scores[h * L + t], v + (h / G) * D, o.data() + h * D, D);
-      }
-      T* ob = op + b * H * D;
-      for (int64_t h = 0; h < H; ++h) {
-        const float inv = 1.f / total[h];
-        for (int64_t d = 0; d < D; ++d) ob[h * D + d] = static_cast<T>(o[h * D + d] * inv);
-      }
+    });
+    return;
+  }
+  const int64_t S = threads;  // parts per sequence
+  std::vector<float> part_o(B * S * H * D), part_m(B * S * H), part_l(B * S * H);
+  at::parallel_for(0, B * S, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores, q(H * D);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / S, part = i % S, L = lens[b];
+      widen_query(b, q);
+      attend_tokens(view(b), q.data(), L * part / S, L * (part + 1) / S, scores, part_o.data() + i * H * D,
+                    part_m.data() + i * H, part_l.data() + i * H);
     }
   });
+  for (int64_t b = 0; b < B; ++b) {
+    T* ob = op + b * H * D;
+    for (int64_t h = 0; h < H; ++h) {
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t part = 0; part < S; ++part) top = std::max(top, part_m[(b * S + part) * H + h]);
+      float total = 0.f;
+      std::vector<float> weight(S);
+      for (int64_t part = 0; part < S; ++part) {
+        const float pm = part_m[(b * S + part) * H + h];
+        weight[part] = pm == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(pm - top);
+        total += weight[part] * part_l[(b * S + part) * H + h];
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        float acc = 0.f;
+        for (int64_t part = 0; part < S; ++part) acc += weight[part] * part_o[((b * S + part) * H + h) * D + d];
+        ob[h * D + d] = static_cast<T>(acc / total);
+      }
+    }
+  }
 }
 
 at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_cache,

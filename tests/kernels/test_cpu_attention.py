@@ -67,6 +67,23 @@ def test_decode_attention_matches_exact_attention(ops, seq_lens, heads, kv_heads
     )
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("seq_lens", [[1], [2], [37], [1, 200]])
+def test_fewer_sequences_than_threads_split_their_tokens(ops, threads, seq_lens):
+    """One stream's tokens are split over the threads and the parts merged (flash-decoding),
+    including parts with no token at all (a 1-token sequence over 3 threads)."""
+    query, k_cache, v_cache, tables, lens = _paged(seq_lens, 9, 3, 64, 5)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = ops.paged_decode_attention(query, k_cache, v_cache, tables, lens, 0.125)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(
+        got, _exact(query, k_cache, v_cache, tables, lens, 0.125), rtol=1e-5, atol=1e-5
+    )
+
+
 def test_bfloat16_decode_attention_matches_exact_attention(ops):
     """A bfloat16 cache and query (read in float32), the output rounded once to bfloat16."""
     query, k_cache, v_cache, tables, lens = _paged([1, 17, 130], 16, 8, 128, 4)
