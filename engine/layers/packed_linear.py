@@ -14,12 +14,9 @@ tensor, so packing is the last thing done to a loaded model.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
-
-logger = logging.getLogger(__name__)
 
 # The batch size oneDNN is told to expect: decode batches of a few to a few dozen rows are
 # what streams every weight each step (prefill chunks are compute-bound either way).

@@ -43,11 +43,7 @@ inline float dot(const float* a, const T* b, int64_t n) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
   }
-  __m256 acc = _mm256_add_ps(acc0, acc1);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  sum = _mm_cvtss_f32(s);
+  sum = hsum8(_mm256_add_ps(acc0, acc1));
 #endif
   for (; i < n; ++i) sum += a[i] * to_float(b[i]);
   return sum;
@@ -82,9 +78,7 @@ inline float softmax_numerators(float* s, int64_t n, float max) {
     _mm256_storeu_ps(s + i, e);
     acc = _mm256_add_ps(acc, e);
   }
-  float lanes[8];
-  _mm256_storeu_ps(lanes, acc);
-  for (float lane : lanes) total += lane;
+  total = hsum8(acc);
 #endif
   for (; i < n; ++i) {
     s[i] = std::exp(s[i] - max);
@@ -186,13 +180,13 @@ void decode_attention(const at::Tensor& query, const at::Tensor& k_cache, const 
                     part_m.data() + i * H, part_l.data() + i * H);
     }
   });
+  std::vector<float> weight(S);
   for (int64_t b = 0; b < B; ++b) {
     T* ob = op + b * H * D;
     for (int64_t h = 0; h < H; ++h) {
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t part = 0; part < S; ++part) top = std::max(top, part_m[(b * S + part) * H + h]);
       float total = 0.f;
-      std::vector<float> weight(S);
       for (int64_t part = 0; part < S; ++part) {
         const float pm = part_m[(b * S + part) * H + h];
         weight[part] = pm == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(pm - top);

@@ -31,33 +31,26 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define PLATFORM_AVX2 1
-#endif
+#include "vec.h"
+
 // AVX512 with VNNI (Ice Lake and later Xeons, Zen 4): 64 4-bit-by-8-bit products summed per
 // instruction (vpdpbusd), where the AVX2 path sums 32 in three.
-#if defined(PLATFORM_AVX2) && defined(__AVX512F__)
-#define PLATFORM_AVX512 1
-#endif
-#if defined(PLATFORM_AVX512) && defined(__AVX512BW__) && \
-    defined(__AVX512DQ__) && defined(__AVX512VNNI__)
+#if defined(PLATFORM_AVX512) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
 #define PLATFORM_AVX512_VNNI 1
 #endif
 
 namespace {
 
+#ifdef PLATFORM_AVX2
+using platform_cpu::hsum4;
+using platform_cpu::hsum8;
+#endif
+
 constexpr int kRows = 4;
 constexpr int64_t kBlock = 32;  // int4 weights per scale/min
 
 #ifdef PLATFORM_AVX2
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // Eight int8 weights from memory, as float32 lanes.
 inline __m256 widen_i8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
@@ -114,7 +107,7 @@ void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, floa
       acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + k), w, acc[r][0]);
   }
   for (int r = 0; r < R; ++r)
-    sums[r] = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
+    sums[r] = hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
                                  _mm256_add_ps(acc[r][2], acc[r][3])));
 #ifdef PLATFORM_AVX512
   for (int r = 0; r < R; ++r)
@@ -171,20 +164,15 @@ void interleave_groups(int8_t* xq, int64_t K) {
   if (b + 2 <= blocks) interleave(xq + b * kBlock, 2);
 }
 
-inline float hsum128(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// int4_dot_rows with AVX512-VNNI: vpdpbusd sums 64 products of 4-bit codes and 8-bit
-// activations in one instruction. int32 lane i of a group's sums belongs to block i / 4 of
-// the group (a pair repeats after eight lanes), and the scale vector spreads each block's
-// factor over its lanes the same way.
+// y[r * ldy] = sum over blocks b of scale[b] * dx[r][b] * dot(codes, xq[r]) + min[b] * xsum[r][b],
+// with AVX512-VNNI: vpdpbusd sums 64 products of 4-bit codes and 8-bit activations in one
+// instruction. int32 lane i of a group's sums belongs to block i / 4 of the group (a pair
+// repeats after eight lanes), and the scale vector spreads each block's factor over its lanes
+// the same way.
 template <int R>
-void int4_dot_rows_vnni(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
-                        const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
-                        int64_t ldy) {
+void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
+                   const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
+                   int64_t ldy) {
   const int64_t blocks = K / kBlock;
   __m512 acc[R];
   __m128 min_acc[R];
@@ -247,21 +235,15 @@ void int4_dot_rows_vnni(const int8_t* xq, const float* dx, const float* xsum, in
     }
   }
   for (int r = 0; r < R; ++r)
-    y[r * ldy] = _mm512_reduce_add_ps(acc[r]) + hsum128(min_acc[r]) + tail[r];
+    y[r * ldy] = _mm512_reduce_add_ps(acc[r]) + hsum4(min_acc[r]) + tail[r];
 }
-#endif
-
-
+#else
 // y[r * ldy] = sum over blocks b of scale[b] * dx[r][b] * dot(codes, xq[r]) + min[b] * xsum[r][b]:
 // 4-bit weights times 8-bit activations in integers, 32 products in three instructions.
 template <int R>
 void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
                    const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
                    int64_t ldy) {
-#ifdef PLATFORM_AVX512_VNNI
-  int4_dot_rows_vnni<R>(xq, dx, xsum, K, q, scale, mins, y, ldy);
-  return;
-#endif
   const int64_t blocks = K / kBlock;
   float sums[R];
 #ifdef PLATFORM_AVX2
@@ -290,8 +272,7 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
     block(b + 1, 1);
   }
   if (b < blocks) block(b, 0);
-  for (int r = 0; r < R; ++r) sums[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
-
+  for (int r = 0; r < R; ++r) sums[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
   // The mins' share, eight blocks at a time.
   for (int r = 0; r < R; ++r) {
     __m256 m = _mm256_setzero_ps();
@@ -301,7 +282,7 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
                           _mm256_loadu_ps(xsum + r * blocks + c), m);
     float tail = 0.f;
     for (; c < blocks; ++c) tail += half_to_float(mins[c]) * xsum[r * blocks + c];
-    y[r * ldy] = sums[r] + hsum(m) + tail;
+    y[r * ldy] = sums[r] + hsum8(m) + tail;
   }
 #else
   for (int r = 0; r < R; ++r) {
@@ -323,6 +304,7 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
   }
 #endif
 }
+#endif  // PLATFORM_AVX512_VNNI
 
 // Calls rows(m, R) over the rows of x in groups of kRows, then the leftover rows.
 template <typename F>

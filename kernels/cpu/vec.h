@@ -1,5 +1,6 @@
-// What the float32 and bfloat16 kernels share: conversions that round as PyTorch does, and
-// eight-lane AVX2 loads and stores of either type (the arithmetic is float32 in both).
+// What the kernels share: the SIMD levels they compile for (PLATFORM_AVX2, PLATFORM_AVX512),
+// horizontal sums, conversions that round as PyTorch does, and AVX2/AVX512 loads and stores of
+// float32 and bfloat16 (the arithmetic is float32 in both).
 //
 // bfloat16 is the top half of a float32, so widening is a shift and exact; narrowing rounds to
 // nearest even, as c10::BFloat16's constructor (and so every PyTorch bfloat16 op) does. A
@@ -32,6 +33,14 @@ inline float round_to(float v) {
 }
 
 #ifdef PLATFORM_AVX2
+// The sum of the lanes.
+inline float hsum4(__m128 s) {
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float hsum8(__m256 v) { return hsum4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))); }
+
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const bf16* p) {
   const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -87,7 +96,7 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
-#if defined(__AVX512F__)
+#if defined(PLATFORM_AVX2) && defined(__AVX512F__)
 #define PLATFORM_AVX512 1
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const bf16* p) {
