@@ -238,17 +238,20 @@ class LLMEngine:
     def step(self) -> list[RequestOutputDelta]:
         outputs, self._pending = self._pending, []
         sched_out = self.scheduler.schedule()
-        for request in sched_out.dropped_requests:  # their adapter was unloaded while waiting
+        # Dropped while waiting: their adapter was unloaded, or their grammar failed.
+        for request in sched_out.dropped_requests:
             outputs.append(self._delta(request))
             self._on_finished(request)
         if sched_out.is_empty:
             self.structured.wait_for_pending()
-            return outputs
-        model_out = self.runner.execute(sched_out)
-        for request in self.scheduler.update_from_output(sched_out, model_out):
-            outputs.append(self._delta(request))
-            if request.is_finished:
-                self._on_finished(request)
+        else:
+            model_out = self.runner.execute(sched_out)
+            for request in self.scheduler.update_from_output(sched_out, model_out):
+                outputs.append(self._delta(request))
+                if request.is_finished:
+                    self._on_finished(request)
+        # Also after an empty step: a first sample dropped while waiting releases its siblings
+        # (they end the same way on the next step) even when nothing else runs.
         if self._held:
             self._release_held()
         return outputs

@@ -100,17 +100,22 @@ def checkpoints(tmp_path_factory) -> CheckpointCache:
 
 
 @pytest.fixture(scope="session")
-def smollm2(tmp_path_factory) -> tuple[Path, list[str]]:
-    """The real SmolLM2-135M-Instruct, converted from its GGUF once per session (about 30 s),
-    and the progress lines the conversion printed. Tests that need real weights share it."""
-    from engine.gguf_convert import convert_gguf
-    from tests.support.smollm2 import smollm2_gguf
+def run_shared_dir(tmp_path_factory) -> Path:
+    """A folder every worker process of this test run shares (pytest-xdist gives each worker
+    its own temporary root, inside the run's): for what is made once per run."""
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    return shared / "shared"
 
-    lines: list[str] = []
-    out = convert_gguf(
-        smollm2_gguf(), tmp_path_factory.mktemp("gguf") / "smollm2", progress=lines.append
-    )
-    return out, lines
+
+@pytest.fixture(scope="session")
+def smollm2(run_shared_dir) -> tuple[Path, list[str]]:
+    """The real SmolLM2-135M-Instruct, converted from its GGUF once per test run (about 30 s)
+    whichever worker asks first, and the progress lines the conversion printed. Tests that
+    need real weights share it."""
+    from tests.support.smollm2 import converted_smollm2
+
+    return converted_smollm2(run_shared_dir / "gguf")
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +123,42 @@ def tiny_llama(checkpoints):
     return checkpoints.get("llama")
 
 
+TESTS = Path(__file__).resolve().parent
+
+
+def _shares_a_stack(folder: Path) -> bool:
+    """Its conftest starts something once for the whole folder (a package-scoped fixture)."""
+    conftest = folder / "conftest.py"
+    return conftest.is_file() and 'scope="package"' in conftest.read_text()
+
+
+def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
+    """Tests that share a stack run on one worker, so it starts once a run: a folder whose
+    conftest has a package-scoped fixture is one group, any other file is its own."""
+    folder = path.parent
+    if folder not in cache:
+        group = ""
+        for parent in [folder, *folder.parents]:
+            if parent == TESTS or TESTS not in parent.parents:
+                break
+            if _shares_a_stack(parent):  # the nearest: its own stack is what it shares
+                group = parent.relative_to(TESTS).as_posix()
+                break
+        cache[folder] = group
+    return cache[folder] or path.relative_to(TESTS).as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    # For bin/test's `--dist loadgroup` (pytest-xdist): which tests must share a worker.
+    groups: dict[Path, str] = {}
+    for item in items:
+        group = _xdist_group(Path(item.path), groups)
+        item.add_marker(pytest.mark.xdist_group(group))
+    _skip_gpu_tests_without_cuda(items)
+
+
+def _skip_gpu_tests_without_cuda(items) -> None:
     if not any("gpu" in item.keywords for item in items):
         return
     try:

@@ -10,7 +10,6 @@ the control plane never imports torch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -188,12 +187,9 @@ def gguf_file_in(path: Path) -> Path | None:
 def gguf_cache_dir(gguf_file: Path) -> Path:
     """Where the conversion of ``gguf_file`` is kept: keyed by its content, so the same file
     converts once wherever it lies, and a changed file converts again."""
-    digest = hashlib.sha256()
-    with gguf_file.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    key = f"{gguf_file.stem}-{digest.hexdigest()[:16]}"
-    return Path(settings.VAR_DIR) / "models" / "gguf" / key
+    from engine.gguf_convert import gguf_content_key
+
+    return Path(settings.VAR_DIR) / "models" / "gguf" / gguf_content_key(gguf_file)
 
 
 def gguf_convert(*, gguf_file: Path, out_dir: Path, progress: Progress = no_progress) -> Path:

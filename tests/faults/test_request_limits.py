@@ -120,6 +120,12 @@ def polling_health(base_url: str) -> Iterator[HealthPoller]:
     )
     reader.start()
     try:
+        # The baseline is a second of polls once the poller answers: on a loaded machine the
+        # poller's own start (Python, httpx) can take longer than that second.
+        deadline = time.monotonic() + 60
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lines, "the /health poller printed nothing in 60 s"
         time.sleep(1.0)
         poller.baseline = lines[:]
         yield poller

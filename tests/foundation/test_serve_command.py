@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.core.redis_server import free_port
+from tests.support.smollm2 import seed_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,10 +59,14 @@ def _chat_and_embed_like_the_readme(port: int, api_key: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # the first run converts the demo model (about a minute)
-def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path):
+@pytest.mark.timeout(600)
+def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path, smollm2):
     port = free_port()
     var_dir = tmp_path / "var"
+    # A first run in every other respect (database, keys, credentials, Redis), with the demo
+    # model converted once for the whole test run; CI's newcomer step (.ci/newcomer.py) runs
+    # the real first run, conversion included.
+    seed_demo_model(var_dir, smollm2[0])
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
     env["PLATFORM_VAR_DIR"] = str(var_dir)
     marker = f"PLATFORM_VAR_DIR={var_dir}"

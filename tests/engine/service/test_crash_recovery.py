@@ -41,9 +41,10 @@ def start_engine(tiny_llama, redis_server, prefix, log_dir, name) -> EngineProce
         prefix=prefix,
         log_dir=log_dir,
         engine_id=name,
-        # Small batches, so each engine holds running requests AND claimed, unstarted ones.
+        # Small batches, so an engine holds running requests AND claimed, unstarted ones, and
+        # works through the twelve requests in several waves.
         extra=[
-            *("--max-num-seqs", "3", "--max-queued", "3"),
+            *("--max-num-seqs", "2", "--max-queued", "3"),
             *("--status-interval", "0.25", "--status-ttl", "1.5"),
         ],
     )
@@ -52,13 +53,15 @@ def start_engine(tiny_llama, redis_server, prefix, log_dir, name) -> EngineProce
 async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     tiny_llama, redis_server, prefix, tmp_path, engines
 ):
+    # The victim runs alone until it dies: with no second engine to take requests, it holds
+    # started and claimed-but-unstarted work from its first wave until the stream is nearly
+    # empty (many steps), so the kill cannot miss that state however fast or loaded the
+    # machine is. The survivor starts after the kill and takes over.
     victim = start_engine(tiny_llama, redis_server, prefix, tmp_path, "victim")
-    survivor = start_engine(tiny_llama, redis_server, prefix, tmp_path, "survivor")
-    engines += [victim, survivor]
+    engines.append(victim)
     await asyncio.to_thread(victim.wait_live)
-    await asyncio.to_thread(survivor.wait_live)
     keys = Keys(prefix)
-    client = EngineClient(redis_server.url, prefix=prefix, silence_timeout=30.0)
+    client = EngineClient(redis_server.url, prefix=prefix, silence_timeout=60.0)
     prompts = [[11 + i, 40, 41, 42, 43 + i] for i in range(NUM_REQUESTS)]
     sampling = SamplingOptions(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
@@ -94,7 +97,9 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
         for p in r.xpending_range(keys.requests(MODEL), ENGINE_GROUP, "-", "+", 100, "victim")
     }
     num_started = r.hlen(keys.started(MODEL, "victim"))
-    results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    survivor = start_engine(tiny_llama, redis_server, prefix, tmp_path, "survivor")
+    engines.append(survivor)
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 180)
     await client.close()
 
     expected = await asyncio.to_thread(

@@ -144,6 +144,17 @@ def test_a_spec_that_does_not_compile_fails_only_its_request(engine, tokenizer):
     check(tokenizer.decode(again[("again", 0)]["tokens"]))
 
 
+def test_a_failed_spec_with_n_samples_ends_every_sample_on_an_idle_engine(engine):
+    """The first sample is dropped while its siblings wait for its prompt's KV: with nothing
+    else running they must still be released and end, not wait for ever."""
+    bad = StructuredOutput(kind="regex", spec="(unclosed")
+    results = run(engine, {"lonely": (PROMPTS[0], SamplingParams(n=3, structured=bad))})
+    assert sorted(index for _id, index in results) == [0, 1, 2]
+    for result in results.values():
+        assert result["finish"] == "abort" and result["tokens"] == []
+        assert result["deltas"][-1].error
+
+
 def test_the_same_spec_compiles_once(engine):
     structured = StructuredOutput(kind="json", spec=json.dumps(PERSON_SCHEMA))
     compiler = engine.structured.compiler
