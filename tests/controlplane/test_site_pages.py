@@ -88,6 +88,9 @@ def test_static_files_are_served_with_debug_off(site, asset):
 
 
 def _stylesheets_that_failed(page) -> list[str]:
+    # After the load event, which waits for the stylesheets: a page whose element a test waited
+    # for can still be fetching its CSS on a busy machine.
+    page.wait_for_load_state("load")
     return page.evaluate(
         """() => [...document.querySelectorAll('link[rel=stylesheet]')]
                  .filter(link => !link.sheet || link.sheet.cssRules.length === 0)

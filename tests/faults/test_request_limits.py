@@ -27,7 +27,9 @@ import pytest
 
 from tests.faults.conftest import create_key, manage
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+# alone: /health's latency is compared with its own baseline, which another test process
+# loading the same cores would make meaningless.
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.alone]
 
 MIB = 1024 * 1024
 HEALTH_P99_LIMIT_S = 0.1
