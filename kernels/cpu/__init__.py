@@ -17,8 +17,9 @@ arguments (kernels/cpu/reference.py, kernels/reference).
 The source is compiled once per machine with the C++ compiler torch uses (``-march=native``,
 so the build is specific to this CPU and its name carries a hash of the CPU's flags, the
 target, the source and the torch version) into torch's extension cache
-(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``). The first build takes 15 to
-30 seconds; later processes load the cached library. ``PLATFORM_CPU_KERNELS_MARCH`` builds
+(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``), from copies of the sources
+kept there too, so that every checkout on the machine shares the build. The first build takes
+15 to 60 seconds; later processes, and fresh clones, load the cached library. ``PLATFORM_CPU_KERNELS_MARCH`` builds
 for another target than this CPU (``x86-64-v3``: AVX2 without the AVX512 paths). The engine
 builds them at start on a CPU device.
 
@@ -81,6 +82,27 @@ def _build_name() -> str:
     return f"platform_cpu_{digest.hexdigest()[:12]}"
 
 
+def _stable_sources(build_name: str) -> list[Path]:
+    """The sources, copied once beside torch's extension cache under the build's name.
+
+    The build is keyed by the sources' content, but ninja rebuilds when their path or mtime
+    changes, so every fresh clone of the project would compile again (30 seconds and more).
+    Copies at a path named after the content let every checkout on this machine reuse one
+    build."""
+    root = Path(
+        os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
+    )
+    folder = root / f"{build_name}-src"
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in SOURCES + HEADERS:
+        copy = folder / src.name
+        if not copy.is_file():
+            partial = folder / f".{src.name}.{os.getpid()}"
+            shutil.copyfile(src, partial)
+            partial.replace(copy)  # atomic: another process may be copying too
+    return [folder / src.name for src in SOURCES]
+
+
 @functools.cache
 def native_ops():
     """``torch.ops.platform_cpu`` with the kernels loaded, or None (see the reason)."""
@@ -96,10 +118,11 @@ def native_ops():
             f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         )
     start = time.monotonic()
+    name = _build_name()
     try:
         cpp_extension.load(
-            name=_build_name(),
-            sources=[str(src) for src in SOURCES],
+            name=name,
+            sources=[str(src) for src in _stable_sources(name)],
             # -fopenmp: ATen's parallel_for splits output rows over torch's OpenMP threads (the
             # library resolves to the libgomp torch already loaded, so they share one pool).
             # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the

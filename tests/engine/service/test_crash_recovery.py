@@ -50,6 +50,7 @@ def start_engine(tiny_llama, redis_server, prefix, log_dir, name) -> EngineProce
     )
 
 
+@pytest.mark.timeout(600)
 async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     tiny_llama, redis_server, prefix, tmp_path, engines
 ):
@@ -61,7 +62,9 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     engines.append(victim)
     await asyncio.to_thread(victim.wait_live)
     keys = Keys(prefix)
-    client = EngineClient(redis_server.url, prefix=prefix, silence_timeout=60.0)
+    # The survivor starts only after the kill: on a loaded machine its start alone can take a
+    # minute or more, and the requests wait for it.
+    client = EngineClient(redis_server.url, prefix=prefix, silence_timeout=240.0)
     prompts = [[11 + i, 40, 41, 42, 43 + i] for i in range(NUM_REQUESTS)]
     sampling = SamplingOptions(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
@@ -99,7 +102,7 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     num_started = r.hlen(keys.started(MODEL, "victim"))
     survivor = start_engine(tiny_llama, redis_server, prefix, tmp_path, "survivor")
     engines.append(survivor)
-    results = await asyncio.wait_for(asyncio.gather(*tasks), 180)
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 300)
     await client.close()
 
     expected = await asyncio.to_thread(
