@@ -103,6 +103,23 @@ def _stable_sources(build_name: str) -> list[Path]:
     return [folder / src.name for src in SOURCES]
 
 
+# No build takes this long, even on a loaded 2-core machine (about 2 minutes at worst).
+STALE_LOCK_S = 10 * 60
+
+
+def _clear_stale_build_lock(cpp_extension, build_name: str) -> None:
+    """Remove torch's build lock if a build killed half way (Ctrl-C, an OOM kill) left it:
+    every later build, and so every engine start, would wait on it for ever."""
+    try:
+        lock = Path(cpp_extension._get_build_directory(build_name, verbose=False)) / "lock"
+        age = time.time() - lock.stat().st_mtime
+    except (AttributeError, OSError):  # no lock (the usual case), or another torch layout
+        return
+    if age > STALE_LOCK_S:
+        logger.warning("removing a stale CPU kernel build lock (%.0f s old): %s", age, lock)
+        lock.unlink(missing_ok=True)
+
+
 @functools.cache
 def native_ops():
     """``torch.ops.platform_cpu`` with the kernels loaded, or None (see the reason)."""
@@ -119,6 +136,7 @@ def native_ops():
         )
     start = time.monotonic()
     name = _build_name()
+    _clear_stale_build_lock(cpp_extension, name)
     try:
         cpp_extension.load(
             name=name,
