@@ -13,9 +13,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The folder name serve's first run gives the demo model (controlplane.core.first_run).
-DEMO_MODEL_DIR = "smollm2-135m-instruct"
-
 
 def smollm2_gguf() -> Path:
     # Found, not imported: the package's __init__ needs llm and llama-cpp-python.
@@ -59,9 +56,11 @@ def without_accelerate(folder: Path) -> dict[str, str]:
 
 
 def seed_demo_model(var_dir: Path, converted: Path) -> None:
-    """Give a serve run's var dir the demo model already converted, as a second run finds it:
-    hard links, so nothing is copied and the run's files stay its own."""
-    target = var_dir / "models" / DEMO_MODEL_DIR
+    """Give a serve run's var dir the demo model already converted, where its first run would
+    write it (so it finds it done): hard links, so nothing is copied."""
+    from controlplane.core.first_run import DEMO_CHAT_MODEL
+
+    target = var_dir / "models" / DEMO_CHAT_MODEL
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(converted, target, copy_function=_link_or_copy)
 
