@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--redis-max-connections", type=int, default=100)
     args = parser.parse_args()
 
-    from controlplane.core.redis_server import RedisServer, free_port
+    from controlplane.launcher.redis_server import RedisServer, free_port
     from engine.demo.checkpoint import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="api-bench-"))

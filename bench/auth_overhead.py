@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _setup(workdir: Path):
-    from controlplane.core.redis_server import RedisServer
+    from controlplane.launcher.redis_server import RedisServer
 
     redis = RedisServer(workdir / "redis").start()
     os.environ["REDIS_URL"] = redis.url

@@ -100,8 +100,8 @@ def main() -> None:
     import httpx
     import openai
 
-    from controlplane.core.process_commands import celery_batch_worker_command
-    from controlplane.core.redis_server import RedisServer, free_port
+    from controlplane.launcher.process_commands import celery_batch_worker_command
+    from controlplane.launcher.redis_server import RedisServer, free_port
     from engine.demo.checkpoint import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="batch-bench-"))

@@ -71,13 +71,13 @@ def our_platform(
     model: Path, dtype: str, workdir: Path, logdir: Path, profile: bool, threads: int | None = None
 ):
     """The platform serving ``model``: yields (base URL, API key, {name: pid})."""
-    from controlplane.core.process_commands import (
+    from controlplane.launcher.process_commands import (
         daphne_command,
         engine_command,
         migrate_command,
         platform_environment,
     )
-    from controlplane.core.redis_server import RedisServer, free_port
+    from controlplane.launcher.redis_server import RedisServer, free_port
 
     redis_server = RedisServer(workdir / "redis").start()
     processes: list[subprocess.Popen] = []
@@ -132,7 +132,7 @@ def our_platform(
 @contextmanager
 def vllm_server(python: Path, model: Path, dtype: str, logdir: Path):
     """``vllm serve`` (its OpenAI server module) on ``model``: yields (base URL, key, pids)."""
-    from controlplane.core.redis_server import free_port
+    from controlplane.launcher.redis_server import free_port
 
     port = free_port()
     # The KV budget ours has by default (1 GiB; 87k tokens of this model, 12k needed).

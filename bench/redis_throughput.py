@@ -118,7 +118,7 @@ def main() -> None:
 
     import torch
 
-    from controlplane.core.redis_server import RedisServer
+    from controlplane.launcher.redis_server import RedisServer
     from engine import LLM
     from engine.text.tokenizer import ChatTokenizer
     from inference.engine_client import EngineClient

@@ -12,7 +12,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from controlplane.core.daphne_bodies import adjust_daphne_bodies  # noqa: E402
+from controlplane.common.daphne_bodies import adjust_daphne_bodies  # noqa: E402
 from controlplane.metrics.access import metrics_bearer_token  # noqa: E402
 from controlplane.metrics.metrics_port import start_configured_metrics_port  # noqa: E402
 from inference.body_limit import BodySizeLimit, capped_limit_for  # noqa: E402

@@ -9,7 +9,7 @@ multipart files to disk under its own limit (``ADAPTER_MAX_BYTES``), and /v1/fil
 ``FILES_MAX_UPLOAD_BYTES`` (its uploads stream to a temporary file too).
 
 Daphne itself receives a whole body before any application runs; for a Content-Length over the
-cap it keeps none of it (``capped_limit_for`` is handed to controlplane/core/daphne_bodies.py).
+cap it keeps none of it (``capped_limit_for`` is handed to controlplane/common/daphne_bodies.py).
 To refuse an upload before it is sent, a proxy in front needs a limit too (docs/operations.md).
 """
 
@@ -19,7 +19,7 @@ import json
 
 from django.conf import settings
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 
 
 def is_api_path(path: str) -> bool:

@@ -12,7 +12,7 @@ import math
 import redis
 from django.http import JsonResponse
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from engine.text.tokenizer import TokenizerError
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from inference.errors import error_response
 from inference.responses.views import ResponseDetailView, ResponseInputItemsView, ResponsesView
 from inference.views import health, playground

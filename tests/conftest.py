@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.redis_server import RedisServer
+from controlplane.launcher.redis_server import RedisServer
 from tests.support.checkpoints import CheckpointCache
 from tests.support.triton_mode import import_triton_for_the_interpreter
 

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 
 from controlplane.batches import services
 from controlplane.batches.models import Batch, StoredFile
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 
 
 def _file_link(stored: StoredFile | None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from controlplane.batches.models import Batch, BatchResult, StoredFile
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from controlplane.tenants.selectors import KeyRecord, key_record_for
 
 MAX_PAGE = 100

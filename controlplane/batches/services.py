@@ -17,7 +17,7 @@ from django.utils import timezone
 from controlplane.batches.models import Batch, BatchResult, StoredFile, new_file_id
 from controlplane.batches.selectors import batch_get, batch_result_counts, file_get
 from controlplane.batches.storage import file_storage
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}

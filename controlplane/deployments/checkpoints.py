@@ -19,9 +19,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from controlplane.core.process_commands import REPO
 from controlplane.deployments.models import POOLING_ARCHITECTURES
 from controlplane.deployments.tool_parsers import default_tool_parser
+from controlplane.launcher.process_commands import REPO
 
 Progress = Callable[[str], None]
 

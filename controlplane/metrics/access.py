@@ -24,7 +24,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from controlplane.core.private_files import read_or_create_private_file
+from controlplane.common.private_files import read_or_create_private_file
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from controlplane.responses.models import StoredResponse
 
 

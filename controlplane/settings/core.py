@@ -20,7 +20,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
-    "controlplane.core",
+    "controlplane.launcher",
     "controlplane.tenants",
     "controlplane.deployments",
     "controlplane.adapters",

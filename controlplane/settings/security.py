@@ -11,7 +11,7 @@ import secrets
 
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane.core.private_files import read_or_create_private_file
+from controlplane.common.private_files import read_or_create_private_file
 from controlplane.settings.core import VAR_DIR
 from controlplane.settings.env import env_bool, env_float, env_int, env_list, env_str
 

@@ -2,7 +2,7 @@
 
 import os
 
-from controlplane.core.platform_location import find_running_platform
+from controlplane.common.platform_location import find_running_platform
 from controlplane.settings.batches import BATCH_REQUEUE_INTERVAL
 from controlplane.settings.core import VAR_DIR
 from controlplane.settings.env import env_float, env_int, env_str

@@ -30,7 +30,7 @@ from django.contrib.auth import (
 )
 from django.utils.crypto import constant_time_compare
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from controlplane.tenants.auth_throttle import api_auth_throttle
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
 from controlplane.tenants.keycache import key_cache

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from controlplane.tenants.access import Principal
 from engine.text.tokenizer import ChatTokenizer
 from inference.generation.plan import GenerationPlan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.first_run import ensure_first_run_setup
+from controlplane.launcher.first_run import ensure_first_run_setup
 from controlplane.tenants.access import check_key
 from controlplane.tenants.key_secrets import prefix_of
 from controlplane.tenants.keycache import key_cache

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from controlplane.core.redis_server import free_port
+from controlplane.launcher.redis_server import free_port
 from tests.controlplane.e2e import test_admin_browser as admin_browser
 from tests.support.platform_services import platform_services, serving_daphne
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.core.process_commands import daphne_command, manage_command
-from controlplane.core.redis_server import free_port
+from controlplane.launcher.process_commands import daphne_command, manage_command
+from controlplane.launcher.redis_server import free_port
 from tests.inference.conftest import (  # noqa: F401 (fixtures: this package gets its own platform)
     Platform,
     api_platform,

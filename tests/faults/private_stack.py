@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import redis
 
-from controlplane.core.process_commands import engine_command
-from controlplane.core.redis_server import RedisServer
+from controlplane.launcher.process_commands import engine_command
+from controlplane.launcher.redis_server import RedisServer
 from engine.protocol import decode_status
 from tests.faults.conftest import isolated_env, manage
 from tests.inference.conftest import CHAT_MODEL, Platform

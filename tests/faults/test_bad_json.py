@@ -179,7 +179,7 @@ def test_values_at_the_edge_of_each_range_reach_the_engine(platform, path, body)
 )
 def test_a_malformed_upload_gets_the_api_error_not_a_bare_400(platform, body):
     # Twisted under Daphne used to parse multipart bodies itself (the whole upload in memory)
-    # and answer a malformed one with an empty 400 (controlplane/core/daphne_bodies.py).
+    # and answer a malformed one with an empty 400 (controlplane/common/daphne_bodies.py).
     response = httpx.post(
         f"{platform.base_url}/v1/files",
         content=body,

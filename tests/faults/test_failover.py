@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from controlplane.core.process_commands import engine_command
+from controlplane.launcher.process_commands import engine_command
 from tests.faults.conftest import fresh_daphne, isolated_env
 from tests.inference.conftest import CHAT_MODEL
 from tests.support.processes import running

@@ -204,7 +204,7 @@ def test_a_60_mb_body_is_refused_unread_while_health_stays_fast(api_platform, au
     )
     assert elapsed < 5, f"the 413 took {elapsed:.2f}s"
     health.assert_fast()
-    # A body declared over the cap is dropped as it arrives (controlplane/core/daphne_bodies.py):
+    # A body declared over the cap is dropped as it arrives (controlplane/common/daphne_bodies.py):
     # less than one body's worth of growth after ten of them. Before, Daphne queued each whole
     # body for the application and its allocator kept 300 MiB of it.
     assert rss_after - rss_before < 32 * MIB

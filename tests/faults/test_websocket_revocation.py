@@ -14,7 +14,7 @@ import time
 import pytest
 import websockets
 
-from controlplane.core.process_commands import manage_command
+from controlplane.launcher.process_commands import manage_command
 from controlplane.tenants.key_secrets import prefix_of
 from inference.consumers import CLOSE_CREDENTIAL_REFUSED
 from tests.faults.conftest import admin_sign_in, create_key, manage

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controlplane.core.process_commands import REPO
+from controlplane.launcher.process_commands import REPO
 
 
 def settings_of_a_new_process(var_dir: Path, *names: str, unset=(), **env: str) -> list[str]:

@@ -9,7 +9,7 @@ import re
 import secrets
 import subprocess
 
-from controlplane.core.process_commands import REPO, manage_command
+from controlplane.launcher.process_commands import REPO, manage_command
 
 # docs/operations.md, "Production settings" (the secret key comes from a secret store there).
 PRODUCTION_ENV = {

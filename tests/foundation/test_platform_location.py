@@ -9,14 +9,14 @@ import stat
 import subprocess
 import sys
 
-from controlplane.core.platform_location import (
+from controlplane.common.platform_location import (
     find_running_platform,
     forget_running_platform,
     location_file,
     record_running_platform,
 )
-from controlplane.core.process_commands import REPO, manage_command
-from controlplane.core.redis_server import free_port
+from controlplane.launcher.process_commands import REPO, manage_command
+from controlplane.launcher.redis_server import free_port
 from tests.foundation.settings_probe import settings_of_a_new_process
 
 SERVE_REDIS = "redis://127.0.0.1:41234/0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from controlplane.core.process_commands import (
+from controlplane.launcher.process_commands import (
     ASGI_APPLICATION,
     DAPHNE_LISTEN_BACKLOG,
     daphne_command,

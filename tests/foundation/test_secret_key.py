@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
-from controlplane.core.private_files import read_or_create_private_file
+from controlplane.common.private_files import read_or_create_private_file
 from tests.foundation.settings_probe import settings_of_a_new_process
 
 

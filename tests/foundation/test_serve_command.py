@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.redis_server import free_port
+from controlplane.launcher.redis_server import free_port
 from tests.support.smollm2 import seed_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ import httpx
 import pytest
 import redis
 
-from controlplane.core.platform_location import location_file
-from controlplane.core.process_commands import REPO, manage_command
-from controlplane.core.redis_server import RedisServer, free_port
+from controlplane.common.platform_location import location_file
+from controlplane.launcher.process_commands import REPO, manage_command
+from controlplane.launcher.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.process_commands import (
+from controlplane.launcher.process_commands import (
     engine_command,
     manage_command,
     pooling_engine_command,

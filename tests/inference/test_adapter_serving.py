@@ -16,7 +16,7 @@ import openai
 import pytest
 import redis
 
-from controlplane.core.process_commands import celery_worker_command
+from controlplane.launcher.process_commands import celery_worker_command
 from engine import protocol
 from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum

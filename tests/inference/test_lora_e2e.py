@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from controlplane.core.process_commands import celery_worker_command, manage_command
+from controlplane.launcher.process_commands import celery_worker_command, manage_command
 from engine.lora.testing import make_random_adapter
 from tests.inference.conftest import REPO, _spawn, _stop
 

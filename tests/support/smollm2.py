@@ -58,7 +58,7 @@ def without_accelerate(folder: Path) -> dict[str, str]:
 def seed_demo_model(var_dir: Path, converted: Path) -> None:
     """Give a serve run's var dir the demo model already converted, where its first run would
     write it (so it finds it done): hard links, so nothing is copied."""
-    from controlplane.core.first_run import DEMO_CHAT_MODEL
+    from controlplane.launcher.first_run import DEMO_CHAT_MODEL
 
     target = var_dir / "models" / DEMO_CHAT_MODEL
     target.parent.mkdir(parents=True, exist_ok=True)

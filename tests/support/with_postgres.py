@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from controlplane.core.postgres_server import PostgresServer
+from controlplane.launcher.postgres_server import PostgresServer
 
 
 def main(argv: list[str]) -> int:

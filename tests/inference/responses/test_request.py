@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.api_error import ApiError
+from controlplane.common.api_error import ApiError
 from inference.responses.planning import _context, _in_responses_terms, chat_body
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.schemas.validation import validate_body

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.adapters import services
 from controlplane.adapters.selectors import adapter_get
-from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
+from controlplane.common.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.selectors import tenant_get
 
 

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
+from controlplane.common.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.deployments.services import ModelRegistrationError, served_model_register
 
 

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
+from controlplane.common.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.models import API_SCOPES
 from controlplane.tenants.selectors import tenant_get
 from controlplane.tenants.services import api_key_create

@@ -4,7 +4,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
+from controlplane.common.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.services import tenant_create, tenant_set_allowed_models
 
 

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.core.platform_location import change_not_announced, warn_if_no_running_platform
+from controlplane.common.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
 from controlplane.tenants.selectors import api_key_get_by_prefix
 from controlplane.tenants.services import api_key_revoke

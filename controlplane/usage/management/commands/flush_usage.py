@@ -6,7 +6,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.core.platform_location import warn_if_no_running_platform
+from controlplane.common.platform_location import warn_if_no_running_platform
 from controlplane.usage.services import usage_flush
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controlplane.core.process_commands import engine_command
+from controlplane.launcher.process_commands import engine_command
 from tests.controlplane.support.shared_database import FileDatabase
 from tests.support.platform_services import (
     engine_status_records,

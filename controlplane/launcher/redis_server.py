@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from controlplane.core.supervisor import die_with_parent
+from controlplane.launcher.supervisor import die_with_parent
 
 
 class RedisUnavailable(RuntimeError):

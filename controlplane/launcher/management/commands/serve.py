@@ -22,18 +22,19 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.adapters.engine_sync import registry_reconcile
-from controlplane.core.first_run import (
-    EMBEDDING_MODEL,
-    ensure_demo_models,
-    ensure_first_run_setup,
-)
-from controlplane.core.platform_location import (
+from controlplane.common.platform_location import (
     find_running_platform,
     forget_running_platform,
     point_settings_at_redis,
     record_running_platform,
 )
-from controlplane.core.process_commands import (
+from controlplane.deployments.services import ModelRegistrationError
+from controlplane.launcher.first_run import (
+    EMBEDDING_MODEL,
+    ensure_demo_models,
+    ensure_first_run_setup,
+)
+from controlplane.launcher.process_commands import (
     celery_batch_worker_command,
     celery_worker_command,
     daphne_command,
@@ -41,10 +42,9 @@ from controlplane.core.process_commands import (
     pooling_engine_command,
     run_engine_command,
 )
-from controlplane.core.progress import Progress
-from controlplane.core.redis_server import RedisServer
-from controlplane.core.supervisor import Child, Supervisor
-from controlplane.deployments.services import ModelRegistrationError
+from controlplane.launcher.progress import Progress
+from controlplane.launcher.redis_server import RedisServer
+from controlplane.launcher.supervisor import Child, Supervisor
 
 
 class _Stop(Exception):

@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from controlplane.core.private_files import write_private_file
+from controlplane.common.private_files import write_private_file
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controlplane.core.redis_server import free_port
-from controlplane.core.supervisor import die_with_parent
+from controlplane.launcher.redis_server import free_port
+from controlplane.launcher.supervisor import die_with_parent
 
 
 class PostgresUnavailable(RuntimeError):

@@ -1,7 +1,0 @@
-from django.apps import AppConfig
-
-
-class CoreConfig(AppConfig):
-    name = "controlplane.core"
-    label = "core"
-    verbose_name = "Platform"
