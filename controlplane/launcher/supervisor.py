@@ -39,6 +39,8 @@ class Child:
     env: dict[str, str] | None = None
     # Seconds to wait after SIGTERM before SIGKILL (engines drain for a while).
     stop_timeout: float = 10.0
+    # Working directory; None: this process's.
+    cwd: Path | None = None
     process: subprocess.Popen | None = None
 
     @property
@@ -70,6 +72,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=child.env,
+            cwd=child.cwd,
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
@@ -86,6 +89,11 @@ class Supervisor:
             if on_stop:
                 on_stop(child)
             self._stop(child)
+
+    def stop(self, child: Child) -> None:
+        """Stop one child now and forget it (a test that restarts an engine, say)."""
+        self._stop(child)
+        self.children = [c for c in self.children if c is not child]
 
     @staticmethod
     def _signal_group(child: Child, sig: int) -> None:

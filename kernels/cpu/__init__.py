@@ -76,6 +76,10 @@ def _build_name() -> str:
         _cpu_flags().encode(),
         target_arch().encode(),
         torch.__version__.encode(),
+        # The torch the build compiles and links against, where it is installed: ninja's
+        # commands name its include folders, so two virtualenvs sharing one build folder
+        # rebuilt it in turn (each waiting on the other's lock) on every engine start.
+        str(Path(torch.__file__).parent).encode(),
     ]
     for part in parts:
         digest.update(part)

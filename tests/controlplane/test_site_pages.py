@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.launcher.redis_server import free_port
 from tests.controlplane.e2e import test_admin_browser as admin_browser
-from tests.support.platform_services import platform_services, serving_daphne
+from tests.support.platform_services import platform_stack
 
 pytestmark = pytest.mark.slow
 
@@ -30,11 +30,10 @@ PAGES = {
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("site-pages")
-    with platform_services(workdir, redis_prefix="site") as services:
-        env = {k: v for k, v in services.env.items() if k != "DJANGO_DEBUG"}
+    with platform_stack(workdir, redis_prefix="site") as stack:
+        env = {k: v for k, v in stack.env.items() if k != "DJANGO_DEBUG"}
         env["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-        with serving_daphne(env, workdir / "daphne.log", timeout=90) as base_url:
-            yield base_url
+        yield stack.start_daphne(timeout=90, env=env)
 
 
 def _assert_no_debug_page(response: httpx.Response) -> None:

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,22 +23,32 @@ import redis
 
 from controlplane.launcher.process_commands import engine_command
 from controlplane.launcher.redis_server import RedisServer
+from controlplane.launcher.stack import Stack
 from engine.protocol import decode_status
 from tests.faults.conftest import isolated_env, manage
 from tests.inference.conftest import CHAT_MODEL, Platform
-from tests.support.platform_services import serving_daphne
-from tests.support.processes import REPO, stop, wait_for
+from tests.support.processes import wait_for
 
 
 @dataclass
 class PrivateStack:
-    workdir: Path
-    redis: RedisServer
-    env: dict[str, str]
+    launcher: Stack  # the processes, as the launcher starts them
     checkpoint: Path
     api_key: str
     base_url: str = ""
     engines: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def workdir(self) -> Path:
+        return self.launcher.workdir
+
+    @property
+    def redis(self) -> RedisServer:
+        return self.launcher.redis
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.launcher.env
 
     @property
     def prefix(self) -> str:
@@ -64,12 +74,9 @@ class PrivateStack:
             engine_id=engine_id,
             **options,
         )
-        log = self.workdir / f"engine-{engine_id}.log"
-        with log.open("ab") as handle:  # a restart appends to the same log
-            process = subprocess.Popen(
-                command, cwd=REPO, env=self.env, stdout=handle, stderr=subprocess.STDOUT
-            )
-        self.engines[engine_id] = process
+        # A restart under the same id appends to the same log.
+        child = self.launcher.start(f"engine-{engine_id}", command, stop_timeout=15)
+        process = self.engines[engine_id] = child.process
         if wait:
             self.wait_engine_live(engine_id)
         return process
@@ -103,6 +110,7 @@ class PrivateStack:
         process = self.engines.pop(engine_id)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        self.launcher.forget(process)
 
     def engine_log(self, engine_id: str) -> str:
         return (self.workdir / f"engine-{engine_id}.log").read_text(errors="replace")
@@ -126,28 +134,19 @@ class PrivateStack:
 def private_stack(served: Platform, workdir: Path) -> Iterator[PrivateStack]:
     """A private Redis and Daphne on a copy of ``served``'s database (no engine yet)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    server = RedisServer(workdir / "redis", appendfsync="always").start()
-    with ExitStack() as cleanup:
-        cleanup.callback(server.stop)
+    with Stack(workdir) as launcher:
+        launcher.start_redis(appendfsync="always")
         # A var folder of its own (usage spools), with the secret key the API keys hash under.
         var_dir = workdir / "var"
         var_dir.mkdir(exist_ok=True)
         shutil.copy2(Path(served.env["PLATFORM_VAR_DIR"]) / "secret_key", var_dir / "secret_key")
-        env = {
+        launcher.env = {
             **isolated_env(served, workdir),
-            "REDIS_URL": server.url,
+            "REDIS_URL": launcher.redis_url,
             "PLATFORM_VAR_DIR": str(var_dir),
         }
-        stack = PrivateStack(workdir, server, env, served.checkpoint, served.api_key)
-
-        def stop_engines() -> None:
-            for process in stack.engines.values():
-                stop(process)
-
-        cleanup.callback(stop_engines)
-        stack.base_url = cleanup.enter_context(
-            serving_daphne(env, workdir / "daphne.log", timeout=60)
-        )
+        stack = PrivateStack(launcher, served.checkpoint, served.api_key)
+        stack.base_url = launcher.start_daphne(timeout=60)
         yield stack
 
 

@@ -17,17 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.launcher.process_commands import (
-    engine_command,
-    manage_command,
-    pooling_engine_command,
-)
-from tests.support.platform_services import (
-    engine_status_records,
-    platform_services,
-    serving_daphne,
-)
-from tests.support.processes import REPO, running
+from controlplane.launcher.process_commands import manage_command
+from tests.support.platform_services import engine_status_records, platform_stack
+from tests.support.processes import REPO
 
 # Other test modules here import these (and REPO) from this conftest.
 from tests.support.processes import spawn as _spawn  # noqa: F401
@@ -144,17 +136,12 @@ def counter_growth(before: dict, after: dict, name: str) -> int:
     )
 
 
-def _status_exists(redis_url: str, model: str) -> bool:
-    return bool(engine_status_records(redis_url, REDIS_PREFIX, model))
-
-
 @pytest.fixture(scope="session")
 def platform_env(tmp_path_factory, tiny_llama):
-    """The started services (Redis, migrated database) and the two tenants' API keys."""
-    with platform_services(
-        tmp_path_factory.mktemp("platform"), redis_prefix=REDIS_PREFIX
-    ) as services:
-        yield services, _populate(services.env, tiny_llama)
+    """The launcher's stack with its services up (Redis, migrated database) and the two
+    tenants' API keys; the fixtures below start Daphne and engines on it."""
+    with platform_stack(tmp_path_factory.mktemp("platform"), redis_prefix=REDIS_PREFIX) as stack:
+        yield stack, _populate(stack.env, tiny_llama)
 
 
 def _populate(env: dict[str, str], tiny_llama) -> dict[str, str]:
@@ -198,63 +185,47 @@ def _populate(env: dict[str, str], tiny_llama) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def api_server(platform_env):
     """Daphne serving the project on a free port (no engine yet): its base URL."""
-    services, _keys = platform_env
-    with serving_daphne(services.env, services.workdir / "daphne.log", timeout=60) as base_url:
-        yield base_url
+    stack, _keys = platform_env
+    return stack.start_daphne(timeout=60)  # stopped with the stack
 
 
 @pytest.fixture(scope="session")
 def api_platform(platform_env, api_server, tiny_llama) -> Platform:
     """Daphne, database, tenant and keys, but no engine: for what needs no generation."""
-    services, keys = platform_env
+    stack, keys = platform_env
     return Platform(
         base_url=api_server,
-        redis_url=services.redis.url,
+        redis_url=stack.redis_url,
         api_key=keys["acme"],
         limited_key=keys["limited"],
         chat_model=CHAT_MODEL,
         embed_model=EMBED_MODEL,
         checkpoint=Path(tiny_llama),
-        env=services.env,
+        env=stack.env,
     )
 
 
 @pytest.fixture(scope="session")
 def platform(platform_env, api_platform, tiny_llama) -> Platform:
     """The whole platform: api_platform plus one engine process serving the tiny llama."""
-    services, _keys = platform_env
-    command = engine_command(
+    stack, _keys = platform_env
+    stack.start_engine(  # stopped with the stack
         tiny_llama,
         CHAT_MODEL,
-        redis_url=services.redis.url,
+        log=stack.workdir / "engine.log",
+        timeout=120,
         # A modest backpressure bound, so that a second replica started by a test gets
         # its share of a burst instead of finding the first engine holding all of it.
         max_queued=ENGINE_MAX_QUEUED,
         max_num_seqs=ENGINE_MAX_NUM_SEQS,
     )
-    with running(
-        command,
-        services.env,
-        services.workdir / "engine.log",
-        ready=lambda: _status_exists(services.redis.url, CHAT_MODEL),
-        what="engine",
-        timeout=120,
-    ):
-        yield api_platform
+    return api_platform
 
 
 @pytest.fixture(scope="session")
 def pooling_engine(platform_env, api_platform):
-    services, _keys = platform_env
-    with running(
-        pooling_engine_command(EMBED_MODEL, redis_url=services.redis.url),
-        services.env,
-        services.workdir / "pooling.log",
-        ready=lambda: _status_exists(services.redis.url, EMBED_MODEL),
-        what="pooling engine",
-        timeout=120,
-    ) as process:
-        yield process
+    stack, _keys = platform_env
+    return stack.start_pooling_engine(EMBED_MODEL, timeout=120).process  # stopped with the stack
 
 
 @pytest.fixture

@@ -1,67 +1,39 @@
-"""The platform's services for end-to-end fixtures: a private Redis, a migrated SQLite file,
-Daphne answering /health, and a look at the engines' status records."""
+"""The platform for end-to-end fixtures, brought up by the launcher (controlplane.launcher.stack)
+as ``manage.py serve`` brings it up: a private Redis, a migrated SQLite file, then whatever
+engines and Daphne the fixture starts on the stack."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import redis
 
-from controlplane.launcher.process_commands import (
-    daphne_command,
-    migrate_command,
-    platform_environment,
-)
-from controlplane.launcher.redis_server import RedisServer, free_port
-from tests.support.processes import REPO, running
-
-
-@dataclass
-class PlatformServices:
-    workdir: Path
-    redis: RedisServer
-    database_path: Path
-    env: dict[str, str]  # what every process of this platform runs with
+from controlplane.launcher.stack import Stack
 
 
 @contextmanager
-def platform_services(workdir: Path, *, redis_prefix: str) -> Iterator[PlatformServices]:
-    """Redis (private: other tests empty the session's) and a migrated database under
-    ``workdir``; Redis stops after the block."""
-    server = RedisServer(workdir / "redis").start()
-    try:
-        database_path = workdir / "db.sqlite3"
-        env = platform_environment(
-            redis_url=server.url,
-            redis_prefix=redis_prefix,
-            database_url=f"sqlite:///{database_path}",
-            var_dir=workdir / "var",
-        )
-        subprocess.run(migrate_command(), cwd=REPO, env=env, check=True)
-        yield PlatformServices(workdir, server, database_path, env)
-    finally:
-        server.stop()
+def platform_stack(
+    workdir: Path, *, redis_prefix: str, appendfsync: str | None = None
+) -> Iterator[Stack]:
+    """A stack under ``workdir`` with its own Redis (other tests empty the session's) and a
+    migrated database file, ``workdir/db.sqlite3``; every process it started is stopped after
+    the block, Redis last."""
+    with Stack(
+        workdir,
+        redis_prefix=redis_prefix,
+        database_url=f"sqlite:///{database_path(workdir)}",
+        var_dir=workdir / "var",
+    ) as stack:
+        stack.start_redis(appendfsync=appendfsync)
+        stack.migrate()
+        yield stack
 
 
-@contextmanager
-def serving_daphne(env: dict[str, str], log: Path, *, timeout: float) -> Iterator[str]:
-    """Daphne on a free port, answering /health inside the block: its base URL."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    with running(
-        daphne_command("127.0.0.1", port),
-        env,
-        log,
-        ready=lambda: httpx.get(f"{base_url}/health", timeout=2).status_code == 200,
-        what="daphne",
-        timeout=timeout,
-    ):
-        yield base_url
+def database_path(workdir: Path) -> Path:
+    """The SQLite file of the stack under ``workdir``."""
+    return workdir / "db.sqlite3"
 
 
 def engine_status_records(redis_url: str, prefix: str, model: str) -> list[bytes | None]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from controlplane.launcher.stack import Stack, wait_until
+from controlplane.launcher.supervisor import Child
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,20 +32,10 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def wait_for(condition, *, timeout: float, what: str, process=None, log: Path | None = None):
-    """Poll ``condition`` until true; fail early, with the log's tail, if ``process`` exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:] if log else ""
-            raise RuntimeError(f"{what} exited with {process.returncode}:\n{tail}")
-        try:
-            if condition():
-                return
-        except Exception:  # not up yet: connection refused and the like
-            pass
-        time.sleep(0.2)
-    tail = log.read_text(errors="replace")[-3000:] if log else ""
-    raise RuntimeError(f"{what} not ready after {timeout}s:\n{tail}")
+    """Poll ``condition`` until true; fail early, with the log's tail, if ``process`` exits
+    (the launcher's wait-until-ready, for a process a test started by hand)."""
+    watched = [Child(what, [], log or Path(os.devnull), process=process)] if process else []
+    wait_until(condition, timeout=timeout, what=what, children=watched)
 
 
 @contextmanager
@@ -55,10 +48,7 @@ def running(
     what: str,
     timeout: float,
 ) -> Iterator[subprocess.Popen]:
-    """``args`` spawned and ``ready()`` true inside the block; the process stopped after it."""
-    process = spawn(args, env, log)
-    try:
-        wait_for(ready, timeout=timeout, what=what, process=process, log=log)
-        yield process
-    finally:
-        stop(process)
+    """``args`` started as the launcher starts a platform process and ``ready()`` true inside
+    the block; the process stopped after it."""
+    with Stack(log.parent) as stack:
+        yield stack.start(what, args, ready=ready, timeout=timeout, log=log, env=env).process

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.launcher.process_commands import engine_command
 from tests.controlplane.support.shared_database import FileDatabase
 from tests.support.platform_services import (
+    database_path,
     engine_status_records,
-    platform_services,
-    serving_daphne,
+    platform_stack,
 )
-from tests.support.processes import running
 
 MODEL = "tiny-cp"
 PREFIX = "cpe2e"
@@ -40,21 +38,15 @@ class LivePlatform:
 @pytest.fixture(scope="package")
 def live_platform(tmp_path_factory, tiny_llama):
     workdir = tmp_path_factory.mktemp("cp-e2e")
-    with platform_services(workdir, redis_prefix=PREFIX) as services:
-        db = FileDatabase(services.database_path, services.redis.url)
-        db.env.update(services.env, DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD)
+    with platform_stack(workdir, redis_prefix=PREFIX) as stack:
+        db = FileDatabase(database_path(workdir), stack.redis_url)
+        db.env.update(stack.env, DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD)
         db.manage("load_model", str(tiny_llama), "--name", MODEL)
         db.manage("createsuperuser", "--noinput", "--username", "admin", "--email", "a@x.test")
-        with serving_daphne(db.env, workdir / "daphne.log", timeout=90) as base_url:
-            platform = LivePlatform(
-                base_url=base_url, redis_url=services.redis.url, db=db, workdir=workdir
-            )
-            with running(
-                engine_command(tiny_llama, MODEL, redis_url=services.redis.url, device="cpu"),
-                db.env,
-                workdir / "engine.log",
-                ready=lambda: bool(platform.engine_statuses()),
-                what="engine",
-                timeout=180,
-            ):
-                yield platform
+        stack.env = db.env
+        base_url = stack.start_daphne(timeout=90)
+        platform = LivePlatform(
+            base_url=base_url, redis_url=stack.redis_url, db=db, workdir=workdir
+        )
+        stack.start_engine(tiny_llama, MODEL, log=workdir / "engine.log", device="cpu")
+        yield platform

@@ -9,12 +9,7 @@ import pytest
 
 from controlplane.launcher.process_commands import run_engine_command
 from tests.controlplane.support.shared_database import FileDatabase
-from tests.support.platform_services import (
-    engine_status_records,
-    platform_services,
-    serving_daphne,
-)
-from tests.support.processes import running
+from tests.support.platform_services import database_path, platform_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -26,29 +21,28 @@ PREFIX = "quante2e"
 def quantized_platform(tmp_path_factory, smollm2):
     path, _lines = smollm2
     workdir = tmp_path_factory.mktemp("quant-e2e")
-    with platform_services(workdir, redis_prefix=PREFIX) as services:
-        db = FileDatabase(services.database_path, services.redis.url)
-        db.env.update(services.env)
+    with platform_stack(workdir, redis_prefix=PREFIX) as stack:
+        db = FileDatabase(database_path(workdir), stack.redis_url)
+        db.env.update(stack.env)
         registered = db.manage("load_model", str(path), "--name", MODEL, "--quantization", "int8")
         db.manage("create_tenant", "Quant", "--model", MODEL)
         secret = db.create_key("Quant")
+        stack.env = db.env
+        base_url = stack.start_daphne(timeout=90)
         engine_log = workdir / "engine.log"
         command = run_engine_command(
-            MODEL, redis_url=services.redis.url, device="cpu", max_model_len=512, max_num_seqs=4
+            MODEL, redis_url=stack.redis_url, device="cpu", max_model_len=512, max_num_seqs=4
         )
-        with (
-            serving_daphne(db.env, workdir / "daphne.log", timeout=90) as base_url,
-            running(
-                command,
-                db.env,
-                engine_log,
-                ready=lambda: bool(engine_status_records(services.redis.url, PREFIX, MODEL)),
-                what="engine",
-                timeout=240,
-            ),
-        ):
-            client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0)
-            yield client, registered.stdout, engine_log
+        stack.start(
+            "engine",
+            command,
+            log=engine_log,
+            ready=lambda: stack.engine_live(MODEL),
+            timeout=240,
+            stop_timeout=20,
+        )
+        client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=secret, max_retries=0)
+        yield client, registered.stdout, engine_log
 
 
 def test_load_model_records_the_quantization(quantized_platform):

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import time
-import urllib.request
 from pathlib import Path
 
 from django.conf import settings
@@ -38,13 +37,11 @@ from controlplane.launcher.process_commands import (
     celery_batch_worker_command,
     celery_worker_command,
     daphne_command,
-    platform_environment,
     pooling_engine_command,
     run_engine_command,
 )
 from controlplane.launcher.progress import Progress
-from controlplane.launcher.redis_server import RedisServer
-from controlplane.launcher.supervisor import Child, Supervisor
+from controlplane.launcher.stack import Stack, StartupError, http_ok
 
 
 class _Stop(Exception):
@@ -65,14 +62,6 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
 class Command(BaseCommand):
     help = "Run the whole platform (Redis, engine, Celery, Daphne) until Ctrl-C."
 
@@ -89,12 +78,19 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         signal.signal(signal.SIGTERM, _raise_stop)
         signal.signal(signal.SIGINT, _raise_stop)
-        self.supervisor = Supervisor()
-        self.redis: RedisServer | None = None
+        var_dir = Path(settings.VAR_DIR)
+        self.stack = Stack(
+            var_dir,
+            redis_prefix=settings.PLATFORM_REDIS_PREFIX,
+            var_dir=var_dir,
+            log_dir=var_dir / "log",
+        )
         try:
             self._run(opts)
         except _Stop:
             self.stdout.write("\nStopping ...")
+        except StartupError as exc:
+            raise CommandError(f"{exc}\n(logs in {self.stack.log_dir})") from exc
         finally:
             self._shutdown()
 
@@ -109,8 +105,8 @@ class Command(BaseCommand):
                 f"a platform is already running from {var_dir} (serve pid {running.pid}, "
                 f"Redis {running.redis_url}); stop it first"
             )
-        log_dir = var_dir / "log"
-        log_dir.mkdir(parents=True, exist_ok=True)  # SQLite cannot create its parent folder
+        stack = self.stack
+        stack.log_dir.mkdir(parents=True, exist_ok=True)  # SQLite cannot create its parent
         progress = Progress(total=7)
 
         with progress.step("Preparing the database") as st:
@@ -119,12 +115,12 @@ class Command(BaseCommand):
 
         with progress.step("Connecting Redis") as st:
             if os.environ.get("REDIS_URL"):
+                stack.use_redis(os.environ["REDIS_URL"])
                 st["note"] = f"using REDIS_URL {os.environ['REDIS_URL']}"
             else:
-                self.redis = RedisServer(var_dir / "redis", persist=True).start()
-                os.environ["REDIS_URL"] = self.redis.url
-                st["note"] = f"started redis-server on port {self.redis.port}"
-        redis_url = os.environ["REDIS_URL"]
+                os.environ["REDIS_URL"] = stack.start_redis(persist=True)
+                st["note"] = f"started redis-server on port {stack.redis.port}"
+        redis_url = stack.redis_url
         # This process read its settings before Redis started; commands in other shells find
         # it through the record.
         point_settings_at_redis(redis_url)
@@ -143,40 +139,44 @@ class Command(BaseCommand):
                 credentials_path=var_dir / "credentials.json", served_model_names=names
             )
 
-        env = platform_environment(
-            redis_url=redis_url, redis_prefix=settings.PLATFORM_REDIS_PREFIX, var_dir=var_dir
-        )
         with progress.step("Starting engines, Celery and Daphne") as st:
             registry_reconcile()  # engines start from the database's ready adapters
             if not opts["no_engine"]:
                 for model in models:
-                    self.supervisor.start(self._engine_child(model, log_dir, env))
-            celery = celery_worker_command(
-                beat_schedule=var_dir / "celerybeat-schedule", loglevel="info"
-            )
-            self.supervisor.start(Child("celery", celery, log_dir / "celery.log", env=env))
-            batches = celery_batch_worker_command(loglevel="info")
-            self.supervisor.start(
-                Child("celery-batches", batches, log_dir / "celery-batches.log", env=env)
-            )
-            daphne = daphne_command(host, port)
-            self.supervisor.start(Child("daphne", daphne, log_dir / "daphne.log", env=env))
-            st["note"] = f"logs in {log_dir}"
+                    stack.start(
+                        f"engine:{model.name}",
+                        self._engine_command(model),
+                        log=stack.log_dir / f"engine-{model.name}.log",
+                        stop_timeout=20,  # engines drain on SIGTERM
+                    )
+            schedule = var_dir / "celerybeat-schedule"
+            stack.start("celery", celery_worker_command(beat_schedule=schedule, loglevel="info"))
+            stack.start("celery-batches", celery_batch_worker_command(loglevel="info"))
+            stack.start("daphne", daphne_command(host, port))
+            st["note"] = f"logs in {stack.log_dir}"
 
         base = f"http://{host}:{port}"
         deadline = time.monotonic() + opts["startup_timeout"]
         with progress.step("Waiting for the API to answer"):
-            self._wait(lambda: _http_ok(f"{base}/health"), deadline, "Daphne")
+            stack.wait_until(
+                lambda: http_ok(f"{base}/health", timeout=1),
+                timeout=deadline - time.monotonic(),
+                what="the API (Daphne)",
+            )
         with progress.step("Waiting for the engines to load their models") as st:
             if opts["no_engine"]:
                 st["note"] = "skipped (--no-engine)"
             else:
                 for name in names:
-                    self._wait(lambda n=name: self._engine_live(redis_url, n), deadline, "engine")
+                    stack.wait_until(
+                        lambda n=name: stack.engine_live(n),
+                        timeout=deadline - time.monotonic(),
+                        what=f"the engine of {name}",
+                    )
 
         self._banner(base, creds, names)
         while True:
-            dead = self.supervisor.first_dead()
+            dead = stack.first_dead()
             if dead is not None:
                 raise CommandError(
                     f"{dead.name} exited with code {dead.process.returncode}; last lines of "
@@ -185,40 +185,10 @@ class Command(BaseCommand):
             time.sleep(0.5)
 
     @staticmethod
-    def _engine_child(model, log_dir: Path, env: dict[str, str]) -> Child:
+    def _engine_command(model) -> list[str]:
         if model.is_embedding:
-            args = pooling_engine_command(model.name, model_path=model.path)
-        else:
-            args = run_engine_command(model.name)
-        return Child(
-            f"engine:{model.name}", args, log_dir / f"engine-{model.name}.log", env=env,
-            stop_timeout=20,
-        )  # fmt: skip
-
-    def _wait(self, ready, deadline: float, what: str) -> None:
-        while not ready():
-            dead = self.supervisor.first_dead()
-            if dead is not None:
-                raise CommandError(
-                    f"{dead.name} exited during startup (code {dead.process.returncode}); "
-                    f"last lines of {dead.log_path}:\n{dead.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise CommandError(
-                    f"{what} did not become ready in time; see {settings.VAR_DIR}/log"
-                )
-            time.sleep(0.25)
-
-    @staticmethod
-    def _engine_live(redis_url: str, model: str) -> bool:
-        import redis
-
-        client = redis.Redis.from_url(redis_url)
-        try:
-            pattern = f"{settings.PLATFORM_REDIS_PREFIX}:status:{model}:*"
-            return next(iter(client.scan_iter(match=pattern, count=100)), None) is not None
-        finally:
-            client.close()
+            return pooling_engine_command(model.name, model_path=model.path)
+        return run_engine_command(model.name)
 
     def _banner(self, base: str, creds, names: list[str]) -> None:
         chat_model = next((n for n in names if n != EMBEDDING_MODEL), names[0])
@@ -255,8 +225,5 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         forget_running_platform(settings.VAR_DIR)  # first: commands stop reaching a dying Redis
-        self.supervisor.stop_all(on_stop=lambda c: self.stdout.write(f"  stopping {c.name}"))
-        if self.redis is not None:
-            self.stdout.write("  stopping redis")
-            self.redis.stop()
+        self.stack.stop(on_stop=lambda name: self.stdout.write(f"  stopping {name}"))
         self.stdout.write("Stopped.")

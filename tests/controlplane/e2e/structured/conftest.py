@@ -4,19 +4,12 @@ llama, each with its engine process, and Daphne. Started once for this directory
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
 
-from controlplane.launcher.process_commands import engine_command
 from tests.controlplane.support.shared_database import FileDatabase
-from tests.support.platform_services import (
-    engine_status_records,
-    platform_services,
-    serving_daphne,
-)
-from tests.support.processes import running
+from tests.support.platform_services import database_path, platform_stack
 
 PREFIX = "sotools"
 SMOLLM2 = "smollm2-135m-instruct"
@@ -48,36 +41,17 @@ class ToolsStack:
 def stack(tmp_path_factory, smollm2, tiny_llama) -> ToolsStack:
     smollm2_dir, _lines = smollm2
     workdir = tmp_path_factory.mktemp("structured-e2e")
-    with platform_services(workdir, redis_prefix=PREFIX) as services:
-        db = FileDatabase(services.database_path, services.redis.url)
+    with platform_stack(workdir, redis_prefix=PREFIX) as stack:
+        db = FileDatabase(database_path(workdir), stack.redis_url)
         # Shared CI CPUs can starve a 135M model's steps for many seconds: a silence that
         # long is load here, not a lost engine, and a resumed sample is not what these test.
-        db.env.update(services.env, ENGINE_SILENCE_TIMEOUT="600")
+        db.env.update(stack.env, ENGINE_SILENCE_TIMEOUT="600")
         db.manage("load_model", str(smollm2_dir), "--name", SMOLLM2)
         db.manage("load_model", str(tiny_llama), "--name", RANDOM)
         db.manage("create_tenant", "Builders")
         key = db.create_key("Builders")
-        engines = [
-            (smollm2_dir, SMOLLM2, {"max_num_seqs": 32}),
-            (tiny_llama, RANDOM, {"max_num_seqs": 32}),
-        ]
-        with (
-            serving_daphne(db.env, workdir / "daphne.log", timeout=90) as base_url,
-            ExitStack() as live,
-        ):
-            for path, name, options in engines:
-                live.enter_context(
-                    running(
-                        engine_command(
-                            path, name, redis_url=services.redis.url, device="cpu", **options
-                        ),
-                        db.env,
-                        workdir / f"engine-{name}.log",
-                        ready=lambda name=name: bool(
-                            engine_status_records(services.redis.url, PREFIX, name)
-                        ),
-                        what=f"engine {name}",
-                        timeout=240,
-                    )
-                )
-            yield ToolsStack(base_url=base_url, api_key=key, db=db)
+        stack.env = db.env
+        base_url = stack.start_daphne(timeout=90)
+        for path, name in ((smollm2_dir, SMOLLM2), (tiny_llama, RANDOM)):
+            stack.start_engine(path, name, timeout=240, device="cpu", max_num_seqs=32)
+        yield ToolsStack(base_url=base_url, api_key=key, db=db)
