@@ -17,7 +17,6 @@ import json
 import os
 import platform as pyplatform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,8 +24,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-from bench.bench_tenant import register_command  # noqa: E402
 
 
 def _proc_status(pid: int) -> dict[str, int]:
@@ -41,18 +38,6 @@ def _proc_status(pid: int) -> dict[str, int]:
 def _cpu_seconds(pid: int) -> float:
     parts = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _wait(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{what} did not come up within {timeout}s")
 
 
 async def one_stream(client, index: int, max_tokens: int, started: float) -> dict:
@@ -134,70 +119,21 @@ def main() -> None:
     parser.add_argument("--redis-max-connections", type=int, default=100)
     args = parser.parse_args()
 
-    from controlplane.launcher.redis_server import RedisServer, free_port
+    from bench.served_platform import served_platform
     from engine.demo.checkpoint import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="api-bench-"))
     checkpoint = make_checkpoint(work / "model", arch=args.arch, size="tiny")
-    redis_server = RedisServer(work / "redis").start()
-    # redis-py's asyncio pools hold at most 100 connections and raise past that; the URL
-    # raises the cap for every client in the API process (see docs/benchmarks.md).
-    redis_url = f"{redis_server.url}?max_connections={args.redis_max_connections}"
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_url,
-        "DATABASE_URL": f"sqlite:///{work / 'db.sqlite3'}",
-        "PLATFORM_VAR_DIR": str(work / "var"),
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "LOG_LEVEL": "WARNING",
-    }
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env, check=True)
-    key = (
-        subprocess.run(
-            register_command(py, "bench", checkpoint, 2048),
-            cwd=REPO,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    logs = (work / "engine.log").open("wb"), (work / "daphne.log").open("wb")
-    engine = subprocess.Popen(
-        [
-            py,
-            "-m",
-            "engine",
-            "--model-path",
-            str(checkpoint),
-            "--model-name",
-            "bench",
-            "--redis-url",
-            redis_server.url,
-            "--max-num-seqs",
-            str(max(256, args.concurrency)),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=logs[0],
-        stderr=subprocess.STDOUT,
-    )
-    port = free_port()
-    daphne = subprocess.Popen(
-        [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "controlplane.asgi:application"],
-        cwd=REPO,
-        env=env,
-        stdout=logs[1],
-        stderr=subprocess.STDOUT,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        import httpx
-
-        _wait(lambda: httpx.get(f"{base_url}/ready").status_code == 200, 120, "engine + daphne")
+    with served_platform(
+        work,
+        checkpoint,
+        engine_options={"max_num_seqs": max(256, args.concurrency)},
+        # redis-py's asyncio pools hold at most 100 connections and raise past that; the URL
+        # raises the cap for every client in the API process (see docs/benchmarks.md).
+        api_redis_query=f"max_connections={args.redis_max_connections}",
+        ready_timeout=120,
+    ) as served:
+        base_url, key, daphne = served.base_url, served.key, served.daphne.process
         # One request first, so that imports and tokenizer loading are not in the figures.
         asyncio.run(run_load(base_url, key, 1, 4))
         idle = _proc_status(daphne.pid)
@@ -212,14 +148,6 @@ def main() -> None:
         result["machine"] = f"{pyplatform.machine()}, {os.cpu_count()} CPUs"
         result["date"] = time.strftime("%Y-%m-%d")
         print(json.dumps(result, indent=2))
-    finally:
-        for process in (daphne, engine):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        redis_server.stop()
 
 
 if __name__ == "__main__":

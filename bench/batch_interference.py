@@ -20,7 +20,6 @@ import json
 import os
 import platform as pyplatform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,19 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_tenant import register_command  # noqa: E402
+from controlplane.launcher.stack import wait_until  # noqa: E402
 
 
 def _wait(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{what} did not come up within {timeout}s")
+    """Until ``check()`` holds (the batch's progress; the launcher waits for start-up)."""
+    wait_until(check, timeout=timeout, what=what)
 
 
 def ttft(client, index: int, max_tokens: int) -> float:
@@ -97,57 +89,22 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    import httpx
     import openai
 
+    from bench.served_platform import served_platform
     from controlplane.launcher.process_commands import celery_batch_worker_command
-    from controlplane.launcher.redis_server import RedisServer, free_port
     from engine.demo.checkpoint import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="batch-bench-"))
     checkpoint = make_checkpoint(work / "model", arch="llama", size="tiny")
-    redis_server = RedisServer(work / "redis").start()
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_server.url,
-        "DATABASE_URL": f"sqlite:///{work / 'db.sqlite3'}",
-        "PLATFORM_VAR_DIR": str(work / "var"),
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "LOG_LEVEL": "WARNING",
-        "BATCH_MAX_IN_FLIGHT": str(args.in_flight),
-    }
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env, check=True)
-    populate = register_command(py, "bench", checkpoint, 2048)
-    out = subprocess.run(populate, cwd=REPO, env=env, check=True, capture_output=True, text=True)
-    key = out.stdout.strip().splitlines()[-1]
-    port = free_port()
-    commands = {
-        "engine": [
-            *(py, "-m", "engine", "--model-path", str(checkpoint), "--model-name", "bench"),
-            *("--redis-url", redis_server.url, "--scheduling-policy", "priority"),
-        ],
-        "daphne": [
-            py,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "controlplane.asgi:application",
-        ],
-        "batches": celery_batch_worker_command(loglevel="WARNING"),
-    }
-    processes = {}
-    for name, command in commands.items():
-        log = (work / f"{name}.log").open("wb")
-        processes[name] = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(lambda: httpx.get(f"{base_url}/ready").status_code == 200, 180, "engine + daphne")
+    with served_platform(
+        work,
+        checkpoint,
+        env={"BATCH_MAX_IN_FLIGHT": str(args.in_flight)},
+        engine_options={"scheduling_policy": "priority"},
+        extra_children={"batches": celery_batch_worker_command(loglevel="WARNING")},
+    ) as served:
+        base_url, key = served.base_url, served.key
         client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0, timeout=600)
         interactive_ttfts(client, 3, args.max_tokens)  # warm-up: imports, tokenizer
         load_before = os.getloadavg()[0]
@@ -198,14 +155,6 @@ def main() -> None:
         }
         print(json.dumps(result, indent=2))
         print(f"ttft_p50_ratio_loaded_over_idle {loaded_p50 / idle_p50:.2f}")
-    finally:
-        for process in processes.values():
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        redis_server.stop()
 
 
 if __name__ == "__main__":

@@ -18,12 +18,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from bench import peers
-from bench.bench_tenant import register_command
 from bench.cpu_vs_vllm import checkpoint, process_tree_peak_rss
 
 REPO = peers.REPO
@@ -39,115 +37,76 @@ print("@@result " + json.dumps({k: v for k, v in result.items() if not isinstanc
 """
 
 
-def _wait_http(url: str, timeout: float, process: subprocess.Popen, what: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{what} exited with {process.returncode}; see its log")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"{what} did not answer {url} within {timeout:.0f}s")
-
-
-def _stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
 @contextmanager
 def our_platform(
     model: Path, dtype: str, workdir: Path, logdir: Path, profile: bool, threads: int | None = None
 ):
     """The platform serving ``model``: yields (base URL, API key, {name: pid})."""
-    from controlplane.launcher.process_commands import (
-        daphne_command,
-        engine_command,
-        migrate_command,
-        platform_environment,
-    )
-    from controlplane.launcher.redis_server import RedisServer, free_port
+    from bench.served_platform import served_platform
 
-    redis_server = RedisServer(workdir / "redis").start()
-    processes: list[subprocess.Popen] = []
-    try:
-        env = platform_environment(
-            redis_url=redis_server.url,
-            database_url=f"sqlite:///{workdir / 'db.sqlite3'}",
-            var_dir=workdir / "var",
-        )
-        env["LOG_LEVEL"] = "WARNING"
+    wrapper: list[str] = []
+    if profile:  # py-spy records the API process for the whole round
+        out = logdir / "online-ours-daphne.folded.txt"
+        wrapper = [str(Path(sys.executable).parent / "py-spy"), "record", "-o", str(out)]
+        wrapper += ["-f", "raw", "-r", "500", "--"]
+    with served_platform(
+        workdir,
+        model,
+        model_name=MODEL_NAME,
+        max_model_len=4096,
         # The benchmark measures serving, not failover: on a starved shared machine a request
         # queued behind 63 others can hear nothing for the default 30 s, and the client would
         # then resume it elsewhere (here: on the same engine), doubling its work.
-        env["ENGINE_SILENCE_TIMEOUT"] = "600"
-        subprocess.run(migrate_command(), cwd=REPO, env=env, check=True)
-        key = subprocess.run(
-            register_command(sys.executable, MODEL_NAME, model, 4096),
-            cwd=REPO,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.split()[-1]
-        command = engine_command(
-            model, MODEL_NAME, redis_url=redis_server.url, dtype=dtype, cpu_threads=threads
-        )
-        with (logdir / "online-ours-engine.log").open("w") as log:
-            processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
-        port = free_port()
-        command = daphne_command("127.0.0.1", port)
-        if profile:  # py-spy records the API process for the whole round
-            out = logdir / "online-ours-daphne.folded.txt"
-            command = [str(Path(sys.executable).parent / "py-spy"), "record", "-o", str(out)]
-            command += ["-f", "raw", "-r", "500", "--", *daphne_command("127.0.0.1", port)]
-        with (logdir / "online-ours-daphne.log").open("w") as log:
-            processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
-        base_url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{base_url}/ready", 180, processes[0], "the platform")
-        yield base_url, key, {"engine": processes[0].pid, "daphne": processes[1].pid}
-    finally:
-        # SIGINT lets py-spy write its profile; everything else takes SIGTERM.
-        if profile and len(processes) > 1 and processes[1].poll() is None:
-            processes[1].send_signal(2)
-            try:
-                processes[1].wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-        _stop(processes)
-        redis_server.stop()
+        env={"ENGINE_SILENCE_TIMEOUT": "600"},
+        log_dir=logdir,
+        log_prefix="online-ours-",
+        engine_options={"dtype": dtype, "cpu_threads": threads},
+        daphne_wrapper=wrapper,
+    ) as served:
+        try:
+            yield (
+                served.base_url,
+                served.key,
+                {
+                    "engine": served.engine.pid,
+                    "daphne": served.daphne.pid,
+                },
+            )
+        finally:
+            # SIGINT lets py-spy write its profile; everything else takes SIGTERM.
+            if profile and served.daphne.running():
+                served.daphne.process.send_signal(2)
+                try:
+                    served.daphne.process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    pass
 
 
 @contextmanager
 def vllm_server(python: Path, model: Path, dtype: str, logdir: Path):
     """``vllm serve`` (its OpenAI server module) on ``model``: yields (base URL, key, pids)."""
     from controlplane.launcher.redis_server import free_port
+    from controlplane.launcher.stack import Stack, http_ok
 
     port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
     # The KV budget ours has by default (1 GiB; 87k tokens of this model, 12k needed).
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     command += ["--served-model-name", MODEL_NAME, "--dtype", dtype, "--max-model-len", "4096"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--seed", "0"]
-    with (logdir / "online-vllm.log").open("w") as log:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log)
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{base_url}/health", 1500, process, "vllm serve")
-        yield base_url, "", {"server": process.pid}
-    finally:
-        _stop([process])
+    # The peer is started and waited for the way our own processes are.
+    with Stack(logdir) as stack:
+        server = stack.start(
+            "vllm serve",
+            command,
+            ready=lambda: http_ok(f"{base_url}/health"),
+            timeout=1500,
+            stop_timeout=30,
+            log=logdir / "online-vllm.log",
+            env=env,
+        )
+        yield base_url, "", {"server": server.pid}
 
 
 def run_client(

@@ -19,7 +19,6 @@ import asyncio
 import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,39 +68,6 @@ async def run_redis(client, tokenizer, model: str, workload) -> tuple[list[list[
     return results, time.perf_counter() - start
 
 
-def start_engine(model_path: str, redis_url: str, prefix: str, args, log_path: Path):
-    env = dict(os.environ, PLATFORM_REDIS_PREFIX=prefix)
-    cmd = [
-        sys.executable,
-        "-m",
-        "engine",
-        "--model-path",
-        model_path,
-        "--model-name",
-        "bench",
-        "--redis-url",
-        redis_url,
-        "--device",
-        "cpu",
-        "--dtype",
-        "float32",
-        "--max-num-batched-tokens",
-        str(args.max_num_batched_tokens),
-    ]
-    log = log_path.open("w")
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-async def wait_ready(client, process, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await client.is_model_ready("bench"):
-        if process.poll() is not None:
-            raise SystemExit("the engine process exited at start; see its log")
-        if time.monotonic() > deadline:
-            raise SystemExit("the engine did not become live in time")
-        await asyncio.sleep(0.2)
-
-
 def main() -> None:
     offline = _offline_bench()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,7 +84,7 @@ def main() -> None:
 
     import torch
 
-    from controlplane.launcher.redis_server import RedisServer
+    from controlplane.launcher.stack import Stack
     from engine import LLM
     from engine.text.tokenizer import ChatTokenizer
     from inference.engine_client import EngineClient
@@ -143,13 +109,21 @@ def main() -> None:
         f"{torch.get_num_threads()}; {os.cpu_count()} CPUs"
     )
     tokenizer = ChatTokenizer(model_path)
-    redis = RedisServer(workdir / "redis").start()
     prefix = "bench"
-    engine = start_engine(model_path, redis.url, prefix, args, workdir / "engine.log")
+    stack = Stack(workdir, redis_prefix=prefix)
+    redis_url = stack.start_redis()
+    # The launcher waits until the engine has published its status (its model loaded).
+    stack.start_engine(
+        model_path,
+        "bench",
+        name="engine",
+        device="cpu",
+        dtype="float32",
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    )
 
     async def session():
-        client = EngineClient(redis.url, prefix=prefix, silence_timeout=300.0, max_waiting=10**6)
-        await wait_ready(client, engine)
+        client = EngineClient(redis_url, prefix=prefix, silence_timeout=300.0, max_waiting=10**6)
         await run_redis(client, tokenizer, "bench", workload[:4])  # warm-up
         run_offline(llm, workload[:4])
         offline_rates, redis_rates = [], []
@@ -172,9 +146,7 @@ def main() -> None:
     try:
         offline_rates, redis_rates, same = asyncio.run(session())
     finally:
-        engine.terminate()
-        engine.wait(60)
-        redis.stop()
+        stack.stop()
     # Other processes' load changes between and within rounds; the best round of each path is
     # the one least disturbed, and the paired ratio compares rounds run back to back.
     off, red = max(offline_rates), max(redis_rates)

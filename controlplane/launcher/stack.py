@@ -228,6 +228,7 @@ class Stack:
         *,
         timeout: float = 90.0,
         env: dict[str, str] | None = None,
+        log: str | Path | None = None,
     ) -> str:
         """Daphne on ``port`` (a free one by default), answering /health: its base URL."""
         port = port or free_port()
@@ -238,6 +239,7 @@ class Stack:
             ready=lambda: http_ok(f"{base_url}/health"),
             timeout=timeout,
             env=env,
+            log=log,
         )
         return base_url
 

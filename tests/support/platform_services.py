@@ -31,6 +31,14 @@ def platform_stack(
         yield stack
 
 
+@contextmanager
+def serving_daphne(env: dict[str, str], log: Path, *, timeout: float) -> Iterator[str]:
+    """One more Daphne on ``env`` and a free port, answering /health inside the block: its
+    base URL."""
+    with Stack(log.parent) as stack:
+        yield stack.start_daphne(timeout=timeout, env=env, log=log)
+
+
 def database_path(workdir: Path) -> Path:
     """The SQLite file of the stack under ``workdir``."""
     return workdir / "db.sqlite3"
