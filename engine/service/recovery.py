@@ -24,16 +24,12 @@ import redis
 
 from engine import protocol
 from engine.protocol import ENGINE_GROUP, FIELD
-from engine.service.redis_io import Channels, RequestReader
+from engine.service.redis_input import Channels, RequestReader, as_str
 
 logger = logging.getLogger(__name__)
 
 REAP_LOCK_S = 30
 CLAIM_BATCH = 256
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class DeadEngineReaper:
@@ -58,11 +54,11 @@ class DeadEngineReaper:
         names: set[str] = set()
         try:
             for consumer in self.client.xinfo_consumers(self.channels.requests, ENGINE_GROUP):
-                names.add(_text(consumer["name"]))
+                names.add(as_str(consumer["name"]))
         except redis.ResponseError:  # no stream or group yet
             pass
         for member in self.client.smembers(self.keys.engines()):
-            model, engine_id = protocol.split_engine_member(_text(member))
+            model, engine_id = protocol.split_engine_member(as_str(member))
             if model == self.channels.model:
                 names.add(engine_id)
         names.discard(self.channels.engine_id)
@@ -179,7 +175,7 @@ class DeadEngineReaper:
             if not pending:
                 return total
             ids = [p["message_id"] for p in pending]
-            after = _next_id(_text(ids[-1]))
+            after = _next_id(as_str(ids[-1]))
             claimed = self.client.xclaim(
                 self.channels.requests,
                 ENGINE_GROUP,
@@ -187,8 +183,8 @@ class DeadEngineReaper:
                 min_idle_time=0,
                 message_ids=ids,
             )
-            present = {_text(entry_id) for entry_id, _ in claimed}
-            gone = [i for i in ids if _text(i) not in present]
+            present = {as_str(entry_id) for entry_id, _ in claimed}
+            gone = [i for i in ids if as_str(i) not in present]
             if gone:  # deleted from the stream meanwhile: nothing left to run
                 self.client.xack(self.channels.requests, ENGINE_GROUP, *gone)
             self.reader.accept([(entry_id, fields) for entry_id, fields in claimed])

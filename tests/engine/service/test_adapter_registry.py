@@ -9,13 +9,8 @@ import pytest
 
 from engine import protocol
 from engine.adapters import AdapterIdentity
-from engine.service.adapter_registry import (
-    RETRY_FIRST_S,
-    AdapterRegistry,
-    RegistryWatcher,
-    read_registry,
-)
-from engine.service.inbox import Inbox, RegistrySnapshot
+from engine.lora.registry import RETRY_FIRST_S, AdapterRegistry
+from engine.service.redis_input import Inbox, RegistrySnapshot, RegistryWatcher, read_registry
 
 
 class FakeEngine:
