@@ -50,7 +50,7 @@ def run_offline(llm, workload) -> tuple[list[list[int]], float]:
 
 
 async def run_redis(client, tokenizer, model: str, workload) -> tuple[list[list[int]], float]:
-    from inference.engine_client import SamplingOptions
+    from inference.transport.engine_client import SamplingOptions
 
     async def one(prompt, max_tokens):
         tokens: list[int] = []
@@ -87,7 +87,7 @@ def main() -> None:
     from controlplane.launcher.stack import Stack
     from engine import LLM
     from engine.text.tokenizer import ChatTokenizer
-    from inference.engine_client import EngineClient
+    from inference.transport.engine_client import EngineClient
 
     workdir = Path(tempfile.mkdtemp(prefix="redis-bench-"))
     model_path = args.model

@@ -30,9 +30,8 @@ from controlplane.adapters.selectors import AdapterRoute
 from controlplane.deployments.catalog import CatalogModel, acatalog_snapshot
 from controlplane.tenants.access import Principal, can_use_model
 from engine.text.tokenizer import ChatTokenizer
-from inference.embeddings_client import EmbeddingTokenizer
-from inference.engine_client import EngineClient
 from inference.errors import model_not_found
+from inference.transport import EmbeddingTokenizer, EngineClient
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,16 @@ from typing import Any
 from controlplane.tenants.access import Principal
 from controlplane.tenants.admission import admit, check_request_limits, finish
 from inference.catalog import embedding_max_length, embedding_tokenizer_for, resolve_model
-from inference.embeddings_client import EmbeddingsClient, EmbeddingTokenizer
-from inference.engine_client import EngineClient, EngineUnavailable
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.prompts import off_loop
 from inference.schemas.embeddings import EmbeddingRequestSerializer
 from inference.schemas.validation import validate_body
+from inference.transport import (
+    EmbeddingsClient,
+    EmbeddingTokenizer,
+    EngineClient,
+    EngineUnavailable,
+)
 
 
 def _encode_inputs(tokenizer: EmbeddingTokenizer, prompts, max_length: int) -> list[list[int]]:

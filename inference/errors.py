@@ -41,7 +41,7 @@ def _retry_after(seconds: float | None) -> dict[str, str]:
 
 def error_from_exception(exc: BaseException) -> ApiError:
     """Every exception the request path can meet, as the ApiError a client should see."""
-    from inference import engine_client as ec  # not at import: keeps this module light
+    from inference import transport as ec  # not at import: keeps this module light
 
     if isinstance(exc, ApiError):  # AccessError included
         return exc

@@ -17,8 +17,7 @@ from inference.batches.runner import BatchRun
 
 
 async def _run(batch_id: str) -> str:
-    from inference.embeddings_client import EmbeddingsClient
-    from inference.engine_client import EngineClient
+    from inference.transport import EmbeddingsClient, EngineClient
 
     try:
         return await BatchRun(batch_id).run()

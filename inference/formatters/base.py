@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.generation.plan import GenerationPlan, GenerationStats
-from inference.output_processor import GenerationChunk, TokenLogprob
+from inference.transport import GenerationChunk, TokenLogprob
 
 # (prompt index, choice index, chunk): what the engine stream yields for every choice.
 EngineItem = tuple[int, int, GenerationChunk]

@@ -6,9 +6,9 @@ from typing import Any
 
 from inference.formatters.base import ChoiceFormatter, ChoiceOutput
 from inference.generation.plan import GenerationPlan, GenerationStats
-from inference.output_processor import GenerationChunk, TokenLogprob
 from inference.tools import ContentDelta, ToolCall, ToolCallParser, ToolCallStart, parser_for
 from inference.tools.parsers import Event
+from inference.transport import GenerationChunk, TokenLogprob
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from inference.formatters.base import ChoiceFormatter, ChoiceOutput
 from inference.generation.plan import GenerationPlan, GenerationStats
-from inference.output_processor import GenerationChunk, TokenLogprob
+from inference.transport import GenerationChunk, TokenLogprob
 
 
 def completion_logprobs(entries: list[TokenLogprob], *, text_offset: int) -> dict[str, Any]:

@@ -12,9 +12,8 @@ from collections.abc import AsyncIterator
 
 from engine.protocol import AdapterRef
 from engine.text.tokenizer import ChatTokenizer
-from inference.engine_client import EngineClient
 from inference.generation.plan import GenerationPlan
-from inference.output_processor import GenerationChunk
+from inference.transport import EngineClient, GenerationChunk
 
 
 def _adapter_ref(plan: GenerationPlan) -> AdapterRef | None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Literal
 
 from controlplane.adapters.selectors import AdapterRoute
 from engine.protocol import SamplingOptions
-from inference.output_processor import GenerationChunk
 from inference.tools import ToolSetup
+from inference.transport import GenerationChunk
 
 if TYPE_CHECKING:
     from inference.responses.context import ResponseContext

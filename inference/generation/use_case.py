@@ -18,7 +18,6 @@ from typing import Any
 from controlplane.tenants.access import Principal
 from controlplane.tenants.admission import Admission, admit
 from engine.text.tokenizer import ChatTokenizer
-from inference.engine_client import EngineClient
 from inference.errors import error_from_exception
 from inference.formatters import collect_response, formatter_for, stream_events
 from inference.formatters.base import EngineItem
@@ -26,6 +25,7 @@ from inference.generation.engine_stream import engine_chunks
 from inference.generation.plan import GenerationPlan, GenerationStats, Kind
 from inference.generation.planning import prepare_generation
 from inference.generation.settlement import settle_generation
+from inference.transport import EngineClient
 
 
 def _status_of(exc: BaseException) -> int:

@@ -20,7 +20,7 @@ async def ready(request):
     Unauthenticated like /health, so load balancers and Kubernetes probes can call it; it
     names models only when asked about one.
     """
-    from inference.engine_client import EngineClient
+    from inference.transport import EngineClient
 
     client = EngineClient.for_process()
     model = request.GET.get("model")

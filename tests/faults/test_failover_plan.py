@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine import protocol
 from engine.protocol import SamplingOptions
-from inference.failover import resumed_request
+from inference.transport.failover import resumed_request
 
 
 def _original(**sampling) -> protocol.GenerateRequest:
@@ -64,7 +64,7 @@ class _Decoder:
 
 
 def _processor(n: int):
-    from inference.output_processor import RequestOutputProcessor
+    from inference.transport.output_processor import RequestOutputProcessor
 
     return RequestOutputProcessor(
         tokenizer=_Decoder(),
@@ -80,7 +80,7 @@ def _processor(n: int):
 async def _client_with_engines(redis_server, live: bool):
     import uuid
 
-    from inference.engine_client import EngineClient
+    from inference.transport.engine_client import EngineClient
 
     prefix = f"fo{uuid.uuid4().hex[:6]}"
     client = EngineClient(redis_server.url, prefix=prefix)
@@ -94,7 +94,7 @@ async def _client_with_engines(redis_server, live: bool):
 async def test_resume_submits_open_samples_and_maps_their_outputs_back(redis_server):
     import asyncio
 
-    from inference.failover import Failover
+    from inference.transport.failover import Failover
 
     client = await _client_with_engines(redis_server, live=True)
     original = _original(n=2, max_tokens=8, seed=5)
@@ -130,7 +130,7 @@ async def test_resume_submits_open_samples_and_maps_their_outputs_back(redis_ser
 async def test_no_resume_without_a_live_engine_or_past_the_limit(redis_server):
     import asyncio
 
-    from inference.failover import Failover
+    from inference.transport.failover import Failover
 
     client = await _client_with_engines(redis_server, live=False)
     failover = Failover(client, "m", _original(max_tokens=8), wait_s=0.3)

@@ -20,9 +20,9 @@ from controlplane.launcher.process_commands import celery_worker_command
 from engine import protocol
 from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
-from inference.engine_capacity import ADMISSION_CACHE_S, AdapterLoading
-from inference.engine_client import EngineClient, EngineUnavailable
 from inference.errors import error_from_exception
+from inference.transport.engine_capacity import ADMISSION_CACHE_S, AdapterLoading
+from inference.transport.engine_client import EngineClient, EngineUnavailable
 from tests.inference.conftest import REDIS_PREFIX, _spawn, _stop
 from tests.inference.test_lora_e2e import MAX_TOKENS, PROMPT, _offline
 from tests.support.engine_status import publish_engine_status

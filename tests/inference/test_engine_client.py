@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from engine import protocol
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
-from inference import engine_client
-from inference.engine_client import (
+from inference.transport import engine_client
+from inference.transport.engine_client import (
     EngineClient,
     EngineError,
     EngineOverloaded,

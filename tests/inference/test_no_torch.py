@@ -12,7 +12,7 @@ import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 import controlplane.asgi
 import inference.views.generation, inference.views.embeddings, inference.consumers
-import inference.engine_client, inference.embeddings_client, engine.pooling.messages
+import inference.transport.engine_client, inference.transport.embeddings_client, engine.pooling.messages
 from django.urls import resolve
 resolve("/v1/chat/completions")
 heavy = sorted(m for m in ("torch", "transformers", "triton") if m in sys.modules)

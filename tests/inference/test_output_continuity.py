@@ -15,8 +15,8 @@ import pytest
 
 from engine import protocol
 from engine.protocol import FIELD, Keys
-from inference.engine_client import EngineClient, EngineError, SamplingOptions
-from inference.output_continuity import LOST_MESSAGE
+from inference.transport.engine_client import EngineClient, EngineError, SamplingOptions
+from inference.transport.output_continuity import LOST_MESSAGE
 from tests.support.engine_status import publish_engine_status
 
 MODEL = "continuity"

@@ -6,7 +6,7 @@ import pytest
 
 from engine import protocol
 from engine.text.tokenizer import ChatTokenizer
-from inference.output_processor import RequestOutputProcessor, TokenLogprob
+from inference.transport.output_processor import RequestOutputProcessor, TokenLogprob
 
 PROMPT = [44, 402, 351]  # "Hello"
 IM_END = "<|im_end|>"

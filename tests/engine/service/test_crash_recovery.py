@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from engine.protocol import ENGINE_GROUP, Keys
-from inference.engine_client import EngineClient, EngineError, SamplingOptions
+from inference.transport.engine_client import EngineClient, EngineError, SamplingOptions
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
 MODEL = "crashy"

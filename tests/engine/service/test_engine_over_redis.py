@@ -18,8 +18,8 @@ from engine import protocol
 from engine.demo.tokenizer import CORPUS_PATH
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
-from inference.engine_capacity import ADMISSION_CACHE_S
-from inference.engine_client import EngineClient, SamplingOptions
+from inference.transport.engine_capacity import ADMISSION_CACHE_S
+from inference.transport.engine_client import EngineClient, SamplingOptions
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
 MODEL = "tiny-llama"
@@ -224,7 +224,7 @@ async def test_malformed_entries_are_acked_and_the_engine_goes_on(engine, client
 
 
 async def test_refused_request_gets_a_clear_error(engine, client, tokenizer):
-    from inference.engine_client import EngineError
+    from inference.transport.engine_client import EngineError
 
     too_long = SamplingOptions(temperature=0.0, max_tokens=5000)
     with pytest.raises(EngineError, match="max_model_len"):
@@ -261,7 +261,7 @@ async def test_adapters_must_be_published_before_use(
     engine, client, tokenizer, tiny_llama, tmp_path
 ):
     from engine.lora.testing import make_random_adapter
-    from inference.engine_capacity import AdapterLoading
+    from inference.transport.engine_capacity import AdapterLoading
 
     prompt = tokenizer.encode("adapter test")
     greedy = SamplingOptions(temperature=0.0, max_tokens=12, ignore_eos=True)

@@ -15,7 +15,7 @@ from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
 from engine.service import EngineService, ServiceSettings
 from engine.service.redis_input import AbortEvent, NewRequest
-from inference.engine_client import EngineClient
+from inference.transport.engine_client import EngineClient
 from tests.engine.service.support import wait_for
 
 MODEL = "inproc"

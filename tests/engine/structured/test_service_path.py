@@ -11,7 +11,7 @@ import pytest
 
 from engine.protocol import StructuredOutput
 from engine.text.tokenizer import ChatTokenizer
-from inference.engine_client import EngineClient, EngineError, SamplingOptions
+from inference.transport.engine_client import EngineClient, EngineError, SamplingOptions
 from tests.engine.service.support import EngineProcess
 from tests.engine.structured.conftest import PERSON_SCHEMA, SPECS
 

@@ -6,7 +6,7 @@ from openai.types import Completion
 
 from inference.formatters import collect_response, formatter_for, stream_events
 from inference.generation.plan import GenerationStats
-from inference.output_processor import TokenLogprob
+from inference.transport.output_processor import TokenLogprob
 from tests.inference.generation.factories import (
     engine_items,
     make_chunk,

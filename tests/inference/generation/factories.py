@@ -12,7 +12,7 @@ from controlplane.usage.events import UsageEvent
 from engine.protocol import SamplingOptions
 from inference.generation.plan import GenerationPlan, Kind
 from inference.generation.use_case import Generation
-from inference.output_processor import GenerationChunk, TokenLogprob
+from inference.transport.output_processor import GenerationChunk, TokenLogprob
 
 MODEL = "tiny"
 # A step of a scripted engine: it goes quiet and never answers again.

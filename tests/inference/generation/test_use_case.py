@@ -11,14 +11,14 @@ import asyncio
 import pytest
 
 from controlplane.tenants.ratelimit import Limits
-from inference.engine_client import (
+from inference.errors import ApiError, error_from_exception
+from inference.generation.use_case import Generation
+from inference.transport.engine_client import (
     EngineError,
     EngineOverloaded,
     EngineTimeout,
     EngineUnavailable,
 )
-from inference.errors import ApiError, error_from_exception
-from inference.generation.use_case import Generation
 from tests.inference.generation.factories import (
     HANG,
     MODEL,

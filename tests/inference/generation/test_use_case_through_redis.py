@@ -13,8 +13,8 @@ from controlplane.adapters.selectors import AdapterRoute
 from engine import protocol
 from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
-from inference.engine_client import EngineClient, EngineUnavailable
 from inference.errors import error_from_exception
+from inference.transport.engine_client import EngineClient, EngineUnavailable
 from tests.inference.generation.factories import HANG, MODEL, billed, generation_for, make_plan
 
 

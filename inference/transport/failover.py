@@ -42,8 +42,8 @@ from engine import protocol
 from engine.protocol import FIELD
 
 if TYPE_CHECKING:
-    from inference.engine_client import EngineClient
-    from inference.output_processor import RequestOutputProcessor
+    from inference.transport.engine_client import EngineClient
+    from inference.transport.output_processor import RequestOutputProcessor
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ One client per process (per event loop): it submits GenerateRequests to a model'
 stream (refusing fast when no engine is live or too much work waits), and a single reader task
 reads this frontend's output stream and fans each delta out to the queue of the request it
 belongs to. Per-sample output processing (detokenization, stop strings) is
-inference/output_processor.py's. Imports nothing heavy, so API processes never load torch.
+output_processor.py's. Imports nothing heavy, so API processes never load torch.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from controlplane.tenants.redis_pools import async_blocking_pool, async_client
 from engine import protocol
 from engine.protocol import FIELD, AdapterRef, EngineStatus, Keys, SamplingOptions
 from engine.text.detokenizer import Decoder
-from inference.engine_capacity import EngineCapacity, EngineOverloaded, EngineUnavailable
-from inference.failover import Failover
-from inference.output_continuity import LOST_MESSAGE, OutputContinuity
-from inference.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
+from inference.transport.engine_capacity import EngineCapacity, EngineOverloaded, EngineUnavailable
+from inference.transport.failover import Failover
+from inference.transport.output_continuity import LOST_MESSAGE, OutputContinuity
+from inference.transport.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
 
 logger = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ class EmbeddingsClient:
 
     async def embed(self, *, model: str, inputs: list[list[int]]) -> messages.EmbedReply:
         """Vectors for ``inputs`` (token ids); raises the engine client's errors on failure."""
-        from inference.engine_client import EngineError, EngineTimeout
+        from inference.transport.engine_client import EngineError, EngineTimeout
 
         request_id = f"embd-{uuid.uuid4().hex}"
         reply_key = messages.embed_reply_key(request_id, self.keys)
