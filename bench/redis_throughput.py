@@ -50,14 +50,14 @@ def run_offline(llm, workload) -> tuple[list[list[int]], float]:
 
 
 async def run_redis(client, tokenizer, model: str, workload) -> tuple[list[list[int]], float]:
-    from inference.transport.engine_client import SamplingOptions
+    from inference.transport.engine_client import EngineRequest, SamplingOptions
 
     async def one(prompt, max_tokens):
         tokens: list[int] = []
         text: list[str] = []
         sampling = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         async for chunk in client.generate(
-            model=model, prompt_token_ids=prompt, sampling=sampling, tokenizer=tokenizer
+            EngineRequest.build(model=model, prompt_token_ids=prompt, sampling=sampling), tokenizer
         ):
             tokens += chunk.token_ids
             text.append(chunk.text)

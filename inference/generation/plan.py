@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from controlplane.adapters.selectors import AdapterRoute
-from engine.protocol import SamplingOptions
+from engine.protocol import AdapterRef, SamplingOptions
 from inference.tools import ToolSetup
-from inference.transport import GenerationChunk
+from inference.transport import EngineRequest, GenerationChunk
 
 if TYPE_CHECKING:
     from inference.responses.context import ResponseContext
@@ -58,6 +58,30 @@ class GenerationPlan:
     @property
     def prompt_tokens(self) -> int:
         return sum(len(ids) for _text, ids in self.prompts)
+
+    def engine_requests(self) -> list[EngineRequest]:
+        """One engine request per prompt: the only place the API builds them."""
+        route = self.adapter
+        adapter = None
+        if route is not None:  # the catalog's route, as the engines know an adapter
+            adapter = AdapterRef(name=route.name, checksum=route.checksum, path=route.path)
+        single = len(self.prompts) == 1
+        return [
+            EngineRequest.build(
+                model=self.engine_model or self.model,
+                request_id=self.request_id if single else f"{self.request_id}-{index}",
+                prompt_token_ids=token_ids,
+                sampling=self.sampling,
+                adapter=adapter,
+                cache_salt=self.cache_salt,
+                tenant=self.tenant,
+                priority=self.priority,
+                stop=self.stop,
+                include_stop_str_in_output=self.include_stop_str_in_output,
+                skip_special_tokens=self.skip_special_tokens,
+            )
+            for index, (_text, token_ids) in enumerate(self.prompts)
+        ]
 
 
 @dataclass

@@ -14,6 +14,7 @@ from inference.transport.engine_capacity import (
     EngineUnavailable,
 )
 from inference.transport.engine_client import EngineClient, EngineError, EngineTimeout
+from inference.transport.engine_request import EngineRequest
 from inference.transport.output_processor import GenerationChunk, TokenLogprob
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "EngineClient",
     "EngineError",
     "EngineOverloaded",
+    "EngineRequest",
     "EngineTimeout",
     "EngineUnavailable",
     "GenerationChunk",

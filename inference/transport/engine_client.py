@@ -1,6 +1,6 @@
 """The async transport API processes use to run generations on engines over Redis.
 
-One client per process (per event loop): it submits GenerateRequests to a model's request
+One client per process (per event loop): it submits EngineRequests to a model's request
 stream (refusing fast when no engine is live or too much work waits), and a single reader task
 reads this frontend's output stream and fans each delta out to the queue of the request it
 belongs to. Per-sample output processing (detokenization, stop strings) is
@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+import msgspec
 import redis.asyncio as aioredis
 
 from controlplane.tenants.redis_pools import async_blocking_pool, async_client
 from engine import protocol
-from engine.protocol import FIELD, AdapterRef, EngineStatus, Keys, SamplingOptions
+from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
 from engine.text.detokenizer import Decoder
 from inference.transport.engine_capacity import EngineCapacity, EngineOverloaded, EngineUnavailable
+from inference.transport.engine_request import EngineRequest
 from inference.transport.failover import Failover
 from inference.transport.output_continuity import LOST_MESSAGE, OutputContinuity
 from inference.transport.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
@@ -33,6 +34,7 @@ __all__ = [
     "EngineClient",
     "EngineError",
     "EngineOverloaded",
+    "EngineRequest",
     "EngineTimeout",
     "EngineUnavailable",
     "SamplingOptions",
@@ -121,63 +123,35 @@ class EngineClient:
     # ------------------------------------------------------------------ public API
 
     async def generate(
-        self,
-        *,
-        model: str,
-        prompt_token_ids: list[int],
-        sampling: SamplingOptions,
-        tokenizer: Decoder,
-        request_id: str | None = None,
-        cache_salt: str = "",
-        tenant: str = "",
-        adapter: AdapterRef | None = None,
-        stop: list[str] | None = None,
-        include_stop_str_in_output: bool = False,
-        skip_special_tokens: bool = True,
-        priority: int = 0,
+        self, request: EngineRequest, tokenizer: Decoder
     ) -> AsyncIterator[GenerationChunk]:
-        """Run one generation; yields chunks until every sample has finished.
+        """Run one engine request; yields chunks until every sample has finished.
 
         Closing the iterator early (aclose, cancellation, a client disconnect) aborts the
         request in the engine.
         """
+        model, message = request.model, request.message
+        prompt_token_ids = message.prompt_token_ids
         if not prompt_token_ids or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt_token_ids
         ):
             raise ValueError("prompt_token_ids must be a non-empty list of token ids")
-        request_id = request_id or uuid.uuid4().hex
+        request_id = message.request_id
         if request_id in self._queues:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        await self.capacity.check(model, adapter)
-        request = protocol.GenerateRequest(
-            request_id=request_id,
-            frontend_id=self.frontend_id,
-            prompt_token_ids=list(prompt_token_ids),
-            sampling=sampling,
-            adapter=adapter,
-            cache_salt=cache_salt,
-            tenant=tenant,
-            arrival_time=time.time(),
-            priority=priority,
+        await self.capacity.check(model, message.adapter)
+        message = msgspec.structs.replace(
+            message, frontend_id=self.frontend_id, arrival_time=time.time()
         )
-        outputs = RequestOutputProcessor(
-            tokenizer=tokenizer,
-            prompt_token_ids=request.prompt_token_ids,
-            num_samples=sampling.n,
-            min_tokens=sampling.min_tokens,
-            stop=stop,
-            include_stop_str_in_output=include_stop_str_in_output,
-            skip_special_tokens=skip_special_tokens,
-            token_texts=self._texts_for(tokenizer),
-        )
+        sampling = message.sampling
+        outputs = RequestOutputProcessor(request, tokenizer, token_texts=self._texts_for(tokenizer))
         queue: asyncio.Queue[protocol.RequestDelta] = asyncio.Queue()
-        self._queues[request_id] = queue
-        self._ensure_reader()
+        self.route(request_id, queue)
         engine_finished: set[int] = set()
-        failover = Failover(self, model, request)
+        failover = Failover(self, model, message)
         continuity = OutputContinuity()
         try:
-            await self.redis.xadd(self.keys.requests(model), {FIELD: protocol.encode(request)})
+            await self.submit(model, [message])
             got_output = False
             while outputs.num_open:
                 try:
@@ -210,9 +184,25 @@ class EngineClient:
                     yield chunk
         finally:
             for engine_request_id in failover.engine_request_ids:
-                self._queues.pop(engine_request_id, None)
+                self.unroute(engine_request_id)
                 if len(engine_finished) < sampling.n:
-                    self._abort_in_background(engine_request_id)
+                    self.abort_soon(engine_request_id)
+
+    async def submit(self, model: str, messages: list[protocol.GenerateRequest]) -> None:
+        """Add ``messages`` to ``model``'s request stream, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for message in messages:
+                pipe.xadd(self.keys.requests(model), {FIELD: protocol.encode(message)})
+            await pipe.execute()
+
+    def route(self, request_id: str, queue: asyncio.Queue) -> None:
+        """Deliver the deltas of engine request ``request_id`` to ``queue`` from now on."""
+        self._queues[request_id] = queue
+        self._ensure_reader()
+
+    def unroute(self, request_id: str) -> None:
+        """Stop delivering ``request_id``'s deltas (those still arriving are dropped)."""
+        self._queues.pop(request_id, None)
 
     async def abort(self, request_id: str) -> None:
         """Abort a request wherever it is: still in a stream, claimed, or running."""
@@ -277,8 +267,9 @@ class EngineClient:
                     f"in {self.silence_timeout * waited:.0f}s"
                 ) from None
 
-    def _abort_in_background(self, request_id: str) -> None:
-        # The caller may be mid-cancellation; the abort must still reach Redis.
+    def abort_soon(self, request_id: str) -> None:
+        """``abort`` in a task of its own: the caller may be mid-cancellation, and the abort
+        must still reach Redis."""
         task = asyncio.get_running_loop().create_task(self._abort_quietly(request_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)

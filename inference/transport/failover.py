@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from engine import protocol
-from engine.protocol import FIELD
 
 if TYPE_CHECKING:
     from inference.transport.engine_client import EngineClient
@@ -141,9 +140,9 @@ class Failover:
         self.resumes += 1
         requests = []
         for lost_id in lost_ids:
-            self.client._queues.pop(lost_id, None)
+            self.client.unroute(lost_id)
             # The lost request may still run on an engine that only went silent.
-            self.client._abort_in_background(lost_id)
+            self.client.abort_soon(lost_id)
             for index in self.routes.pop(lost_id):
                 if outputs.samples[index].finished:
                     continue
@@ -151,12 +150,10 @@ class Failover:
                 request = resumed_request(self.request, index, produced, self.resumes)
                 if request is not None:
                     requests.append((index, request))
-        async with self.client.redis.pipeline(transaction=False) as pipe:
-            for index, request in requests:
-                self.routes[request.request_id] = [index]
-                self.client._queues[request.request_id] = queue
-                pipe.xadd(self.client.keys.requests(self.model), {FIELD: protocol.encode(request)})
-            await pipe.execute()
+        for index, request in requests:
+            self.routes[request.request_id] = [index]
+            self.client.route(request.request_id, queue)
+        await self.client.submit(self.model, [request for _index, request in requests])
         logger.warning(
             "request %s: engine lost, resumed %d sample(s) (resume %d of %d)",
             self.request.request_id,

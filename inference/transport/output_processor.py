@@ -9,10 +9,14 @@ logprobs, prompt and cached token counts, and the engine's timings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine import protocol
 from engine.text.detokenizer import Decoder
 from engine.text.sample_output import SampleOutputProcessor
+
+if TYPE_CHECKING:
+    from inference.transport.engine_request import EngineRequest
 
 __all__ = ["GenerationChunk", "RequestOutputProcessor", "TokenLogprob", "TokenTexts"]
 
@@ -119,7 +123,8 @@ class _SampleOutput:
 
 
 class RequestOutputProcessor:
-    """Turns one engine request's deltas into GenerationChunks, one sample per index.
+    """Turns one engine request's deltas into GenerationChunks, one sample per index (as
+    many as the request's ``sampling.n``), with the request's stop strings.
 
     ``process`` returns None for a delta that adds nothing (a sample already ended by a stop
     string keeps receiving tokens until the engine sees the abort).
@@ -127,26 +132,23 @@ class RequestOutputProcessor:
 
     def __init__(
         self,
-        *,
+        request: EngineRequest,
         tokenizer: Decoder,
-        prompt_token_ids: list[int],
-        num_samples: int,
-        min_tokens: int,
-        stop: list[str] | None,
-        include_stop_str_in_output: bool,
-        skip_special_tokens: bool,
+        *,
         token_texts: TokenTexts | None = None,
     ):
+        sampling = request.message.sampling
+        prompt_token_ids = request.message.prompt_token_ids
         self.tokenizer = tokenizer
         self.prompt_token_ids = prompt_token_ids
-        self.min_tokens = min_tokens
-        self.stop = stop
-        self.include_stop_str_in_output = include_stop_str_in_output
-        self.skip_special_tokens = skip_special_tokens
+        self.min_tokens = sampling.min_tokens
+        self.stop = request.stop
+        self.include_stop_str_in_output = request.include_stop_str_in_output
+        self.skip_special_tokens = request.skip_special_tokens
         self.token_texts = token_texts or TokenTexts(tokenizer)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_cached_tokens = 0
-        self.samples = [_SampleOutput(i, self) for i in range(num_samples)]
+        self.samples = [_SampleOutput(i, self) for i in range(sampling.n)]
 
     @property
     def num_open(self) -> int:

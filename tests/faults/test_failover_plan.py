@@ -64,16 +64,19 @@ class _Decoder:
 
 
 def _processor(n: int):
+    from inference.transport.engine_request import EngineRequest
     from inference.transport.output_processor import RequestOutputProcessor
 
     return RequestOutputProcessor(
-        tokenizer=_Decoder(),
-        prompt_token_ids=[1, 2, 3],
-        num_samples=n,
-        min_tokens=0,
-        stop=None,
-        include_stop_str_in_output=False,
-        skip_special_tokens=True,
+        EngineRequest.build(
+            model="m",
+            prompt_token_ids=[1, 2, 3],
+            sampling=SamplingOptions(n=n, min_tokens=0),
+            stop=None,
+            include_stop_str_in_output=False,
+            skip_special_tokens=True,
+        ),
+        _Decoder(),
     )
 
 

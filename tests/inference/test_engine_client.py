@@ -16,6 +16,7 @@ from inference.transport.engine_client import (
     EngineClient,
     EngineError,
     EngineOverloaded,
+    EngineRequest,
     EngineTimeout,
     EngineUnavailable,
     SamplingOptions,
@@ -125,7 +126,8 @@ async def collect(gen):
 
 async def test_no_live_engine_is_unavailable(client, tokenizer):
     gen = client.generate(
-        model=MODEL, prompt_token_ids=[1, 2], sampling=SamplingOptions(), tokenizer=tokenizer
+        EngineRequest.build(model=MODEL, prompt_token_ids=[1, 2], sampling=SamplingOptions()),
+        tokenizer,
     )
     with pytest.raises(EngineUnavailable, match="scripted"):
         await gen.__anext__()
@@ -135,7 +137,8 @@ async def test_no_live_engine_is_unavailable(client, tokenizer):
 async def test_too_much_waiting_work_is_refused_fast(client, tokenizer):
     await announce(client, num_waiting=20)
     gen = client.generate(
-        model=MODEL, prompt_token_ids=[1, 2], sampling=SamplingOptions(), tokenizer=tokenizer
+        EngineRequest.build(model=MODEL, prompt_token_ids=[1, 2], sampling=SamplingOptions()),
+        tokenizer,
     )
     started = time.monotonic()
     with pytest.raises(EngineOverloaded) as info:
@@ -153,10 +156,12 @@ async def test_multibyte_text_streams_intact_and_usage_counts(client, tokenizer)
     async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
         chunks = await collect(
             client.generate(
-                model=MODEL,
-                prompt_token_ids=[5, 6, 7],
-                sampling=SamplingOptions(max_tokens=len(ids)),
-                tokenizer=tokenizer,
+                EngineRequest.build(
+                    model=MODEL,
+                    prompt_token_ids=[5, 6, 7],
+                    sampling=SamplingOptions(max_tokens=len(ids)),
+                ),
+                tokenizer,
             )
         )
     assert "".join(c.text for c in chunks) == text
@@ -180,12 +185,14 @@ async def test_stop_string_across_tokens_is_cut_and_aborts_engine(client, tokeni
     async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)) as engine:
         chunks = await collect(
             client.generate(
-                model=MODEL,
-                prompt_token_ids=[5],
-                sampling=SamplingOptions(max_tokens=50),
-                tokenizer=tokenizer,
-                stop=["ta<|st"],
-                request_id="stop-1",
+                EngineRequest.build(
+                    model=MODEL,
+                    prompt_token_ids=[5],
+                    sampling=SamplingOptions(max_tokens=50),
+                    stop=["ta<|st"],
+                    request_id="stop-1",
+                ),
+                tokenizer,
             )
         )
         await asyncio.sleep(0.1)
@@ -203,12 +210,14 @@ async def test_stop_string_kept_when_asked(client, tokenizer):
     async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
         chunks = await collect(
             client.generate(
-                model=MODEL,
-                prompt_token_ids=[5],
-                sampling=SamplingOptions(),
-                tokenizer=tokenizer,
-                stop=["o thr"],
-                include_stop_str_in_output=True,
+                EngineRequest.build(
+                    model=MODEL,
+                    prompt_token_ids=[5],
+                    sampling=SamplingOptions(),
+                    stop=["o thr"],
+                    include_stop_str_in_output=True,
+                ),
+                tokenizer,
             )
         )
     assert "".join(c.text for c in chunks) == "one two thr"
@@ -225,7 +234,8 @@ async def test_engine_error_event_raises(client, tokenizer):
 
     async with ScriptedEngine(client, script):
         gen = client.generate(
-            model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(), tokenizer=tokenizer
+            EngineRequest.build(model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions()),
+            tokenizer,
         )
         first = await gen.__anext__()
         assert first.token_ids == [9]
@@ -243,11 +253,10 @@ async def test_silent_engine_times_out(client, tokenizer, monkeypatch):
 
     async with ScriptedEngine(client, script):
         gen = client.generate(
-            model=MODEL,
-            prompt_token_ids=[5],
-            sampling=SamplingOptions(),
-            tokenizer=tokenizer,
-            request_id="quiet",
+            EngineRequest.build(
+                model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(), request_id="quiet"
+            ),
+            tokenizer,
         )
         await gen.__anext__()
         with pytest.raises(EngineTimeout, match="sent nothing"):
@@ -275,11 +284,10 @@ async def test_a_started_request_waits_out_a_pause_of_its_live_engine(client, to
 
     async with ScriptedEngine(client, script) as engine:
         gen = client.generate(
-            model=MODEL,
-            prompt_token_ids=[5],
-            sampling=SamplingOptions(),
-            tokenizer=tokenizer,
-            request_id="paused",
+            EngineRequest.build(
+                model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(), request_id="paused"
+            ),
+            tokenizer,
         )
         chunks = [chunk async for chunk in gen]
     assert [c.token_ids for c in chunks] == [[9], [9]]
@@ -291,11 +299,10 @@ async def test_closing_the_stream_aborts_in_engine(client, tokenizer):
     ids = tokenizer.encode("a long answer that goes on and on")
     async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
         gen = client.generate(
-            model=MODEL,
-            prompt_token_ids=[5],
-            sampling=SamplingOptions(),
-            tokenizer=tokenizer,
-            request_id="closed",
+            EngineRequest.build(
+                model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(), request_id="closed"
+            ),
+            tokenizer,
         )
         await gen.__anext__()
         await gen.aclose()
@@ -337,10 +344,10 @@ async def test_parallel_samples_finish_independently(client, tokenizer):
     async with ScriptedEngine(client, script):
         chunks = await collect(
             client.generate(
-                model=MODEL,
-                prompt_token_ids=[5],
-                sampling=SamplingOptions(n=2),
-                tokenizer=tokenizer,
+                EngineRequest.build(
+                    model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(n=2)
+                ),
+                tokenizer,
             )
         )
     by_index = {0: "", 1: ""}
@@ -353,7 +360,8 @@ async def test_parallel_samples_finish_independently(client, tokenizer):
 async def test_bad_prompt_is_refused_before_redis(client, tokenizer):
     with pytest.raises(ValueError, match="prompt_token_ids"):
         await client.generate(
-            model=MODEL, prompt_token_ids=[], sampling=SamplingOptions(), tokenizer=tokenizer
+            EngineRequest.build(model=MODEL, prompt_token_ids=[], sampling=SamplingOptions()),
+            tokenizer,
         ).__anext__()
 
 
@@ -384,10 +392,10 @@ async def test_a_burst_beyond_100_connections_waits_instead_of_failing(client, t
             *[
                 collect(
                     client.generate(
-                        model=MODEL,
-                        prompt_token_ids=[5],
-                        sampling=SamplingOptions(),
-                        tokenizer=tokenizer,
+                        EngineRequest.build(
+                            model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions()
+                        ),
+                        tokenizer,
                     )
                 )
                 for _ in range(150)

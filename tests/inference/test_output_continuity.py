@@ -15,7 +15,12 @@ import pytest
 
 from engine import protocol
 from engine.protocol import FIELD, Keys
-from inference.transport.engine_client import EngineClient, EngineError, SamplingOptions
+from inference.transport.engine_client import (
+    EngineClient,
+    EngineError,
+    EngineRequest,
+    SamplingOptions,
+)
 from inference.transport.output_continuity import LOST_MESSAGE
 from tests.support.engine_status import publish_engine_status
 
@@ -66,10 +71,10 @@ async def test_a_gap_in_the_outputs_is_an_error_not_a_short_finish(
     finish = None
     try:
         async for chunk in client.generate(
-            model=MODEL,
-            prompt_token_ids=[7, 8, 9],
-            sampling=SamplingOptions(max_tokens=5),
-            tokenizer=_Digits(),
+            EngineRequest.build(
+                model=MODEL, prompt_token_ids=[7, 8, 9], sampling=SamplingOptions(max_tokens=5)
+            ),
+            _Digits(),
         ):
             tokens += chunk.token_ids
             finish = chunk.finish_reason or finish

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine import protocol
+from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
+from inference.transport.engine_request import EngineRequest
 from inference.transport.output_processor import RequestOutputProcessor, TokenLogprob
 
 PROMPT = [44, 402, 351]  # "Hello"
@@ -21,13 +23,15 @@ def tokenizer(tiny_llama) -> ChatTokenizer:
 def processor(tokenizer):
     def make(*, num_samples=1, min_tokens=0, stop=None, include_stop=False, skip_special=True):
         return RequestOutputProcessor(
-            tokenizer=tokenizer,
-            prompt_token_ids=PROMPT,
-            num_samples=num_samples,
-            min_tokens=min_tokens,
-            stop=stop,
-            include_stop_str_in_output=include_stop,
-            skip_special_tokens=skip_special,
+            EngineRequest.build(
+                model="m",
+                prompt_token_ids=PROMPT,
+                sampling=SamplingOptions(n=num_samples, min_tokens=min_tokens),
+                stop=stop,
+                include_stop_str_in_output=include_stop,
+                skip_special_tokens=skip_special,
+            ),
+            tokenizer,
         )
 
     return make

@@ -9,7 +9,12 @@ import uuid
 import pytest
 
 from engine.protocol import ENGINE_GROUP, Keys
-from inference.transport.engine_client import EngineClient, EngineError, SamplingOptions
+from inference.transport.engine_client import (
+    EngineClient,
+    EngineError,
+    EngineRequest,
+    SamplingOptions,
+)
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
 MODEL = "crashy"
@@ -72,11 +77,13 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
         tokens = []
         try:
             async for chunk in client.generate(
-                model=MODEL,
-                prompt_token_ids=prompts[i],
-                sampling=sampling,
-                tokenizer=_NoText(),
-                request_id=f"req{i}",
+                EngineRequest.build(
+                    model=MODEL,
+                    prompt_token_ids=prompts[i],
+                    sampling=sampling,
+                    request_id=f"req{i}",
+                ),
+                _NoText(),
             ):
                 tokens += chunk.token_ids
         except EngineError as exc:

@@ -19,7 +19,7 @@ from engine.demo.tokenizer import CORPUS_PATH
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
 from inference.transport.engine_capacity import ADMISSION_CACHE_S
-from inference.transport.engine_client import EngineClient, SamplingOptions
+from inference.transport.engine_client import EngineClient, EngineRequest, SamplingOptions
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
 MODEL = "tiny-llama"
@@ -66,7 +66,8 @@ async def run(client, tokenizer, prompt, **kwargs):
     sampling = kwargs.pop("sampling", SamplingOptions(temperature=0.0, max_tokens=16))
     chunks = []
     async for chunk in client.generate(
-        model=MODEL, prompt_token_ids=prompt, sampling=sampling, tokenizer=tokenizer, **kwargs
+        EngineRequest.build(model=MODEL, prompt_token_ids=prompt, sampling=sampling, **kwargs),
+        tokenizer,
     ):
         chunks.append(chunk)
     return chunks
@@ -145,17 +146,16 @@ async def test_abort_frees_kv_blocks_while_others_continue(engine, client, token
     # ~50 KV blocks: far more than the bystander's growth between two status records.
     prompt = tokenizer.encode(CORPUS_PATH.read_text(encoding="utf-8")[:4000])[:800]
     victim = client.generate(
-        model=MODEL,
-        prompt_token_ids=prompt,
-        sampling=long,
-        tokenizer=tokenizer,
-        request_id="victim",
+        EngineRequest.build(
+            model=MODEL, prompt_token_ids=prompt, sampling=long, request_id="victim"
+        ),
+        tokenizer,
     )
     bystander_tokens = [0]
 
     async def bystander():
         async for chunk in client.generate(
-            model=MODEL, prompt_token_ids=prompt[:20], sampling=long, tokenizer=tokenizer
+            EngineRequest.build(model=MODEL, prompt_token_ids=prompt[:20], sampling=long), tokenizer
         ):
             bystander_tokens[0] = chunk.completion_tokens
 

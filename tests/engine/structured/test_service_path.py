@@ -11,7 +11,12 @@ import pytest
 
 from engine.protocol import StructuredOutput
 from engine.text.tokenizer import ChatTokenizer
-from inference.transport.engine_client import EngineClient, EngineError, SamplingOptions
+from inference.transport.engine_client import (
+    EngineClient,
+    EngineError,
+    EngineRequest,
+    SamplingOptions,
+)
 from tests.engine.service.support import EngineProcess
 from tests.engine.structured.conftest import PERSON_SCHEMA, SPECS
 
@@ -44,7 +49,7 @@ async def client(engine, redis_server):
 async def generate(client, tokenizer, prompt, sampling):
     chunks = []
     async for chunk in client.generate(
-        model=MODEL, prompt_token_ids=prompt, sampling=sampling, tokenizer=tokenizer
+        EngineRequest.build(model=MODEL, prompt_token_ids=prompt, sampling=sampling), tokenizer
     ):
         chunks.append(chunk)
     return chunks

@@ -38,7 +38,8 @@ class FakeEngine:
     def __init__(self, script):
         self.script = script
 
-    async def generate(self, *, prompt_token_ids, **_request):
+    async def generate(self, request, _tokenizer):
+        prompt_token_ids = request.message.prompt_token_ids
         steps = self.script(prompt_token_ids) if callable(self.script) else self.script
         for step in steps:
             await asyncio.sleep(0)

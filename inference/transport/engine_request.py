@@ -1,0 +1,70 @@
+"""EngineRequest: one engine request as the API sends it, built once by the generation plan.
+
+It carries the protocol message itself (``engine.protocol.GenerateRequest``), the served model
+whose request stream takes it, and what only the API needs to turn its outputs into text:
+stop strings and how they and special tokens show. ``EngineClient.generate`` sends it and
+builds the request's output processor from it; failover re-submits derived copies.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from engine import protocol
+from engine.protocol import AdapterRef, SamplingOptions
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """The message for the engines and how the API processes what comes back."""
+
+    # The served model whose engines run it (an adapter's base model): its request stream.
+    model: str
+    # ``frontend_id`` and ``arrival_time`` are stamped by the client as it sends it.
+    message: protocol.GenerateRequest
+    stop: list[str] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        model: str,
+        prompt_token_ids: list[int],
+        sampling: SamplingOptions | None = None,
+        request_id: str | None = None,
+        adapter: AdapterRef | None = None,
+        cache_salt: str = "",
+        tenant: str = "",
+        priority: int = 0,
+        stop: list[str] | None = None,
+        include_stop_str_in_output: bool = False,
+        skip_special_tokens: bool = True,
+    ) -> EngineRequest:
+        message = protocol.GenerateRequest(
+            request_id=request_id or uuid.uuid4().hex,
+            frontend_id="",
+            prompt_token_ids=list(prompt_token_ids),
+            sampling=sampling or SamplingOptions(),
+            adapter=adapter,
+            cache_salt=cache_salt,
+            tenant=tenant,
+            priority=priority,
+        )
+        return cls(
+            model=model,
+            message=message,
+            stop=list(stop or ()),
+            include_stop_str_in_output=include_stop_str_in_output,
+            skip_special_tokens=skip_special_tokens,
+        )
+
+    @property
+    def request_id(self) -> str:
+        return self.message.request_id
+
+    @property
+    def sampling(self) -> SamplingOptions:
+        return self.message.sampling
