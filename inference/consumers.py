@@ -21,18 +21,19 @@ from controlplane.tenants.access import AccessError, Principal
 from inference import credentials
 from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
-from inference.generation.plan import Kind
-from inference.generation.use_case import Generation
+from inference.generation.planning import prepare_chat, prepare_completion
+from inference.generation.use_case import Generation, Planner
+from inference.responses.planning import prepare_response
 from inference.responses.stream import generation_events
 from inference.schemas.validation import parse_json_body
 
 logger = logging.getLogger(__name__)
 
-# Message type -> generation kind; the type is also the scope a key needs for it, as over HTTP.
-KINDS: dict[str, Kind] = {
-    "chat.completions": "chat",
-    "completions": "completion",
-    "responses": "response",
+# Message type -> its planner; the type is also the scope a key needs for it, as over HTTP.
+PLANNERS: dict[str, Planner] = {
+    "chat.completions": prepare_chat,
+    "completions": prepare_completion,
+    "responses": prepare_response,
 }
 # The close code when the credential stops standing, after an error frame saying why (4000-4999
 # are the application's; 4401 echoes HTTP's 401).
@@ -114,7 +115,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             await self._cancel(content.get("id"))
         elif kind == "models":
             await self._models()
-        elif kind in KINDS:
+        elif kind in PLANNERS:
             await self._start(kind, content)
         else:
             await self._error(
@@ -254,7 +255,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             )
             return
         body = message.get("body")
-        task = asyncio.create_task(self._generate(gen_id, KINDS[message_type], body, principal))
+        task = asyncio.create_task(self._generate(gen_id, PLANNERS[message_type], body, principal))
         self.generations[gen_id] = task
         task.add_done_callback(lambda _t: self.generations.pop(gen_id, None))
 
@@ -271,11 +272,11 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         self.cancel_requested.discard(gen_id)
         await self.send_json({"type": "done", "id": gen_id, "cancelled": True})
 
-    async def _generate(self, gen_id: str, kind: Kind, body, principal: Principal) -> None:
+    async def _generate(self, gen_id: str, planner: Planner, body, principal: Principal) -> None:
         try:
             if not isinstance(body, dict):
                 raise invalid_request("body must be a JSON object.", param="body")
-            generation = await Generation.admit(kind, principal, {**body, "stream": True})
+            generation = await Generation.admit(planner, principal, {**body, "stream": True})
             await generation.open()
             events = generation_events(generation)  # a Responses one stores its response
             try:

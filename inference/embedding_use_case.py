@@ -13,7 +13,7 @@ from controlplane.tenants.access import Principal
 from controlplane.tenants.admission import admit, check_request_limits, finish
 from inference.catalog import embedding_max_length, embedding_tokenizer_for, resolve_model
 from inference.errors import ApiError, error_from_exception, invalid_request
-from inference.prompts import off_loop
+from inference.generation.planning import off_loop
 from inference.schemas.embeddings import EmbeddingRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.transport import (

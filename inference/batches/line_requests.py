@@ -16,9 +16,10 @@ from django.conf import settings
 from controlplane.tenants.access import AccessError, Principal
 from inference.embedding_use_case import create_embeddings
 from inference.errors import error_from_exception, invalid_request
+from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation
 
-KINDS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+PLANNERS = {"/v1/chat/completions": prepare_chat, "/v1/completions": prepare_completion}
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class LineAnswer:
 async def _generate(endpoint: str, principal: Principal, body: dict, batch_id: str) -> dict:
     if body.get("stream"):
         raise invalid_request("Batch requests cannot stream; leave `stream` unset.", param="stream")
-    generation = await Generation.admit(KINDS[endpoint], principal, body)
+    generation = await Generation.admit(PLANNERS[endpoint], principal, body)
     generation.admission.batch_id = batch_id
     # Behind interactive requests in engines that schedule by priority (lower runs first).
     generation.plan.priority = settings.BATCH_ENGINE_PRIORITY

@@ -1,6 +1,6 @@
 """The one generation use case, for HTTP (SSE or JSON) and the WebSocket alike.
 
-    generation = await Generation.admit(kind, principal, body)  # plan + admit (or raise)
+    generation = await Generation.admit(prepare_chat, principal, body)  # plan + admit (or raise)
     await generation.open()          # engine request(s) sent, first output awaited
     async for event in generation.events(): ...   # or: await generation.response()
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from controlplane.tenants.access import Principal
@@ -22,10 +22,13 @@ from inference.errors import error_from_exception
 from inference.formatters import collect_response, formatter_for, stream_events
 from inference.formatters.base import EngineItem
 from inference.generation.engine_stream import engine_chunks
-from inference.generation.plan import GenerationPlan, GenerationStats, Kind
-from inference.generation.planning import prepare_generation
+from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.generation.settlement import settle_generation
 from inference.transport import EngineClient
+
+# What each caller picks: prepare_chat, prepare_completion (planning.py) or the Responses API's
+# prepare_response; validates a raw body and plans it, or raises ApiError.
+Planner = Callable[[Principal, dict[str, Any]], Awaitable[tuple[GenerationPlan, ChatTokenizer]]]
 
 
 def _status_of(exc: BaseException) -> int:
@@ -79,14 +82,19 @@ class Generation:
 
     @classmethod
     async def admit(
-        cls, kind: Kind, principal: Principal, body: dict[str, Any], *, started: float | None = None
+        cls,
+        planner: Planner,
+        principal: Principal,
+        body: dict[str, Any],
+        *,
+        started: float | None = None,
     ) -> Generation:
-        """Validate and plan ``body``, then reserve it under the tenant's limits.
+        """Validate and plan ``body`` with ``planner``, then reserve it under the tenant's limits.
 
         Raises ApiError (bad input, unknown model) or AccessError (429) with nothing reserved.
         """
         started = time.monotonic() if started is None else started
-        plan, tokenizer = await prepare_generation(kind, principal, body)
+        plan, tokenizer = await planner(principal, body)
         admission = await admit(
             principal,
             model=plan.model,

@@ -1,7 +1,7 @@
 """A Responses request as a chat generation: validate, rebuild the conversation, plan a chat.
 
 The chat body built here goes through the chat endpoint's own validation and planning
-(``prepare_generation("chat", ...)``), so limits, model grants, the chat template, tools and
+(``prepare_chat``), so limits, model grants, the chat template, tools and
 structured outputs behave exactly as on /v1/chat/completions; only the names in its errors
 are put back into Responses terms.
 """
@@ -15,7 +15,7 @@ from controlplane.common.api_error import ApiError
 from controlplane.tenants.access import Principal
 from engine.text.tokenizer import ChatTokenizer
 from inference.generation.plan import GenerationPlan
-from inference.generation.planning import prepare_generation
+from inference.generation.planning import prepare_chat
 from inference.responses.context import ResponseContext
 from inference.responses.items import chat_messages
 from inference.responses.serializers import ResponsesRequestSerializer
@@ -125,7 +125,7 @@ async def prepare_response(
     history = await conversation_before(principal, body.get("previous_response_id"))
     context = _context(body, principal, history + body["input"])
     try:
-        plan, tokenizer = await prepare_generation("chat", principal, chat_body(body, context))
+        plan, tokenizer = await prepare_chat(principal, chat_body(body, context))
     except ApiError as exc:
         raise _in_responses_terms(exc) from None
     return dataclasses.replace(plan, kind="response", request_id=context.id, response=context), (

@@ -11,6 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from inference.errors import error_from_exception, invalid_request
 from inference.generation.use_case import Generation
 from inference.responses import objects, schema
+from inference.responses.planning import prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.responses.storage import delete_response, store_response, stored_response
 from inference.responses.stream import StoredEvents
@@ -58,7 +59,7 @@ class ResponsesView(AsyncApiView):
     async def post(self, request):
         principal = await self.authenticate()
         generation = await Generation.admit(
-            "response", principal, self.json_body(), started=self.started
+            prepare_response, principal, self.json_body(), started=self.started
         )
         self.response_headers = generation.headers  # on errors from here on too
         await generation.open()

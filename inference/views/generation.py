@@ -6,8 +6,8 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.errors import error_from_exception
-from inference.generation.plan import Kind
-from inference.generation.use_case import Generation
+from inference.generation.planning import prepare_chat, prepare_completion
+from inference.generation.use_case import Generation, Planner
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.sse import SseBody
@@ -15,12 +15,12 @@ from inference.views.base import AsyncApiView, json_response
 
 
 class GenerationView(AsyncApiView):
-    kind: Kind
+    planner: Planner
 
     async def post(self, request):
         principal = await self.authenticate()
         generation = await Generation.admit(
-            self.kind, principal, self.json_body(), started=self.started
+            type(self).planner, principal, self.json_body(), started=self.started
         )
         self.response_headers = generation.headers  # on errors from here on too
         await generation.open()
@@ -39,7 +39,7 @@ class ChatCompletionsView(GenerationView):
     """Chat completion for a list of messages, rendered with the model's chat template."""
 
     endpoint = "chat.completions"
-    kind = "chat"
+    planner = prepare_chat
 
     @extend_schema(
         operation_id="createChatCompletion",
@@ -55,7 +55,7 @@ class CompletionsView(GenerationView):
     """Text completion of one or more prompts (text or token ids)."""
 
     endpoint = "completions"
-    kind = "completion"
+    planner = prepare_completion
 
     @extend_schema(
         operation_id="createCompletion",

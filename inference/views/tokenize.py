@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.catalog import embedding_tokenizer_for, resolve_model, tokenizer_for
 from inference.errors import invalid_request
-from inference.prompts import (
+from inference.generation.planning import (
     chat_text_length,
     check_token_ids,
     off_loop,

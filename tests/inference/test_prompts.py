@@ -10,7 +10,7 @@ import pytest
 
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError
-from inference.prompts import (
+from inference.generation.planning import (
     chat_text_length,
     off_loop,
     refuse_prompts_too_long,

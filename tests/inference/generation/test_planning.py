@@ -16,7 +16,8 @@ from inference.generation.planning import (
     SERIALIZERS,
     plan_chat,
     plan_completion,
-    prepare_generation,
+    prepare_chat,
+    prepare_completion,
 )
 from inference.schemas.validation import validate_body
 from tests.inference.generation.conftest import EMBEDDING_MODEL, MAX_MODEL_LEN
@@ -269,7 +270,7 @@ pytest_db = pytest.mark.django_db(transaction=True)
 @pytest_db
 async def test_prepare_generation_plans_for_the_served_model(served):
     raw = {"model": MODEL, "messages": USER, "stream": True}
-    plan, tokenizer = await prepare_generation("chat", make_principal(), raw)
+    plan, tokenizer = await prepare_chat(make_principal(), raw)
     assert (plan.model, plan.engine_model, plan.stream) == (MODEL, MODEL, True)
     assert plan.prompts == [(CHAT_PROMPT, tokenizer.encode(CHAT_PROMPT))]
 
@@ -278,7 +279,7 @@ async def test_prepare_generation_plans_for_the_served_model(served):
 async def test_prepare_generation_refuses_an_embedding_model(served):
     raw = {"model": EMBEDDING_MODEL, "prompt": "x"}
     with pytest.raises(ApiError) as info:
-        await prepare_generation("completion", make_principal(), raw)
+        await prepare_completion(make_principal(), raw)
     assert (info.value.status, info.value.param) == (400, "model")
     assert "/v1/embeddings" in info.value.message
 
@@ -287,7 +288,7 @@ async def test_prepare_generation_refuses_an_embedding_model(served):
 async def test_prepare_generation_refuses_stop_token_ids_outside_the_vocabulary(served):
     raw = {"model": MODEL, "prompt": "x", "stop_token_ids": [3, 50_000]}
     with pytest.raises(ApiError) as info:
-        await prepare_generation("completion", make_principal(), raw)
+        await prepare_completion(make_principal(), raw)
     assert (info.value.status, info.value.param) == (400, "stop_token_ids")
 
 
@@ -298,16 +299,16 @@ async def test_prepare_generation_refuses_chat_on_a_completions_only_model(serve
     )
     catalog_cache.invalidate_local()
     with pytest.raises(ApiError) as info:
-        await prepare_generation("chat", make_principal(), {"model": "base", "messages": USER})
+        await prepare_chat(make_principal(), {"model": "base", "messages": USER})
     assert (info.value.status, info.value.param) == (400, "model")
     assert "/v1/completions only" in info.value.message
     raw = {"model": "base", "prompt": "Once"}
-    plan, _tokenizer = await prepare_generation("completion", make_principal(), raw)
+    plan, _tokenizer = await prepare_completion(make_principal(), raw)
     assert plan.model == "base"
 
 
 async def test_prepare_generation_names_the_invalid_field_before_any_lookup():
     raw = {"model": MODEL, "messages": USER, "temperature": 5}
     with pytest.raises(ApiError) as info:
-        await prepare_generation("chat", make_principal(), raw)
+        await prepare_chat(make_principal(), raw)
     assert (info.value.status, info.value.param) == (400, "temperature")

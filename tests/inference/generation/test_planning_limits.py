@@ -10,7 +10,7 @@ from controlplane.tenants.admission import admit
 from controlplane.tenants.ratelimit import Limits
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError
-from inference.generation.planning import prepare_generation
+from inference.generation.planning import prepare_chat, prepare_completion
 from tests.inference.generation.conftest import MAX_MODEL_LEN
 from tests.inference.generation.factories import MODEL, make_principal
 
@@ -25,7 +25,7 @@ async def test_a_tenant_out_of_requests_gets_its_429_before_the_model_is_looked_
     await admit(principal, model=MODEL, prompt_tokens=1, max_tokens=1)
     # No such model (and no database access in this test): the limits answer first.
     with pytest.raises(AccessError) as info:
-        await prepare_generation("chat", principal, {"model": "nope", "messages": USER})
+        await prepare_chat(principal, {"model": "nope", "messages": USER})
     assert info.value.status == 429
     assert info.value.headers["x-ratelimit-remaining-requests"] == "0"
 
@@ -44,13 +44,13 @@ async def test_messages_longer_than_the_context_could_hold_are_never_tokenized(
     )
     raw = {"model": MODEL, "messages": [{"role": "user", "content": "x" * (MAX_MODEL_LEN * 4 + 1)}]}
     with pytest.raises(ApiError) as info:
-        await prepare_generation("chat", make_principal(), raw)
+        await prepare_chat(make_principal(), raw)
     assert (info.value.code, info.value.param) == ("context_length_exceeded", "messages")
     assert "characters" in info.value.message
     assert encoded == []
     raw = {"model": MODEL, "prompt": [[1] * MAX_MODEL_LEN]}
     with pytest.raises(ApiError) as info:
-        await prepare_generation("completion", make_principal(), raw)
+        await prepare_completion(make_principal(), raw)
     assert (info.value.code, info.value.param) == ("context_length_exceeded", "prompt")
 
 
@@ -58,5 +58,5 @@ async def test_too_many_sequences_are_refused_before_any_lookup(settings):
     settings.API_MAX_SEQUENCES_PER_REQUEST = 8
     raw = {"model": MODEL, "prompt": ["a", "b", "c"], "n": 3}
     with pytest.raises(ApiError) as info:
-        await prepare_generation("completion", make_principal(), raw)
+        await prepare_completion(make_principal(), raw)
     assert (info.value.status, info.value.param) == (400, "n")

@@ -12,6 +12,7 @@ import pytest
 
 from controlplane.tenants.ratelimit import Limits
 from inference.errors import ApiError, error_from_exception
+from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation
 from inference.transport.engine_client import (
     EngineError,
@@ -202,7 +203,7 @@ async def test_cancelled_before_the_first_output_settles_499_for_the_prompt(usag
 @pytest.mark.django_db(transaction=True)
 async def test_admitted_chat_is_planned_for_the_model_and_billed(usage_events, served):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-    generation = await Generation.admit("chat", make_principal(), body)
+    generation = await Generation.admit(prepare_chat, make_principal(), body)
     await generation.open(FakeEngine(sample_chunks(["Yo"])))
     response = await generation.response()
     assert response["choices"][0]["message"]["content"] == "Yo"
@@ -215,7 +216,7 @@ async def test_admitted_chat_is_planned_for_the_model_and_billed(usage_events, s
 async def test_admission_reserves_max_tokens_for_every_choice(usage_events, served):
     principal = make_principal(limits=Limits(tokens_per_minute=10_000))
     body = {"model": MODEL, "prompt": "Once upon", "max_tokens": 5, "n": 3}
-    generation = await Generation.admit("completion", principal, body)
+    generation = await Generation.admit(prepare_completion, principal, body)
     reserved = generation.plan.prompt_tokens + 5 * 3
     assert generation.headers["x-ratelimit-remaining-tokens"] == str(10_000 - reserved)
 
@@ -224,6 +225,6 @@ async def test_admission_reserves_max_tokens_for_every_choice(usage_events, serv
 async def test_unknown_model_is_refused_before_anything_is_reserved(usage_events, served):
     body = {"model": "nope", "messages": [{"role": "user", "content": "Hi"}]}
     with pytest.raises(ApiError) as info:
-        await Generation.admit("chat", make_principal(), body)
+        await Generation.admit(prepare_chat, make_principal(), body)
     assert (info.value.status, info.value.code) == (404, "model_not_found")
     assert await usage_events() == []
