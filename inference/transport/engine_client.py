@@ -34,7 +34,6 @@ __all__ = [
     "EngineClient",
     "EngineError",
     "EngineOverloaded",
-    "EngineRequest",
     "EngineTimeout",
     "EngineUnavailable",
     "SamplingOptions",

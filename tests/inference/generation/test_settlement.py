@@ -10,7 +10,7 @@ import pytest
 from controlplane.adapters.selectors import AdapterRoute
 from controlplane.tenants.admission import admit
 from inference.generation.plan import GenerationStats
-from inference.generation.settlement import settle_generation
+from inference.generation.use_case import settle_generation
 from tests.inference.generation.factories import MODEL, make_chunk, make_plan, make_principal
 from tests.inference.metrics.scrape import scrape
 
