@@ -31,7 +31,7 @@ def _keys() -> protocol.Keys:
 
 
 def _redis():
-    from controlplane.tenants.redis_clients import sync_redis
+    from controlplane.common.redis_clients import sync_redis
 
     return sync_redis()
 

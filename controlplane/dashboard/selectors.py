@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from controlplane.tenants.redis_clients import redis_key, sync_redis
+from controlplane.common.redis_clients import redis_key, sync_redis
 
 logger = logging.getLogger(__name__)
 

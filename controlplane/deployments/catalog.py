@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 
 from controlplane.adapters.selectors import AdapterRoute, adapter_routes_granted
+from controlplane.common.redis_epoch import RedisEpoch
 from controlplane.deployments.models import ServedModel
-from controlplane.tenants.redis_epoch import RedisEpoch
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from controlplane.common.redis_pools import sync_client
 from controlplane.metrics import definitions as d
 from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
-from controlplane.tenants.redis_pools import sync_client
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
 

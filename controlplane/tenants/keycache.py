@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 
-from controlplane.tenants.redis_epoch import RedisEpoch
+from controlplane.common.redis_epoch import RedisEpoch
 from controlplane.tenants.selectors import KeyRecord, key_record_load
 
 _MISSING = object()

@@ -18,10 +18,10 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlplane.audit.services import audit_record
+from controlplane.common.redis_clients import redis_key, sync_redis
 from controlplane.tenants.key_secrets import hash_secret, new_secret
 from controlplane.tenants.keycache import auth_epoch_bump
 from controlplane.tenants.models import API_SCOPES, ApiKey, Tenant
-from controlplane.tenants.redis_clients import redis_key, sync_redis
 
 __all__ = [
     "CreatedKey",

@@ -18,9 +18,9 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
 
+from controlplane.common.redis_clients import async_redis  # noqa: E402
 from controlplane.tenants import access  # noqa: E402
 from controlplane.tenants import admission as admission_policy  # noqa: E402
-from controlplane.tenants.redis_clients import async_redis  # noqa: E402
 from inference import credentials  # noqa: E402
 
 

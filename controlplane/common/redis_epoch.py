@@ -14,7 +14,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import transaction
 
-from controlplane.tenants.redis_clients import async_redis, redis_key, sync_redis
+from controlplane.common.redis_clients import async_redis, redis_key, sync_redis
 
 logger = logging.getLogger(__name__)
 
