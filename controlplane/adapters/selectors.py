@@ -70,7 +70,7 @@ def adapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
 
 def adapter_routes_granted() -> dict[AdapterRoute, frozenset[int]]:
     """Every servable adapter granted to some tenant, with those tenants' ids, ordered by
-    name: what the API processes cache (controlplane.deployments.catalog), in one query."""
+    name: what the API processes cache (controlplane.catalog.cache), in one query."""
     rows = (
         _servable()
         .select_related("base_model")

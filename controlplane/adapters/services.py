@@ -4,7 +4,7 @@ Registering or uploading creates an adapter in state ``uploaded`` (or, under an 
 name, points that adapter at the new files) and queues its validation; validation
 (``adapter_validate``, run by the Celery worker) moves it through ``validating`` to ``ready``
 or ``failed`` and, once ready, announces it to the base model's engines. Every write
-bumps the catalog epoch (controlplane/deployments/catalog.py), so every API process sees new,
+bumps the catalog epoch (controlplane/catalog/cache.py), so every API process sees new,
 granted, revoked, re-validated and deleted adapters within a second.
 """
 
@@ -25,7 +25,7 @@ from controlplane.adapters import engine_sync
 from controlplane.adapters.models import Adapter, adapter_name_validator
 from controlplane.adapters.uploads import ADAPTER_FILES, store_upload
 from controlplane.audit.services import audit_record
-from controlplane.deployments.catalog import catalog_epoch_bump
+from controlplane.common.redis_epoch import catalog_epoch_bump
 from controlplane.deployments.models import ServedModel
 from controlplane.tenants.models import Tenant
 

@@ -8,7 +8,6 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from controlplane.tenants.forms import ApiKeyCreateForm
-from controlplane.tenants.login_lockout import LockoutAdminAuthenticationForm
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.tenants.services import (
     api_key_create,
@@ -18,9 +17,6 @@ from controlplane.tenants.services import (
     tenant_set_allowed_models,
     tenant_update,
 )
-
-# Sign-in says so when repeated wrong passwords locked it out (login_lockout.py).
-admin.site.login_form = LockoutAdminAuthenticationForm
 
 _LIMITS = (
     "requests_per_minute",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.tenants import admission as admission_policy
-from controlplane.tenants.access import AccessError
+from controlplane.access import admission as admission_policy
+from controlplane.access.principals import AccessError
 from tests.controlplane.tenants.test_ratelimit import _admit, _finish, _principal
 
 
