@@ -324,6 +324,23 @@ def adapter_revoke_grant(
 
 
 @transaction.atomic
+def adapter_set_tenants(
+    *,
+    adapter: Adapter,
+    tenants: Iterable[Tenant],
+    actor: Any = None,
+    actor_label: str | None = None,
+) -> None:
+    """Grant ``adapter`` to exactly ``tenants``: the new ones are granted, the others revoked,
+    each change audited as by ``adapter_grant`` and ``adapter_revoke_grant``."""
+    wanted, current = set(tenants), set(adapter.tenants.all())
+    for tenant in wanted - current:
+        adapter_grant(adapter=adapter, tenant=tenant, actor=actor, actor_label=actor_label)
+    for tenant in current - wanted:
+        adapter_revoke_grant(adapter=adapter, tenant=tenant, actor=actor, actor_label=actor_label)
+
+
+@transaction.atomic
 def adapter_delete(*, adapter: Adapter, actor: Any = None, actor_label: str | None = None) -> None:
     """Delete the adapter, unload it from engines and remove files the platform stored."""
     name, model, path = adapter.name, adapter.base_model.name, Path(adapter.path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
+from controlplane.common.admin_rows import adopt_created_row
 from controlplane.deployments import services
 from controlplane.deployments.models import ServedModel
 
@@ -86,10 +87,7 @@ class ServedModelAdmin(admin.ModelAdmin):
             )
             return
         created = services.served_model_register(path=obj.path, name=obj.name)
-        for field in ServedModel._meta.concrete_fields:
-            setattr(obj, field.attname, getattr(created, field.attname))
-        obj._state.adding = False
-        obj._state.db = created._state.db
+        adopt_created_row(obj, created)
 
     def get_deleted_objects(self, objs, request):
         # The confirmation page refuses, as for protected objects, what the service refuses.

@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from controlplane.common.admin_rows import adopt_created_row
 from controlplane.tenants.forms import ApiKeyCreateForm
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.tenants.services import (
@@ -24,14 +25,6 @@ _LIMITS = (
     "max_concurrent_requests",
     "monthly_token_budget",
 )
-
-
-def _copy_into(target, source) -> None:
-    """Make the admin's unsaved instance the row the service created (for messages and logs)."""
-    for field in source._meta.concrete_fields:
-        setattr(target, field.attname, getattr(source, field.attname))
-    target._state.adding = False
-    target._state.db = source._state.db
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -86,7 +79,7 @@ class TenantAdmin(admin.ModelAdmin):
             )
             if not data.get("is_active", True):
                 tenant_update(tenant=created, is_active=False, actor=request.user)
-            _copy_into(obj, created)
+            adopt_created_row(obj, created)
             return
         fields = [f for f in form.changed_data if f in {"name", "is_active", *_LIMITS}]
         if fields:
@@ -174,7 +167,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             expires_at=data.get("expires_at"),
             actor=request.user,
         )
-        _copy_into(obj, created.key)
+        adopt_created_row(obj, created.key)
         request._created_api_key_secret = created.secret
 
     def response_add(self, request, obj, post_url_continue=None):
