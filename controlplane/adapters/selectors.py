@@ -87,3 +87,10 @@ def adapter_routes_granted() -> dict[AdapterRoute, frozenset[int]]:
 def tenant_adapter_names(*, tenant_id: int) -> frozenset[str]:
     """Names of the ready adapters granted to the tenant whose base model is served."""
     return frozenset(_visible(tenant_id).values_list("name", flat=True))
+
+
+def adapter_registry_rows(*, base_model: str) -> list[tuple[str, str, str, str]]:
+    """``(name, state, checksum, path)`` of every adapter of ``base_model``: what the engines'
+    adapter registry is reconciled against (engine_sync.py)."""
+    rows = Adapter.objects.filter(base_model__name=base_model)
+    return list(rows.values_list("name", "state", "checksum", "path"))

@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from controlplane.adapters.selectors import AdapterRoute, adapter_routes_granted
 from controlplane.common.redis_epoch import CATALOG_EPOCH, RedisEpoch, epoch_subscribe
 from controlplane.deployments.models import ServedModel
+from controlplane.deployments.selectors import served_models_by_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
 
 def catalog_load() -> CatalogSnapshot:
     """Read the catalog from the database (two queries)."""
-    active = ServedModel.objects.filter(is_active=True).order_by("name")
+    active = served_models_by_name()
     models = {m.name: _catalog_model(m) for m in active}
     # A base deactivated between the two queries takes its adapters with it.
     adapters = {

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 
 from controlplane.common.admin_rows import adopt_created_row
-from controlplane.deployments import services
+from controlplane.deployments import selectors, services
 from controlplane.deployments.models import ServedModel
 
 
@@ -81,7 +81,7 @@ class ServedModelAdmin(admin.ModelAdmin):
         if change:
             # ``obj`` already holds the new values; the service compares with the stored row.
             services.served_model_update(
-                model=ServedModel.objects.get(pk=obj.pk),
+                model=selectors.served_model_get_by_pk(pk=obj.pk),
                 actor=request.user,
                 **{field: form.cleaned_data[field] for field in form.changed_data},
             )

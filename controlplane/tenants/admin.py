@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from controlplane.common.admin_rows import adopt_created_row
 from controlplane.tenants.forms import ApiKeyCreateForm
 from controlplane.tenants.models import ApiKey, Tenant
+from controlplane.tenants.selectors import tenant_get_by_pk
 from controlplane.tenants.services import (
     api_key_create,
     api_key_revoke,
@@ -83,7 +84,7 @@ class TenantAdmin(admin.ModelAdmin):
             return
         fields = [f for f in form.changed_data if f in {"name", "is_active", *_LIMITS}]
         if fields:
-            current = Tenant.objects.get(pk=obj.pk)
+            current = tenant_get_by_pk(pk=obj.pk)
             tenant_update(tenant=current, actor=request.user, **{f: data[f] for f in fields})
 
     def save_related(self, request, form, formsets, change):
