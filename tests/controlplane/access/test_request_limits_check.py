@@ -10,7 +10,7 @@ import pytest
 
 from controlplane.access import admission as admission_policy
 from controlplane.access.principals import AccessError
-from tests.controlplane.tenants.test_ratelimit import _admit, _finish, _principal
+from tests.controlplane.access.test_ratelimit import _admit, _finish, _principal
 
 
 async def _check(principal) -> None:
