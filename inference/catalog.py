@@ -26,9 +26,9 @@ from pathlib import Path
 import redis
 from asgiref.sync import sync_to_async
 
+from controlplane.access.principals import Principal, can_use_model
 from controlplane.adapters.selectors import AdapterRoute
-from controlplane.deployments.catalog import CatalogModel, acatalog_snapshot
-from controlplane.tenants.access import Principal, can_use_model
+from controlplane.catalog.cache import CatalogModel, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer
 from inference.embeddings_client import EmbeddingTokenizer
 from inference.engine_client import EngineClient

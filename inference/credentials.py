@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from controlplane.tenants.access import (
+from controlplane.access.principals import (
     Principal,
     authenticate_secret,
     key_principal,

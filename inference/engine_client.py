@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 
-from controlplane.tenants.redis_pools import async_blocking_pool, async_client
+from controlplane.common.redis_pools import async_blocking_pool, async_client
 from engine import protocol
 from engine.protocol import FIELD, AdapterRef, EngineStatus, Keys, SamplingOptions
 from engine.text.detokenizer import Decoder

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 import redis
 from django.conf import settings
 
-from controlplane.metrics.collector import read_engine_statuses
-from controlplane.tenants.redis_clients import sync_redis
+from controlplane.common.engine_statuses import read_engine_statuses
+from controlplane.common.redis_clients import sync_redis
 from engine import protocol
 
 logger = logging.getLogger(__name__)

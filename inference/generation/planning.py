@@ -11,8 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
-from controlplane.tenants.access import Principal, engine_cache_salt
-from controlplane.tenants.admission import check_request_limits
+from controlplane.access.admission import check_request_limits
+from controlplane.access.principals import Principal, engine_cache_salt
 from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.errors import invalid_request

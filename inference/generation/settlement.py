@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from controlplane.access.admission import Admission, finish
 from controlplane.metrics import record_request
-from controlplane.tenants.admission import Admission, finish
 from inference.generation.plan import GenerationPlan, GenerationStats
 
 

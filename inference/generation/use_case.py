@@ -15,8 +15,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from controlplane.tenants.access import Principal
-from controlplane.tenants.admission import Admission, admit
+from controlplane.access.admission import Admission, admit
+from controlplane.access.principals import Principal
 from engine.text.tokenizer import ChatTokenizer
 from inference.engine_client import EngineClient
 from inference.errors import error_from_exception

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from controlplane.tenants.ratelimit import Limits
+from controlplane.access.ratelimit import Limits
 from inference.engine_client import (
     EngineError,
     EngineOverloaded,

@@ -30,12 +30,12 @@ from django.contrib.auth import (
 )
 from django.utils.crypto import constant_time_compare
 
+from controlplane.access.auth_throttle import api_auth_throttle
+from controlplane.access.keycache import key_cache
+from controlplane.access.ratelimit import Limits
 from controlplane.common.api_error import ApiError
-from controlplane.tenants.auth_throttle import api_auth_throttle
+from controlplane.common.redis_clients import async_redis
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
-from controlplane.tenants.keycache import key_cache
-from controlplane.tenants.ratelimit import Limits
-from controlplane.tenants.redis_clients import async_redis
 from controlplane.tenants.selectors import KeyRecord, key_record_for
 from controlplane.tenants.services import last_used_redis_key, tenant_get_or_create_playground
 
