@@ -7,7 +7,7 @@ it: name, checksum, path), ``engine_model`` naming the base model's request stre
 the base checkpoint (the adapter shares its tokenizer). Adapters of other tenants, unknown and
 not ready ones are all the same 404, so adapter names do not leak across tenants.
 
-Lookups read this process's catalog snapshot (controlplane/deployments/catalog.py): no
+Lookups read this process's catalog snapshot (controlplane/catalog/cache.py): no
 database query per request, and a change reaches every process within about a second.
 
 A ready adapter is *validated*; it is *serving* once a live engine of its base model lists it
