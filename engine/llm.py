@@ -3,14 +3,13 @@
 Prompts are strings (tokenized with the checkpoint's tokenizer) or ``{"prompt_token_ids": [...]}``.
 Unlike the engine, this class also honours ``stop`` strings, as vLLM's offline API does: each
 sample is detokenized as tokens arrive and cut at the first stop string, by the same
-engine/text classes the API processes use.
+SampleOutputProcessor (engine/text/sample_output.py) the API processes use.
 ``lora_request=LoRARequest(name, int_id, path)`` (one for all prompts, or one per prompt, None
 for the base model) runs prompts with a LoRA adapter, loaded into the engine on first use.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import fields
@@ -23,8 +22,8 @@ from engine.lora.request import LoRARequest
 from engine.outputs import CompletionOutput, RequestOutput, RequestOutputDelta
 from engine.sampling_params import SamplingParams
 from engine.structured.spec import validate as validate_structured
-from engine.text.detokenizer import Decoder, IncrementalDetokenizer
-from engine.text.stop_strings import StopStringMatcher
+from engine.text.detokenizer import Decoder
+from engine.text.sample_output import SampleOutputProcessor
 
 _ENGINE_ARGS = {f.name for f in fields(EngineConfig)} - {"model"}
 
@@ -135,74 +134,39 @@ class LLM:
 
 
 class _SampleState:
-    """One sample's tokens and text, detokenized as tokens arrive and cut at a stop string
-    the way the API process cuts a stream."""
+    """One sample's tokens and text, from the SampleOutputProcessor the API processes use,
+    cut at a stop string to the tokens the text needs."""
 
     def __init__(self, tokenizer: Decoder, params: SamplingParams) -> None:
-        self.params = params
         self.token_ids: list[int] = []
         self.logprobs: list | None = [] if params.logprobs is not None else None
-        self.finish_reason: str | None = None
-        self.stop_reason: int | str | None = None
-        self.text = ""  # what the matcher let through; final once finish_reason is set
-        # Ended by a stop string while the engine still runs it.
-        self.cut_short = False
-        self._tokenizer = tokenizer
-        # Without the prompt as context, as the text of token_ids decoded on their own.
-        self._detokenizer = IncrementalDetokenizer(
-            tokenizer, skip_special_tokens=params.skip_special_tokens
+        self.text = ""  # final once the processor has finished
+        self.processor = SampleOutputProcessor(
+            tokenizer,
+            stop=params.stop,
+            include_stop_str_in_output=params.include_stop_str_in_output,
+            skip_special_tokens=params.skip_special_tokens,
+            min_tokens=params.min_tokens,
         )
-        self._matcher = StopStringMatcher(
-            params.stop, include_stop_str_in_output=params.include_stop_str_in_output
-        )
-        self._text_ends: list[int] = []  # detokenized length after each token
 
     def apply(self, delta: RequestOutputDelta) -> None:
-        if self.finish_reason is not None:
-            return  # ended by a stop string: later tokens (and the abort) are dropped
-        self.token_ids.extend(delta.new_token_ids)
-        if delta.new_logprobs is not None and self.logprobs is not None:
-            self.logprobs.extend(delta.new_logprobs)
-        for token_id in delta.new_token_ids:
-            piece = self._detokenizer.push(token_id)
-            self._text_ends.append(len(self._detokenizer.text))
-            # As the API does: no stop string can end a sample before min_tokens.
-            if len(self._text_ends) > self.params.min_tokens:
-                self.text += self._matcher.feed(piece)
-            else:
-                self.text += self._matcher.pass_through(piece)
-            if self._matcher.matched is not None:
-                self.cut_short = True
-                self._stop_at_string()
-                return
-        if delta.finished:
-            self.text += self._matcher.feed(self._detokenizer.flush())
-            if self._text_ends:  # the held-back bytes complete the last token's text
-                self._text_ends[-1] = len(self._detokenizer.text)
-            if self._matcher.matched is not None:
-                self._stop_at_string()
-                return
-            self.text += self._matcher.flush()
-            self.finish_reason = delta.finish_reason
-            self.stop_reason = delta.stop_reason
-
-    def _decode(self, token_ids: list[int]) -> str:
-        return self._tokenizer.decode(
-            token_ids, skip_special_tokens=self.params.skip_special_tokens
+        update = self.processor.update(
+            delta.new_token_ids,
+            delta.new_logprobs,
+            finish_reason=delta.finish_reason if delta.finished else None,
+            stop_reason=delta.stop_reason,
         )
-
-    def _stop_at_string(self) -> None:
-        self.finish_reason = "stop"
-        self.stop_reason = self._matcher.matched
-        # Keep the shortest token prefix whose text still reaches the cut.
-        num_kept = bisect.bisect_left(self._text_ends, len(self.text)) + 1 if self.text else 0
-        # The detokenizer holds back bytes that end mid-character until the next token; when
-        # they turn out not to complete one, that next token may lie wholly past the cut.
-        while num_kept and self._decode(self.token_ids[: num_kept - 1]).startswith(self.text):
-            num_kept -= 1
-        del self.token_ids[num_kept:]
-        if self.logprobs is not None:
-            del self.logprobs[num_kept:]
+        if update is None:
+            return  # ended by a stop string: later tokens (and the abort) are dropped
+        self.text += update.text
+        self.token_ids.extend(update.token_ids)
+        if update.logprobs is not None and self.logprobs is not None:
+            self.logprobs.extend(update.logprobs)
+        if update.finish_reason is not None and self.processor.stopped_by_string:
+            num_kept = self.processor.num_tokens_reaching(self.token_ids, self.text)
+            del self.token_ids[num_kept:]
+            if self.logprobs is not None:
+                del self.logprobs[num_kept:]
 
 
 class _RequestState:
@@ -219,13 +183,17 @@ class _RequestState:
 
     @property
     def finished(self) -> bool:
-        return all(s.finish_reason is not None for s in self.samples)
+        return all(s.processor.finished for s in self.samples)
 
     @property
     def needs_abort(self) -> bool:
         """Every sample is done, yet the engine still runs those cut short by a stop string:
         it ends samples only per request."""
-        return self.finished and not self.abort_sent and any(s.cut_short for s in self.samples)
+        return (
+            self.finished
+            and not self.abort_sent
+            and any(s.processor.cut_short for s in self.samples)
+        )
 
     def apply(self, delta: RequestOutputDelta) -> None:
         if delta.prompt_logprobs is not None and self.prompt_logprobs is None:
@@ -249,8 +217,8 @@ class _RequestState:
                     token_ids=s.token_ids,
                     cumulative_logprob=cumulative,
                     logprobs=logprobs,
-                    finish_reason=s.finish_reason,
-                    stop_reason=s.stop_reason,
+                    finish_reason=s.processor.finish_reason,
+                    stop_reason=s.processor.stop_reason,
                 )
             )
         prompt_logprobs = None

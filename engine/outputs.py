@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine import protocol
+
 FinishReason = Literal["stop", "length", "abort"]
 
 
@@ -54,6 +56,38 @@ class RequestOutputDelta:
     num_cached_tokens: int
     timestamps: RequestTimestamps
     error: str = ""  # set when the engine ended the request itself (a grammar that failed)
+
+    def to_message(self) -> protocol.RequestDelta:
+        """The delta as it crosses Redis; the engine's timings go on the last one only."""
+        ts = self.timestamps
+        done = self.finished and ts is not None
+        return protocol.RequestDelta(
+            request_id=self.request_id,
+            index=self.index,
+            new_token_ids=list(self.new_token_ids),
+            logprobs=None if self.new_logprobs is None else [_wire(x) for x in self.new_logprobs],
+            prompt_logprobs=None
+            if self.prompt_logprobs is None
+            else [None if x is None else _wire(x) for x in self.prompt_logprobs],
+            finish_reason=self.finish_reason if self.finished else None,
+            stop_reason=self.stop_reason,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_cached_tokens=self.num_cached_tokens,
+            error=self.error,
+            queue_time=_interval(ts.queued, ts.scheduled) if done else None,
+            prefill_time=_interval(ts.scheduled, ts.first_token) if done else None,
+            decode_time=_interval(ts.first_token, ts.last_token) if done else None,
+        )
+
+
+def _wire(lp: TokenLogprobs) -> protocol.TokenLogprob:
+    return protocol.TokenLogprob(
+        lp.token_id, lp.logprob, [t for t, _ in lp.top], [v for _, v in lp.top]
+    )
+
+
+def _interval(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else max(0.0, end - start)
 
 
 @dataclass(slots=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from engine.protocol import SamplingOptions, StructuredOutput
 
 # Greedy below this temperature, as vLLM does; avoids dividing logits by ~0.
@@ -40,6 +42,13 @@ class SamplingParams:
     # A grammar the output must follow (engine/structured/); its spec is checked when compiled.
     structured: StructuredOutput | None = _DEFAULTS.structured
     _stop_token_set: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def from_options(cls, options: SamplingOptions) -> SamplingParams:
+        """The engine's params for a request off the wire; ValueError for refused values."""
+        fields = msgspec.structs.asdict(options)
+        fields["stop_token_ids"] = list(fields["stop_token_ids"])
+        return cls(**fields)
 
     def __post_init__(self) -> None:
         _int_at_least("n", self.n, 1)

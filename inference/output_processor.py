@@ -1,9 +1,9 @@
-"""Engine deltas -> client-ready chunks, per sample: detokenization, stop strings, counts.
+"""Engine deltas -> client-ready chunks: the API-side half of vLLM V1's OutputProcessor.
 
-The API-side half of vLLM V1's OutputProcessor. Engines send token ids only; each sample of a
-request keeps an incremental detokenizer and a stop-string matcher here (both from the
-torch-free ``engine.text``, the one implementation the offline ``LLM`` uses too), so a stop
-string that spans tokens is cut exactly and never half-shown.
+Engines send token ids only. Each sample of a request keeps a ``SampleOutputProcessor``
+(``engine/text/sample_output.py``, the one the offline ``LLM`` uses too) for incremental
+detokenization and stop strings; this module adds what the API shows: token texts for
+logprobs, prompt and cached token counts, and the engine's timings.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine import protocol
-from engine.text.detokenizer import Decoder, IncrementalDetokenizer
-from engine.text.stop_strings import StopStringMatcher
+from engine.text.detokenizer import Decoder
+from engine.text.sample_output import SampleOutputProcessor
 
 __all__ = ["GenerationChunk", "RequestOutputProcessor", "TokenLogprob", "TokenTexts"]
 
@@ -67,73 +67,49 @@ class TokenTexts:
 
 
 class _SampleOutput:
-    """One sample's detokenizer, stop-string matcher and token count."""
+    """One sample's SampleOutputProcessor, its deltas turned into GenerationChunks."""
 
     def __init__(self, index: int, request: RequestOutputProcessor):
         self.index = index
         self.request = request
-        self.detok = IncrementalDetokenizer(
+        self.processor = SampleOutputProcessor(
             request.tokenizer,
-            request.prompt_token_ids,
+            stop=request.stop,
+            include_stop_str_in_output=request.include_stop_str_in_output,
             skip_special_tokens=request.skip_special_tokens,
+            min_tokens=request.min_tokens,
+            prompt_token_ids=request.prompt_token_ids,
         )
-        self.matcher = StopStringMatcher(
-            request.stop, include_stop_str_in_output=request.include_stop_str_in_output
-        )
-        self.num_tokens = 0
-        self.finished = False
 
-    def _texts(self, delta: protocol.RequestDelta, logprobs: list | None):
-        """The text pieces of the delta's tokens, up to a stop string; (pieces, tokens, stop)."""
-        req = self.request
-        token_ids: list[int] = []
-        texts: list[str] = []
-        for j, token_id in enumerate(delta.new_token_ids):
-            self.num_tokens += 1
-            token_ids.append(token_id)
-            if logprobs is not None and j < len(delta.logprobs):
-                logprobs.append(req.token_texts.logprob(delta.logprobs[j]))
-            piece = self.detok.push(token_id)
-            # As vLLM does: no stop string can end generation before min_tokens.
-            if self.num_tokens > req.min_tokens:
-                texts.append(self.matcher.feed(piece))
-            else:
-                texts.append(self.matcher.pass_through(piece))
-            if self.matcher.matched is not None:
-                return texts, token_ids, self.matcher.matched
-        return texts, token_ids, None
+    @property
+    def finished(self) -> bool:
+        return self.processor.finished
 
     def apply(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
-        if self.finished:
+        update = self.processor.update(
+            delta.new_token_ids,
+            delta.logprobs,
+            finish_reason=delta.finish_reason,
+            stop_reason=delta.stop_reason,
+        )
+        if update is None:
             return None
         req = self.request
-        logprobs: list[TokenLogprob] | None = [] if delta.logprobs is not None else None
-        texts, token_ids, matched = self._texts(delta, logprobs)
-        finish_reason, stop_reason = ("stop", matched) if matched is not None else (None, None)
-        if finish_reason is None and delta.finish_reason is not None:
-            texts.append(self.matcher.feed(self.detok.flush()))
-            if self.matcher.matched is not None:
-                finish_reason, stop_reason = "stop", self.matcher.matched
-            else:
-                texts.append(self.matcher.flush())
-                finish_reason, stop_reason = delta.finish_reason, delta.stop_reason
         req.num_prompt_tokens = delta.num_prompt_tokens or req.num_prompt_tokens
         req.num_cached_tokens = max(req.num_cached_tokens, delta.num_cached_tokens)
-        self.finished = finish_reason is not None
+        logprob = req.token_texts.logprob
         prompt_logprobs = None
         if delta.prompt_logprobs is not None:
-            prompt_logprobs = [
-                None if lp is None else req.token_texts.logprob(lp) for lp in delta.prompt_logprobs
-            ]
+            prompt_logprobs = [None if lp is None else logprob(lp) for lp in delta.prompt_logprobs]
         return GenerationChunk(
             index=self.index,
-            text="".join(texts),
-            token_ids=token_ids,
-            logprobs=logprobs,
-            finish_reason=finish_reason,
-            stop_reason=stop_reason,
+            text=update.text,
+            token_ids=update.token_ids,
+            logprobs=None if update.logprobs is None else [logprob(lp) for lp in update.logprobs],
+            finish_reason=update.finish_reason,
+            stop_reason=update.stop_reason,
             prompt_tokens=req.num_prompt_tokens,
-            completion_tokens=self.num_tokens,
+            completion_tokens=self.processor.num_tokens,
             cached_tokens=req.num_cached_tokens,
             prompt_logprobs=prompt_logprobs,
             queue_time=delta.queue_time,

@@ -9,5 +9,6 @@ torch-free):
 - ``host_cache``: LRU of loaded adapters in host memory.
 - ``slots``: ``max_loras`` device slots of stacked, rank-padded weights, LRU eviction.
 - ``manager``: the engine-facing facade (identity -> slot, per-step token slots).
+- ``registry``: the adapters a served engine holds, reconciled with the control plane's.
 - ``testing``: make random PEFT adapters for tests, the demo and benchmarks.
 """

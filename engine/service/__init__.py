@@ -1,10 +1,11 @@
 """The engine as a service: reads requests from Redis streams, runs the busy loop, publishes.
 
-``python -m engine`` and ``python manage.py run_engine`` both start ``EngineService``.
-docs/protocol.md describes the Redis contract.
+``python -m engine`` and ``python manage.py run_engine`` both start ``EngineService``
+(loop.py), fed and drained by the Redis threads (redis_input.py, redis_output.py), taking over
+from dead engines (recovery.py). docs/protocol.md describes the Redis contract.
 """
 
+from engine.service.cli import ServiceSettings
 from engine.service.loop import EngineService
-from engine.service.settings import ServiceSettings
 
 __all__ = ["EngineService", "ServiceSettings"]

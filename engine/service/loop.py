@@ -1,10 +1,9 @@
-"""EngineService: the busy loop that connects an LLMEngine to Redis streams.
+"""EngineService: the engine-core loop that connects an LLMEngine to Redis streams.
 
-Each iteration has three named phases, and none of them waits on Redis:
-``drain_inputs()`` (new requests and aborts through the RequestIntake, control commands and
-adapter registry snapshots to reconcile, all from the Inbox), ``step()`` (one engine step) and
-``publish()`` (the Outbox's PublishJob for the writer thread: ONE output entry per frontend
-for everything this step produced).
+Each iteration has three named phases, and none of them waits on Redis: ``drain_inputs()``
+(new requests and aborts, control commands and adapter registry snapshots, all from the Inbox
+that the reader threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob
+for the writer thread: one output entry per frontend for everything this step produced).
 
 When Redis stops taking outputs the writer keeps them and retries; past its bound the loop
 stops stepping (backpressure), and after OUTAGE_FAIL_S it ends the started requests with an
@@ -17,96 +16,96 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
 
 from engine import protocol
-from engine.outputs import EngineStats
-from engine.service.adapter_registry import AdapterRegistry, RegistryWatcher
-from engine.service.inbox import AbortEvent, ControlEvent, Inbox, NewRequest, RegistrySnapshot
-from engine.service.outbox import ActiveRequest, Outbox
-from engine.service.output_writer import OutputWriter
+from engine.lora.registry import AdapterRegistry
+from engine.outputs import RequestOutputDelta
+from engine.sampling_params import SamplingParams
+from engine.service import redis_input as inputs
+from engine.service.cli import ServiceSettings
 from engine.service.recovery import DeadEngineReaper
-from engine.service.redis_io import (
-    BroadcastReader,
-    Channels,
-    RequestReader,
-    connect,
-    ensure_group,
-)
-from engine.service.request_intake import RequestIntake
-from engine.service.settings import ServiceSettings
-from engine.service.status import EngineSnapshot, StatusPublisher
+from engine.service.redis_output import OutputWriter, PublishJob, StatusPublisher
+
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05
 # A Redis outage longer than the API's silence timeout (30 s): its clients have given up.
 OUTAGE_FAIL_S = 30.0
+# Aborts for requests this engine has not seen yet are remembered this long, for the race
+# in which the abort overtakes its request between the Redis threads.
+RECENT_ABORT_S = 60.0
+
+
+@dataclass(slots=True)
+class ActiveRequest:
+    """A request taken from the stream that still has samples to answer."""
+
+    entry_id: str  # XACK-ed with the last sample's last delta
+    request: protocol.GenerateRequest
+    open_indexes: set[int]
+    # Once it produced output, draining can no longer hand it to another engine.
+    started: bool = False
+    # Tokens sent per sample: each delta carries the running count, so the frontend can
+    # tell a stream that lost outputs in transit from a complete one.
+    num_sent: dict[int, int] = field(default_factory=dict)
 
 
 class EngineService:
-    """Runs ``engine`` (an LLMEngine) for one served model until drained or stopped."""
+    """Runs ``engine`` for one served model until drained or stopped.
 
-    def __init__(self, engine, settings: ServiceSettings):
+    Redis is reached only from its threads: the request reader, the broadcast reader, the
+    output writer, and the heartbeat (status record, dead engines, adapter registry).
+    """
+
+    def __init__(self, engine: LLMEngine, settings: ServiceSettings):
         self.engine = engine
         self.settings = settings
         self.keys = protocol.Keys(settings.prefix)
-        self.channels = Channels(self.keys, settings.model_name, settings.engine_id)
-        self.inbox = Inbox()
-        self.outbox = Outbox()
+        self.channels = inputs.Channels(self.keys, settings.model_name, settings.engine_id)
+        self.inbox = inputs.Inbox()
+        self.active: dict[str, ActiveRequest] = {}  # taken and not answered in full, by id
+        self.job = PublishJob()  # what this iteration will publish
         self.adapters = AdapterRegistry(engine, settings.model_name)
-        self.intake = RequestIntake(engine, self.outbox, self.adapters)
+        self.recent_aborts: dict[str, float] = {}  # request id -> time.monotonic()
         self.num_steps = 0
-        self.max_num_seqs = int(getattr(engine.config, "max_num_seqs", 256))
+        self.max_num_seqs = engine.config.max_num_seqs
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested = False
-        self._drain_deadline: float | None = None
-        self._stats: EngineStats | None = engine.stats()
-        # Read by the status thread; refreshed on the loop thread with the stats.
-        self._lora_info: dict | None = engine.lora_requests_info()
+        self._drain_deadline = 0.0
         self._failed_for_outage = False
         self._paused = False  # backpressure: the writer's backlog is full
+        # Read by the heartbeat; replaced whole on the loop thread after each step.
+        self.stats = engine.stats()
+        self.lora_info = engine.lora_requests_info()
 
-        def client() -> redis.Redis:
-            return connect(settings.redis_url)
-
-        self.redis = client()
+        url, channels, inbox = settings.redis_url, self.channels, self.inbox
+        self.redis = inputs.connect(url)
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
-        self.writer = OutputWriter(connect(settings.redis_url, retries=0), self.channels)
-        self.reader = RequestReader(
-            client(),
-            self.channels,
-            self.inbox,
-            bound=settings.queued_bound(self.max_num_seqs),
-            waiting=self._num_waiting,
+        self.writer = OutputWriter(inputs.connect(url, retries=0), channels)
+        bound = settings.queued_bound(self.max_num_seqs)
+        waiting = lambda: self.stats.num_waiting  # noqa: E731
+        self.reader = inputs.RequestReader(
+            inputs.connect(url), channels, inbox, bound=bound, waiting=waiting
         )
-        self.broadcast = BroadcastReader(client(), self.channels, self.inbox)
-        self.registry_watcher = RegistryWatcher(
-            client(),
-            self.keys.adapters(settings.model_name),
-            self.inbox,
-            interval=settings.adapter_sync_interval,
-        )
+        self.broadcast = inputs.BroadcastReader(inputs.connect(url), channels, inbox)
+        beat = inputs.connect(url)  # the heartbeat's three share its connection
+        self.status = StatusPublisher(beat, self)
         self.reaper = DeadEngineReaper(
-            client(), self.channels, self.reader, grace_s=2 * settings.status_interval + 0.5
+            beat, channels, self.reader, grace_s=2 * settings.status_interval + 0.5
         )
-        self.status = StatusPublisher(
-            client(),
-            self.keys,
-            model=settings.model_name,
-            engine_id=settings.engine_id,
-            interval=settings.status_interval,
-            ttl=settings.status_ttl,
-            snapshot=self._snapshot,
-            on_tick=self.reaper.check,
-        )
-
-    @property
-    def active(self) -> dict[str, ActiveRequest]:
-        """Requests taken from the stream and not yet answered in full, by request id."""
-        return self.outbox.active
+        registry_key = self.keys.adapters(settings.model_name)
+        self.registry_watcher = inputs.RegistryWatcher(beat, registry_key, inbox)
+        self._next_registry_read = 0.0
+        interval = min(settings.status_interval, settings.adapter_sync_interval)
+        self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -114,18 +113,26 @@ class EngineService:
         """Announce this engine (status first, so it is alive before it joins the group)."""
         snapshot = self.registry_watcher.read()
         self.adapters.reconcile(snapshot.refs, snapshot.read_at)
+        self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
         self.status.publish()
-        ensure_group(self.redis, self.channels.requests)
+        inputs.ensure_group(self.redis, self.channels.requests)
         self.reaper.recover_own()
-        threads = (self.writer, self.reader, self.broadcast, self.status, self.registry_watcher)
-        for thread in threads:
+        for thread in (self.writer, self.reader, self.broadcast, self.heartbeat):
             thread.start()
-        logger.info(
-            "engine %s serving %r from %s",
-            self.settings.engine_id,
-            self.settings.model_name,
-            self.channels.requests,
-        )
+        me, model = self.settings.engine_id, self.settings.model_name
+        logger.info("engine %s serving %r from %s", me, model, self.channels.requests)
+
+    def beat(self) -> None:
+        """The heartbeat thread's tick: this engine's status record, then dead engines, then
+        the adapter registry once its interval is up."""
+        try:
+            self.status.publish()
+        except redis.RedisError as exc:
+            logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
+        self.reaper.check()
+        if time.monotonic() >= self._next_registry_read:
+            self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
+            self.registry_watcher.watch()
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
@@ -144,6 +151,10 @@ class EngineService:
     def request_drain(self) -> None:
         """Signal-safe: the loop starts draining at its next iteration."""
         self._drain_requested = True
+
+    def stop(self) -> None:
+        """Leave the loop at the next iteration (tests); ``run`` then shuts down."""
+        self._stop_requested.set()
 
     def run_once(self) -> None:
         if self._drain_requested and not self.draining:
@@ -164,68 +175,144 @@ class EngineService:
         self._paused = False
         idle = not self.engine.has_unfinished_requests()
         self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0)
-        deltas = self.step()
-        self.publish(deltas)
+        self.publish(self.step())
 
     # ------------------------------------------------------------------ the three phases
 
     def drain_inputs(self, timeout: float = 0.0) -> None:
         for event in self.inbox.take_all(timeout):
-            if isinstance(event, NewRequest):
-                self.intake.admit(event, draining=self.draining)
-            elif isinstance(event, AbortEvent):
-                self.intake.abort(event.request_id)
-            elif isinstance(event, ControlEvent):
-                self._control(event.message)
-            elif isinstance(event, RegistrySnapshot):
-                self.adapters.reconcile(event.refs, event.read_at)
-        self.intake.forget_old_aborts()
+            match event:
+                case inputs.NewRequest():
+                    self._admit(event.entry_id, event.request)
+                case inputs.AbortEvent():
+                    self._abort(event.request_id)
+                case inputs.RegistrySnapshot():
+                    self.adapters.reconcile(event.refs, event.read_at)
+                case protocol.LoadAdapter():
+                    self.adapters.on_load_message(event.adapter)
+                case protocol.UnloadAdapter():
+                    self.adapters.on_unload_message(event.name)
+                case protocol.Drain() if event.engine_id in ("", self.settings.engine_id):
+                    self.request_drain()
+        if self.recent_aborts:
+            cutoff = time.monotonic() - RECENT_ABORT_S
+            self.recent_aborts = {k: t for k, t in self.recent_aborts.items() if t >= cutoff}
 
-    def step(self) -> list:
+    def step(self) -> list[RequestOutputDelta]:
         if not self.engine.has_unfinished_requests():
             return []
-        deltas = self.engine.step()
         self.num_steps += 1
-        return deltas
+        return self.engine.step()
 
-    def publish(self, deltas: list) -> None:
-        self.outbox.add_engine_deltas(deltas)
-        self._stats = self.engine.stats()
-        self._lora_info = self.engine.lora_requests_info()
-        job = self.outbox.take_job()
-        if job is not None:
-            job.step = self.num_steps
-            self.writer.submit(job)
+    def publish(self, deltas: list[RequestOutputDelta]) -> None:
+        for delta in deltas:
+            active = self.active.get(delta.request_id)
+            if active is None:  # aborted or failed here already
+                continue
+            if not active.started:
+                active.started = True
+                self.job.started[active.entry_id] = protocol.StartedRecord(
+                    active.request.request_id, active.request.frontend_id
+                )
+            message = delta.to_message()
+            sent = active.num_sent.get(delta.index, 0) + len(message.new_token_ids)
+            active.num_sent[delta.index] = message.num_output_tokens = sent
+            self.job.add(active.request.frontend_id, message)
+            if delta.finished:
+                active.open_indexes.discard(delta.index)
+                if not active.open_indexes:
+                    del self.active[delta.request_id]
+                    self.job.done.append(active.entry_id)
+        self.stats = self.engine.stats()
+        self.lora_info = self.engine.lora_requests_info()
+        if self.job:
+            self.job.step = self.num_steps
+            self.writer.submit(self.job)
+            self.job = PublishJob()
         if deltas or self.inbox.num_requests == 0:
             self.reader.room_changed.set()
 
-    # ------------------------------------------------------------------ control and drain
+    # ------------------------------------------------------------------ requests in and out
 
-    def _control(self, message: protocol.ControlMessage) -> None:
-        if isinstance(message, protocol.LoadAdapter):
-            self.adapters.on_load_message(message.adapter)
-        elif isinstance(message, protocol.UnloadAdapter):
-            self.adapters.on_unload_message(message.name)
-        elif isinstance(message, protocol.Drain) and message.engine_id in (
-            "",
-            self.settings.engine_id,
-        ):
-            self.request_drain()
+    def _admit(self, entry_id: str, request: protocol.GenerateRequest) -> None:
+        """Add the request to the engine, or answer it at once if it cannot run here."""
+        request_id = request.request_id
+        if self.recent_aborts.pop(request_id, None) is not None:
+            return self._answer_without_running(entry_id, request)
+        if self.draining:
+            return self.job.hand_back(entry_id, request)
+        if request_id in self.active:
+            if self.active[request_id].request.frontend_id == request.frontend_id:
+                # The same submission twice (a client's retry after a dropped connection):
+                # the running copy answers it; this entry is only acknowledged.
+                logger.warning("duplicate entry %s of request %s", entry_id, request_id)
+                self.job.done.append(entry_id)
+                return
+            error = f"request id {request_id!r} is already running"
+            return self._answer_without_running(entry_id, request, error=error)
+        try:
+            adapter = self.adapters.identity_for(request.adapter)
+            # The engine orders by its monotonic clock; carry over the time spent queued.
+            queued_for = max(0.0, time.time() - request.arrival_time)
+            self.engine.add_request(
+                request_id,
+                request.prompt_token_ids,
+                SamplingParams.from_options(request.sampling),
+                cache_salt=request.cache_salt or None,
+                adapter=adapter,
+                priority=request.priority,
+                arrival_time=time.monotonic() - queued_for if request.arrival_time else None,
+                resumed_output_tokens=request.resumed_output_tokens,
+            )
+        except (ValueError, TypeError) as exc:
+            logger.info("request %s refused: %s", request_id, exc)
+            return self._answer_without_running(entry_id, request, error=str(exc))
+        indexes = set(range(request.sampling.n))
+        self.active[request_id] = ActiveRequest(entry_id, request, open_indexes=indexes)
+
+    def _abort(self, request_id: str) -> None:
+        if request_id in self.active:
+            self._end([request_id])
+        else:
+            self.recent_aborts[request_id] = time.monotonic()
+
+    def _end(self, request_ids: list[str], *, error: str = "") -> None:
+        """Abort the requests in the engine and answer each sample still open as aborted."""
+        self.engine.abort_request(request_ids)
+        for request_id in request_ids:
+            active = self.active.pop(request_id)
+            self.job.abort(active.request, sorted(active.open_indexes), error=error)
+            self.job.done.append(active.entry_id)
+
+    def _answer_without_running(
+        self, entry_id: str, request: protocol.GenerateRequest, *, error: str = ""
+    ) -> None:
+        """Answer a request that never reached the engine (refused, or aborted first)."""
+        indexes = range(max(1, request.sampling.n))
+        self.job.abort(
+            request, indexes, error=error, num_prompt_tokens=len(request.prompt_token_ids)
+        )
+        self.job.done.append(entry_id)
+
+    def _hand_back_unstarted(self) -> int:
+        """Put every request that has produced nothing yet back on the stream."""
+        unstarted = [request_id for request_id, a in self.active.items() if not a.started]
+        self.engine.abort_request(unstarted)
+        for request_id in unstarted:
+            active = self.active.pop(request_id)
+            self.job.hand_back(active.entry_id, active.request)
+        return len(unstarted)
+
+    # ------------------------------------------------------------------ drain and failure
 
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
         self.draining = True
         self._drain_deadline = time.monotonic() + self.settings.drain_timeout
         self.reader.stop()
-        handed_back = [a for a in self.active.values() if not a.started]
-        if handed_back:
-            self.engine.abort_request([a.request.request_id for a in handed_back])
-        for active in handed_back:
-            del self.active[active.request.request_id]
-            self.outbox.hand_back(active.entry_id, active.request)
         logger.info(
             "draining: %d requests handed back, %d running ones get %.0fs to finish",
-            len(handed_back),
+            self._hand_back_unstarted(),
             len(self.active),
             self.settings.drain_timeout,
         )
@@ -237,70 +324,24 @@ class EngineService:
         self._failed_for_outage = True
         if not self.active:
             return
-        self.engine.abort_request(list(self.active))
-        for active in list(self.active.values()):
-            if active.started:
-                self.outbox.abort_open_samples(
-                    active, error="Redis was unreachable too long while running this request"
-                )
-            else:
-                del self.active[active.request.request_id]
-                self.outbox.hand_back(active.entry_id, active.request)
+        self._hand_back_unstarted()
+        self._end(
+            list(self.active), error="Redis was unreachable too long while running this request"
+        )
         logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)
         self.publish([])
 
     def shutdown(self) -> None:
         """Fail what is still running, flush outputs, withdraw from Redis, stop threads."""
-        self.reader.stop()
-        self.broadcast.stop()
-        self.registry_watcher.stop()
+        for thread in (self.reader, self.broadcast, self.heartbeat):
+            thread.stop()
         self.draining = True
         self.drain_inputs()  # requests the reader delivered last are handed back
-        if self.active:
-            self.engine.abort_request(list(self.active))
-            for active in list(self.active.values()):
-                self.outbox.abort_open_samples(
-                    active, error="the engine shut down before this request finished"
-                )
+        self._end(list(self.active), error="the engine shut down before this request finished")
         self.publish([])
-        self.status.stop()
         self.writer.close()
         try:
             self.status.withdraw()
-            pending = self.redis.xpending_range(
-                self.channels.requests,
-                protocol.ENGINE_GROUP,
-                min="-",
-                max="+",
-                count=1,
-                consumername=self.settings.engine_id,
-            )
-            if not pending:  # otherwise a survivor must still claim them
-                self.redis.xgroup_delconsumer(
-                    self.channels.requests, protocol.ENGINE_GROUP, self.settings.engine_id
-                )
-                self.redis.delete(self.channels.started)
         except redis.RedisError:
             logger.warning("could not withdraw engine %s", self.settings.engine_id, exc_info=True)
         logger.info("engine %s stopped after %d steps", self.settings.engine_id, self.num_steps)
-
-    def stop(self) -> None:
-        """Leave the loop at the next iteration (tests); ``run`` then shuts down."""
-        self._stop_requested.set()
-
-    # ------------------------------------------------------------------ for the threads
-
-    def _num_waiting(self) -> int:
-        stats = self._stats
-        return stats.num_waiting if stats is not None else 0
-
-    def _snapshot(self) -> EngineSnapshot:
-        return EngineSnapshot(
-            stats=self._stats,
-            num_inbox_requests=self.inbox.num_requests,
-            max_num_seqs=self.max_num_seqs,
-            adapters=self.adapters.versions,
-            draining=self.draining,
-            num_steps=self.num_steps,
-            lora_info=self._lora_info,
-        )

@@ -16,9 +16,8 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
 from engine.service import EngineService, ServiceSettings, loop
-from engine.service.inbox import NewRequest
-from engine.service.output_writer import OutputWriter
-from engine.service.redis_io import Channels, PublishJob, connect
+from engine.service.redis_input import Channels, NewRequest, connect
+from engine.service.redis_output import OutputWriter, PublishJob
 from tests.engine.service.support import wait_for
 
 pytestmark = pytest.mark.slow
@@ -82,7 +81,7 @@ def service(tiny_llama, server):
     )
     svc = EngineService(engine, settings)
     yield svc
-    for thread in (svc.reader, svc.broadcast, svc.status, svc.registry_watcher):
+    for thread in (svc.reader, svc.broadcast, svc.heartbeat):
         if thread.is_alive():
             thread.stop(timeout=2)
 

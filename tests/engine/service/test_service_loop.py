@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
 from engine.service import EngineService, ServiceSettings
-from engine.service.inbox import AbortEvent, NewRequest
+from engine.service.redis_input import AbortEvent, NewRequest
 from inference.engine_client import EngineClient
 from tests.engine.service.support import wait_for
 

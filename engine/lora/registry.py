@@ -1,11 +1,12 @@
-"""The LoRA adapters this engine serves, kept equal to the control plane's registry.
+"""The LoRA adapters an engine serves, kept equal to a published registry.
 
-The registry hash ``Keys.adapters(model)`` (name -> AdapterRef) says what every engine of the
-model should hold. LoadAdapter / UnloadAdapter control messages bring changes at once; and
-every few seconds the RegistryWatcher thread reads the hash again, so that the loop can
-reconcile: load what is missing or of another version, unload what is gone. A lost control
-message, or a Redis restart the control plane has since healed, costs at most one beat. An
-adapter that fails to load is logged and retried with backoff, and never stops the engine.
+The control plane's registry (name -> AdapterRef; docs/protocol.md) says what every engine of
+a model should hold. LoadAdapter / UnloadAdapter messages bring changes at once, and the
+service reads the registry again every few seconds (``reconcile``): load what is missing or
+of another version, unload what is gone. A lost control message, or a Redis restart the
+control plane has since healed, costs at most one beat. An adapter that fails to load is
+logged and retried with backoff, and never stops the engine. No Redis here: the service's
+threads read the registry and hand it over.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-
-import redis
+from typing import TYPE_CHECKING
 
 from engine import protocol
 from engine.adapters import AdapterIdentity
-from engine.service.inbox import Inbox, RegistrySnapshot
-from engine.service.redis_io import PeriodicThread
+
+if TYPE_CHECKING:
+    from engine.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 
@@ -29,32 +30,6 @@ logger = logging.getLogger(__name__)
 # up to RETRY_MAX_S; a new version of it (another AdapterRef) is tried at once.
 RETRY_FIRST_S = 10.0
 RETRY_MAX_S = 300.0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def read_registry(
-    client: redis.Redis, key: str, logged: set[bytes] | None = None
-) -> dict[str, protocol.AdapterRef]:
-    """The registry hash as name -> AdapterRef. Unreadable records are left out (as if
-    withdrawn) and logged, once each when ``logged`` remembers them across reads."""
-    refs: dict[str, protocol.AdapterRef] = {}
-    for raw_name, raw in client.hgetall(key).items():
-        name = _text(raw_name)
-        try:
-            ref = protocol.decode_adapter(raw)
-            if ref.name != name:
-                raise ValueError(f"record names {ref.name!r}")
-        except Exception as exc:
-            if logged is None or raw not in logged:
-                logger.error("unreadable adapter record %r in %s skipped: %s", name, key, exc)
-                if logged is not None:
-                    logged.add(raw)
-            continue
-        refs[name] = ref
-    return refs
 
 
 @dataclass(slots=True)
@@ -66,10 +41,12 @@ class _LoadFailure:
 
 class AdapterRegistry:
     """The adapters loaded in this engine, by name. Only the loop thread calls its methods;
-    ``versions`` (name -> checksum) is replaced whole on every change, for the status thread.
+    ``versions`` (name -> checksum) is replaced whole on every change, for the heartbeat thread.
     """
 
-    def __init__(self, engine, model_name: str, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, engine: LLMEngine, model_name: str, *, clock: Callable[[], float] = time.monotonic
+    ):
         self.engine = engine
         self.model_name = model_name
         self.clock = clock
@@ -177,24 +154,3 @@ class AdapterRegistry:
                 f"(loaded: {identity.checksum[:12]})"
             )
         return identity
-
-
-class RegistryWatcher(PeriodicThread):
-    """Every ``interval``: read the registry hash and hand it to the loop's inbox."""
-
-    def __init__(self, client: redis.Redis, key: str, inbox: Inbox, *, interval: float):
-        super().__init__("engine-adapter-registry", interval)
-        self.client = client
-        self.key = key
-        self.inbox = inbox
-        self._logged: set[bytes] = set()
-
-    def read(self) -> RegistrySnapshot:
-        read_at = time.monotonic()  # before the read: what changes during it is newer
-        return RegistrySnapshot(read_registry(self.client, self.key, self._logged), read_at)
-
-    def tick(self) -> None:
-        try:
-            self.inbox.put(self.read())
-        except redis.RedisError:
-            logger.warning("reading the adapter registry %s failed", self.key, exc_info=True)

@@ -1,0 +1,274 @@
+"""The loop -> Redis: the output writer thread, and the status record.
+
+The writer applies PublishJobs in order and never drops one.
+
+While Redis is unreachable the jobs wait here and the write is retried with backoff until
+Redis answers again. Dropping a job would lose tokens in the middle of a stream and let the
+client see a normal finish with text missing (issue 15.2), so the only relief valve is
+backpressure: past ``max_backlog`` queued jobs the loop stops stepping (``congested``) until
+the writer catches up.
+
+A connection that breaks after EXEC was sent leaves it unknown whether the transaction ran.
+Every write also sets this engine's write marker to the write's sequence number inside the
+same MULTI, so a retry first reads the marker and skips a write Redis already applied:
+outputs are never written twice either.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import redis
+
+from engine import protocol
+from engine.protocol import ENGINE_GROUP, FIELD
+from engine.service.redis_input import Channels, take_all
+
+if TYPE_CHECKING:
+    from engine.service.loop import EngineService
+
+logger = logging.getLogger(__name__)
+
+# Jobs (about one per engine step) queued before the loop stops stepping.
+MAX_BACKLOG_JOBS = 512
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+MARKER_TTL_S = 3600
+# Output streams of frontends that went away expire instead of lingering.
+OUTPUT_STREAM_TTL_S = 3600
+# The status record's throughput is averaged over this many seconds.
+RATE_WINDOW_S = 5.0
+
+
+@dataclass(slots=True)
+class PublishJob:
+    """What one loop iteration writes, applied in one MULTI so Redis never sees half of it.
+
+    A request's first output and its ``started`` record go together; its last output, its
+    XACK and the removal of its ``started`` record go together.
+    """
+
+    outputs: dict[str, list[protocol.RequestDelta]] = field(default_factory=dict)
+    started: dict[str, protocol.StartedRecord] = field(default_factory=dict)
+    done: list[str] = field(default_factory=list)  # request stream entry ids to XACK
+    requeue: list[protocol.GenerateRequest] = field(default_factory=list)
+    step: int = 0
+
+    def add(self, frontend_id: str, delta: protocol.RequestDelta) -> None:
+        self.outputs.setdefault(frontend_id, []).append(delta)
+
+    def abort(
+        self, request: protocol.GenerateRequest, indexes, *, error="", num_prompt_tokens=0
+    ) -> None:
+        """End samples ``indexes`` of ``request`` with finish reason abort (``error``: why)."""
+        for index in indexes:
+            delta = protocol.RequestDelta(
+                request_id=request.request_id,
+                index=index,
+                finish_reason="abort",
+                num_prompt_tokens=num_prompt_tokens,
+                error=error,
+            )
+            self.add(request.frontend_id, delta)
+
+    def hand_back(self, entry_id: str, request: protocol.GenerateRequest) -> None:
+        """Put the request back on the stream for another engine (draining)."""
+        self.requeue.append(request)
+        self.done.append(entry_id)
+
+    def __bool__(self) -> bool:
+        return bool(self.outputs or self.started or self.done or self.requeue)
+
+
+class OutputWriter(threading.Thread):
+    """Applies PublishJobs in order; jobs queued while a write is in flight share a round trip."""
+
+    def __init__(self, client: redis.Redis, channels: Channels, *, max_backlog=MAX_BACKLOG_JOBS):
+        super().__init__(name="engine-output-writer", daemon=True)
+        self.client = client
+        self.channels = channels
+        self.max_backlog = max_backlog
+        self._jobs: queue.SimpleQueue[PublishJob | None] = queue.SimpleQueue()
+        self.backlog = 0  # jobs submitted and not yet written
+        self._room = threading.Condition()
+        self._sequence = 0
+        # Marker values from an earlier life of this engine id must never match this one's.
+        self._boot = os.urandom(6).hex()
+        self._marker = f"{channels.keys.prefix}:written:{channels.model}:{channels.engine_id}"
+        # time.monotonic() of the first failed write of the current outage; None when healthy.
+        self.failing_since: float | None = None
+        self._closing = False
+
+    def congested(self) -> bool:
+        return self.backlog >= self.max_backlog
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Block up to ``timeout`` until the backlog is under the bound again."""
+        with self._room:
+            return self._room.wait_for(lambda: not self.congested(), timeout)
+
+    def outage_s(self) -> float:
+        """How long writes have been failing, 0 when the last one succeeded."""
+        since = self.failing_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def submit(self, job: PublishJob) -> None:
+        if job:
+            with self._room:
+                self.backlog += 1
+            self._jobs.put(job)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued (while Redis answers within ``timeout``), then stop."""
+        self._closing = True
+        self._jobs.put(None)
+        self.join(timeout)
+        if self.is_alive() or self.backlog:
+            logger.error(
+                "engine stopped with %d output jobs unwritten: Redis unreachable", self.backlog
+            )
+
+    def run(self) -> None:
+        closing = False
+        while not closing:
+            jobs = take_all(self._jobs, None)
+            closing = None in jobs
+            jobs = [j for j in jobs if j is not None]
+            if jobs:
+                self._write(jobs)
+                with self._room:
+                    self.backlog -= len(jobs)
+                    self._room.notify_all()
+
+    def _apply(self, pipe, job: PublishJob) -> None:
+        ch = self.channels
+        for frontend_id, deltas in job.outputs.items():
+            key = ch.keys.outputs(frontend_id)
+            batch = protocol.OutputBatch(engine_id=ch.engine_id, deltas=deltas, step=job.step)
+            pipe.xadd(key, {FIELD: protocol.encode(batch)})
+            pipe.expire(key, OUTPUT_STREAM_TTL_S)
+        if job.started:
+            pipe.hset(ch.started, mapping={k: protocol.encode(v) for k, v in job.started.items()})
+        if job.done:
+            pipe.xack(ch.requests, ENGINE_GROUP, *job.done)
+            pipe.hdel(ch.started, *job.done)
+        for request in job.requeue:
+            pipe.xadd(ch.requests, {FIELD: protocol.encode(request)})
+
+    def _write(self, jobs: list[PublishJob]) -> None:
+        self._sequence += 1
+        sequence = f"{self._boot}:{self._sequence}".encode()
+        delay = RETRY_FIRST_S
+        results: list = []
+        retrying = False
+        while True:
+            try:
+                if retrying and self.client.get(self._marker) == sequence:
+                    break  # the earlier attempt ran; its reply was lost with the connection
+                pipe = self.client.pipeline(transaction=True)
+                for job in jobs:
+                    self._apply(pipe, job)
+                pipe.set(self._marker, sequence, ex=MARKER_TTL_S)
+                results = pipe.execute(raise_on_error=False)
+                break
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                retrying = True
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                    logger.warning("writing outputs failed (%s); retrying until Redis answers", exc)
+                if self._closing and self.outage_s() > 5.0:
+                    return  # shutting down and Redis stays away: close() reports the loss
+                time.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+            except redis.RedisError:
+                # Not a transport failure (MULTI refused): retrying would not help.
+                logger.exception("writing %d output jobs failed; they are lost", len(jobs))
+                return
+        if self.failing_since is not None:
+            logger.warning(
+                "Redis answers again: outputs written after %.1fs of retries", self.outage_s()
+            )
+            self.failing_since = None
+        for result in results:
+            # A command that failed inside the transaction (an XACK after the group vanished
+            # with a Redis that restarted empty): the outputs around it were written.
+            if isinstance(result, Exception):
+                logger.warning("a command of an output write failed: %s", result)
+
+
+class StatusPublisher:
+    """This engine's status record: SET with a TTL on every heartbeat, so a crash leaves it to
+    expire (engine/service/recovery.py), removed at a clean exit."""
+
+    def __init__(self, client: redis.Redis, service: EngineService):
+        self.client = client
+        self.service = service
+        settings = service.settings
+        self.key = service.keys.status(settings.model_name, settings.engine_id)
+        self.member = protocol.engine_member(settings.model_name, settings.engine_id)
+        self.started_at = time.time()
+        # (time, generated tokens total) samples for the throughput.
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def record(self) -> protocol.EngineStatus:
+        svc, now = self.service, time.time()
+        # Only the loop thread changes these; each is replaced whole, so safe to read here.
+        stats, adapters = svc.stats, svc.adapters.versions
+        self._samples.append((now, stats.generation_tokens_total))
+        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+        first_t, first_total = self._samples[0]
+        rate = (
+            (stats.generation_tokens_total - first_total) / (now - first_t)
+            if now > first_t
+            else 0.0
+        )
+        status = protocol.EngineStatus(
+            **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
+            **svc.lora_info,  # so have LLMEngine.lora_requests_info's keys
+            engine_id=svc.settings.engine_id,
+            model=svc.settings.model_name,
+            adapters=sorted(adapters),
+            adapter_checksums=dict(adapters),
+            tokens_per_s=round(rate, 2),
+            started_at=self.started_at,
+            updated_at=now,
+            draining=svc.draining,
+            max_num_seqs=svc.max_num_seqs,
+            num_steps=svc.num_steps,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        status.num_waiting += svc.inbox.num_requests
+        return status
+
+    def publish(self) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        ttl_ms = int(self.service.settings.status_ttl * 1000)
+        pipe.set(self.key, protocol.encode_status(self.record()), px=ttl_ms)
+        pipe.sadd(self.service.keys.engines(), self.member)
+        pipe.execute()
+
+    def withdraw(self) -> None:
+        """Remove this engine's record, and its consumer unless it still has pending entries
+        (a survivor must claim them then)."""
+        me, channels = self.service.settings.engine_id, self.service.channels
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self.key)
+        pipe.srem(self.service.keys.engines(), self.member)
+        pipe.execute()
+        pending = self.client.xpending_range(
+            channels.requests, ENGINE_GROUP, min="-", max="+", count=1, consumername=me
+        )
+        if not pending:
+            self.client.xgroup_delconsumer(channels.requests, ENGINE_GROUP, me)
+            self.client.delete(channels.started)
