@@ -46,7 +46,7 @@ def _urlconf():
     from django.http import JsonResponse
     from django.urls import path
 
-    from controlplane.tenants import admission as admission_policy
+    from controlplane.access import admission as admission_policy
     from inference import credentials
 
     body = {"object": "list", "data": [{"id": "tiny", "object": "model"}]}
@@ -117,7 +117,7 @@ async def _run(args) -> None:
     from django.conf import settings
     from django.test import AsyncClient
 
-    from controlplane.tenants import admission as admission_policy
+    from controlplane.access import admission as admission_policy
     from controlplane.tenants.services import api_key_create, tenant_create
     from controlplane.usage.events import usage_queue_key
     from controlplane.usage.services import usage_flush

@@ -157,7 +157,7 @@ class GenerateRequest(msgspec.Struct, tag="generate", kw_only=True):
     tenant: str = ""
     arrival_time: float = 0.0  # wall clock (time.time()) when the API accepted it
     priority: int = 0
-    # Failover (inference/failover.py): this many trailing prompt tokens are output an engine
+    # Failover (inference/transport/failover.py): this many trailing prompt tokens are output an engine
     # that died had already produced. The engine counts them as output (penalties, min_tokens,
     # max_tokens, the seed's position); ``sampling`` carries the budget left (max_tokens and
     # min_tokens less these), so an engine that ignores the field still stops on time.

@@ -7,7 +7,7 @@ it: name, checksum, path), ``engine_model`` naming the base model's request stre
 the base checkpoint (the adapter shares its tokenizer). Adapters of other tenants, unknown and
 not ready ones are all the same 404, so adapter names do not leak across tenants.
 
-Lookups read this process's catalog snapshot (controlplane/deployments/catalog.py): no
+Lookups read this process's catalog snapshot (controlplane/catalog/cache.py): no
 database query per request, and a change reaches every process within about a second.
 
 A ready adapter is *validated*; it is *serving* once a live engine of its base model lists it
@@ -26,9 +26,9 @@ from pathlib import Path
 import redis
 from asgiref.sync import sync_to_async
 
+from controlplane.access.principals import Principal, can_use_model
 from controlplane.adapters.selectors import AdapterRoute
-from controlplane.deployments.catalog import CatalogModel, acatalog_snapshot
-from controlplane.tenants.access import Principal, can_use_model
+from controlplane.catalog.cache import CatalogModel, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import model_not_found
 from inference.transport import EmbeddingTokenizer, EngineClient

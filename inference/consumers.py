@@ -17,7 +17,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from controlplane.tenants.access import AccessError, Principal
+from controlplane.access.principals import AccessError, Principal
 from inference import credentials
 from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request

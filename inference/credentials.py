@@ -1,7 +1,7 @@
 """Credentials off the wire: the ``Authorization`` header, and a WebSocket handshake's header,
 ``?api_key=`` or staff session cookie, plus the client's address (failed attempts are
 throttled per address). What they are worth is the control plane's decision
-(controlplane.tenants.access); this module only finds them.
+(controlplane.access.principals); this module only finds them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from controlplane.tenants.access import (
+from controlplane.access.principals import (
     Principal,
     authenticate_secret,
     key_principal,

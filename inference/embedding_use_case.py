@@ -9,8 +9,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.tenants.access import Principal
-from controlplane.tenants.admission import admit, check_request_limits, finish
+from controlplane.access.admission import admit, check_request_limits, finish
+from controlplane.access.principals import Principal
 from inference.catalog import embedding_max_length, embedding_tokenizer_for, resolve_model
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.generation.planning import off_loop

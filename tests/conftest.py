@@ -76,8 +76,8 @@ def _process_caches() -> list:
         return []
     if not settings.configured:
         return []
-    from controlplane.deployments.catalog import catalog_cache
-    from controlplane.tenants.keycache import key_cache
+    from controlplane.access.keycache import key_cache
+    from controlplane.catalog.cache import catalog_cache
 
     return [catalog_cache, key_cache]
 

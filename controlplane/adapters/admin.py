@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 
 from controlplane.adapters import services, serving
 from controlplane.adapters.models import Adapter
+from controlplane.common.admin_rows import adopt_created_row
 
 
 class AdapterAddForm(forms.ModelForm):
@@ -145,21 +146,16 @@ class AdapterAdmin(admin.ModelAdmin):
             created = services.adapter_upload(
                 files=[data["config_file"], data["weights_file"]], **common
             )
-        for field in Adapter._meta.concrete_fields:
-            setattr(obj, field.attname, getattr(created, field.attname))
-        obj._state.adding = False
-        obj._state.db = created._state.db
+        adopt_created_row(obj, created)
 
     def save_related(self, request, form, formsets, change):
         if not change:
             return  # the upload service granted them
-        adapter = form.instance
-        wanted = set(form.cleaned_data.get("tenants") or ())
-        current = set(adapter.tenants.all())
-        for tenant in wanted - current:
-            services.adapter_grant(adapter=adapter, tenant=tenant, actor=request.user)
-        for tenant in current - wanted:
-            services.adapter_revoke_grant(adapter=adapter, tenant=tenant, actor=request.user)
+        services.adapter_set_tenants(
+            adapter=form.instance,
+            tenants=form.cleaned_data.get("tenants") or (),
+            actor=request.user,
+        )
 
     def delete_model(self, request, obj):
         services.adapter_delete(adapter=obj, actor=request.user)

@@ -31,7 +31,7 @@ def _keys() -> protocol.Keys:
 
 
 def _redis():
-    from controlplane.tenants.redis_clients import sync_redis
+    from controlplane.common.redis_clients import sync_redis
 
     return sync_redis()
 
@@ -88,10 +88,10 @@ def registry_reconcile() -> int:
     Adapters being validated (again) are left as they are: their validation publishes or
     withdraws them. Hashes of models the database no longer has are emptied.
     """
-    from controlplane.deployments.models import ServedModel
+    from controlplane.deployments.selectors import served_model_names
 
     client, keys = _redis(), _keys()
-    models = set(ServedModel.objects.values_list("name", flat=True))
+    models = set(served_model_names())
     stale = client.scan_iter(match=keys.adapters("*"), count=500)
     models.update(k.decode().removeprefix(keys.adapters("")) for k in stale)
     changes = sum(_reconcile_model(client, keys, model) for model in sorted(models))
@@ -130,12 +130,10 @@ def _reconcile_model(client, keys: protocol.Keys, model: str, attempts: int = 5)
 def _wanted(model: str) -> tuple[dict[str, protocol.AdapterRef], set[str]]:
     """The ready adapters of ``model`` by name, and the names being (re)validated."""
     from controlplane.adapters.models import Adapter
+    from controlplane.adapters.selectors import adapter_registry_rows
 
     wanted, unsettled = {}, set()
-    rows = Adapter.objects.filter(base_model__name=model).values_list(
-        "name", "state", "checksum", "path"
-    )
-    for name, state, checksum, path in rows:
+    for name, state, checksum, path in adapter_registry_rows(base_model=model):
         if state == Adapter.State.READY:
             wanted[name] = adapter_ref(name=name, checksum=checksum, path=path)
         elif state in (Adapter.State.UPLOADED, Adapter.State.VALIDATING):

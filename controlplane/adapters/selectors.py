@@ -70,7 +70,7 @@ def adapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
 
 def adapter_routes_granted() -> dict[AdapterRoute, frozenset[int]]:
     """Every servable adapter granted to some tenant, with those tenants' ids, ordered by
-    name: what the API processes cache (controlplane.deployments.catalog), in one query."""
+    name: what the API processes cache (controlplane.catalog.cache), in one query."""
     rows = (
         _servable()
         .select_related("base_model")
@@ -87,3 +87,10 @@ def adapter_routes_granted() -> dict[AdapterRoute, frozenset[int]]:
 def tenant_adapter_names(*, tenant_id: int) -> frozenset[str]:
     """Names of the ready adapters granted to the tenant whose base model is served."""
     return frozenset(_visible(tenant_id).values_list("name", flat=True))
+
+
+def adapter_registry_rows(*, base_model: str) -> list[tuple[str, str, str, str]]:
+    """``(name, state, checksum, path)`` of every adapter of ``base_model``: what the engines'
+    adapter registry is reconciled against (engine_sync.py)."""
+    rows = Adapter.objects.filter(base_model__name=base_model)
+    return list(rows.values_list("name", "state", "checksum", "path"))

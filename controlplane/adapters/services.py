@@ -4,7 +4,7 @@ Registering or uploading creates an adapter in state ``uploaded`` (or, under an 
 name, points that adapter at the new files) and queues its validation; validation
 (``adapter_validate``, run by the Celery worker) moves it through ``validating`` to ``ready``
 or ``failed`` and, once ready, announces it to the base model's engines. Every write
-bumps the catalog epoch (controlplane/deployments/catalog.py), so every API process sees new,
+bumps the catalog epoch (controlplane/catalog/cache.py), so every API process sees new,
 granted, revoked, re-validated and deleted adapters within a second.
 """
 
@@ -25,7 +25,7 @@ from controlplane.adapters import engine_sync
 from controlplane.adapters.models import Adapter, adapter_name_validator
 from controlplane.adapters.uploads import ADAPTER_FILES, store_upload
 from controlplane.audit.services import audit_record
-from controlplane.deployments.catalog import catalog_epoch_bump
+from controlplane.common.redis_epoch import catalog_epoch_bump
 from controlplane.deployments.models import ServedModel
 from controlplane.tenants.models import Tenant
 
@@ -321,6 +321,23 @@ def adapter_revoke_grant(
         details={"tenant": tenant.slug},
     )
     catalog_epoch_bump()
+
+
+@transaction.atomic
+def adapter_set_tenants(
+    *,
+    adapter: Adapter,
+    tenants: Iterable[Tenant],
+    actor: Any = None,
+    actor_label: str | None = None,
+) -> None:
+    """Grant ``adapter`` to exactly ``tenants``: the new ones are granted, the others revoked,
+    each change audited as by ``adapter_grant`` and ``adapter_revoke_grant``."""
+    wanted, current = set(tenants), set(adapter.tenants.all())
+    for tenant in wanted - current:
+        adapter_grant(adapter=adapter, tenant=tenant, actor=actor, actor_label=actor_label)
+    for tenant in current - wanted:
+        adapter_revoke_grant(adapter=adapter, tenant=tenant, actor=actor, actor_label=actor_label)
 
 
 @transaction.atomic

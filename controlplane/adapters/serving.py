@@ -3,7 +3,7 @@
 The database's ``ready`` means *validated*; an adapter is *serving* once a live engine of its
 base model lists it (this version) in its status record (live: the status key has not
 expired). The admin reads this; the API reads the same records through its own cached
-admission snapshot (inference/engine_capacity.py).
+admission snapshot (inference/transport/engine_capacity.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 import redis
 from django.conf import settings
 
-from controlplane.metrics.collector import read_engine_statuses
-from controlplane.tenants.redis_clients import sync_redis
+from controlplane.common.engine_statuses import read_engine_statuses
+from controlplane.common.redis_clients import sync_redis
 from engine import protocol
 
 logger = logging.getLogger(__name__)

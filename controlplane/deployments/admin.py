@@ -7,7 +7,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from controlplane.deployments import services
+from controlplane.common.admin_rows import adopt_created_row
+from controlplane.deployments import selectors, services
 from controlplane.deployments.models import ServedModel
 
 
@@ -80,16 +81,13 @@ class ServedModelAdmin(admin.ModelAdmin):
         if change:
             # ``obj`` already holds the new values; the service compares with the stored row.
             services.served_model_update(
-                model=ServedModel.objects.get(pk=obj.pk),
+                model=selectors.served_model_get_by_pk(pk=obj.pk),
                 actor=request.user,
                 **{field: form.cleaned_data[field] for field in form.changed_data},
             )
             return
         created = services.served_model_register(path=obj.path, name=obj.name)
-        for field in ServedModel._meta.concrete_fields:
-            setattr(obj, field.attname, getattr(created, field.attname))
-        obj._state.adding = False
-        obj._state.db = created._state.db
+        adopt_created_row(obj, created)
 
     def get_deleted_objects(self, objs, request):
         # The confirmation page refuses, as for protected objects, what the service refuses.

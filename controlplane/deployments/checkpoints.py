@@ -21,7 +21,6 @@ from django.conf import settings
 
 from controlplane.deployments.models import POOLING_ARCHITECTURES
 from controlplane.deployments.tool_parsers import default_tool_parser
-from controlplane.launcher.process_commands import REPO
 
 Progress = Callable[[str], None]
 
@@ -203,7 +202,12 @@ def gguf_convert(*, gguf_file: Path, out_dir: Path, progress: Progress = no_prog
     command = [sys.executable, "-m", "engine.gguf_convert", str(gguf_file), str(out_dir)]
     lines: list[str] = []
     with subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        command,
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
     ) as process:
         try:
             for line in process.stdout:

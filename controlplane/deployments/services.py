@@ -2,7 +2,7 @@
 
 What a path holds (chat, completions-only, embeddings, GGUF to convert) is decided in
 controlplane/deployments/checkpoints.py, which never loads torch. Every write bumps the catalog
-epoch, so every API process sees it within a second (controlplane/deployments/catalog.py).
+epoch, so every API process sees it within a second (controlplane/catalog/cache.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from controlplane.audit.services import audit_record
-from controlplane.deployments.catalog import catalog_epoch_bump
+from controlplane.common.redis_epoch import auth_epoch_bump, catalog_epoch_bump
 from controlplane.deployments.checkpoints import (
     Checkpoint,
     ModelRegistrationError,
@@ -23,7 +23,6 @@ from controlplane.deployments.checkpoints import (
     no_progress,
 )
 from controlplane.deployments.models import ServedModel
-from controlplane.tenants.keycache import auth_epoch_bump
 
 
 def served_model_validate(

@@ -79,12 +79,12 @@ def engine_live(redis_url: str, prefix: str, model: str) -> bool:
     one after its model has loaded)."""
     import redis
 
+    from controlplane.common.engine_statuses import any_engine_live
     from engine.protocol import Keys
 
     client = redis.Redis.from_url(redis_url)
     try:
-        pattern = Keys(prefix).status_pattern(model)
-        return next(iter(client.scan_iter(match=pattern, count=100)), None) is not None
+        return any_engine_live(client, Keys(prefix), model=model)
     finally:
         client.close()
 

@@ -25,10 +25,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from controlplane.common.engine_statuses import read_engine_statuses
+from controlplane.common.redis_pools import sync_client
 from controlplane.metrics import definitions as d
 from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
-from controlplane.tenants.redis_pools import sync_client
-from engine import protocol
 from engine.protocol import EngineStatus, Keys
 
 logger = logging.getLogger(__name__)
@@ -92,22 +92,6 @@ class PlatformCollector(Collector):
                     ),
                 )
             return self._client[1], prefix
-
-
-def read_engine_statuses(client: redis.Redis, keys: Keys) -> list[EngineStatus]:
-    members = sorted(m.decode() for m in client.smembers(keys.engines()))
-    if not members:
-        return []
-    pairs = [protocol.split_engine_member(m) for m in members]
-    statuses = []
-    for data in client.mget([keys.status(model, engine_id) for model, engine_id in pairs]):
-        if data is None:
-            continue  # expired: the engine stopped publishing
-        try:
-            statuses.append(protocol.decode_status(data))
-        except Exception:
-            logger.warning("metrics: unreadable engine status record skipped", exc_info=True)
-    return statuses
 
 
 def _read_request_series(

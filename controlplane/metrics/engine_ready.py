@@ -18,6 +18,7 @@ import sys
 
 import redis
 
+from controlplane.common.engine_statuses import find_engine_statuses
 from engine import protocol
 from engine.protocol import Keys
 
@@ -31,20 +32,8 @@ def find_ready_engine(
     allow_draining: bool,
 ) -> protocol.EngineStatus | None:
     """The status of a live engine of ``model`` (this ``engine_id`` if given), else None."""
-    if engine_id:
-        status_keys = [keys.status(model, engine_id)]
-    else:
-        status_keys = [k.decode() for k in client.scan_iter(match=keys.status_pattern(model))]
-    for data in client.mget(status_keys) if status_keys else []:
-        if data is None:
-            continue
-        try:
-            status = protocol.decode_status(data)
-        except Exception:
-            continue
-        if allow_draining or not status.draining:
-            return status
-    return None
+    statuses = find_engine_statuses(client, keys, model=model, engine_id=engine_id or None)
+    return next((s for s in statuses if allow_draining or not s.draining), None)
 
 
 def main(argv: list[str] | None = None) -> int:

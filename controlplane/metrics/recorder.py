@@ -18,9 +18,9 @@ import weakref
 
 import redis.asyncio as aioredis
 
+from controlplane.common.redis_pools import async_blocking_pool
 from controlplane.metrics import definitions as d
 from controlplane.metrics.store import SEP, HistogramDelta, MetricKeys, series_member
-from controlplane.tenants.redis_pools import async_blocking_pool
 
 logger = logging.getLogger(__name__)
 

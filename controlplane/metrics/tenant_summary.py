@@ -113,7 +113,7 @@ def tenant_metrics_summary(*, model: str | None = None) -> list[TenantMetrics]:
     """Per tenant (sorted by name): requests, prefix-cache hit rate, TTFT p50/p95."""
     from django.conf import settings
 
-    from controlplane.tenants.redis_pools import sync_client
+    from controlplane.common.redis_pools import sync_client
 
     keys = _keys()
     client = sync_client(settings.REDIS_URL)
@@ -134,7 +134,7 @@ async def atenant_metrics_summary(*, model: str | None = None) -> list[TenantMet
     """tenant_metrics_summary for async views."""
     from django.conf import settings
 
-    from controlplane.tenants.redis_pools import async_client
+    from controlplane.common.redis_pools import async_client
 
     keys = _keys()
     client = async_client(settings.REDIS_URL)

@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "channels",
     "controlplane.launcher",
     "controlplane.tenants",
+    "controlplane.access",
     "controlplane.deployments",
     "controlplane.adapters",
     "controlplane.usage",

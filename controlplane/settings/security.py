@@ -52,19 +52,19 @@ SECURE_PROXY_SSL_HEADER = (
 )
 SILENCED_SYSTEM_CHECKS = env_list("DJANGO_SILENCED_SYSTEM_CHECKS", [])
 
-# Failed authentication (controlplane/tenants/auth_throttle.py). API keys: after this many
+# Failed authentication (controlplane/access/auth_throttle.py). API keys: after this many
 # failures in a window from one client address, or with one key prefix, failures are answered
 # 429 with Retry-After (a blocked address's unknown keys never reach the database). Behind a
 # proxy, run Daphne with --proxy-headers so that the address is the client's. 0: not counted.
 AUTH_FAILURES_PER_ADDRESS = env_int("AUTH_FAILURES_PER_ADDRESS", 20)
 AUTH_FAILURES_PER_KEY_PREFIX = env_int("AUTH_FAILURES_PER_KEY_PREFIX", 10)
 AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 60)
-# Admin sign-in (controlplane/tenants/login_lockout.py): after this many wrong passwords for
+# Admin sign-in (controlplane/access/login_lockout.py): after this many wrong passwords for
 # one username, or from one address, sign-in is refused until the lockout has passed quietly.
 ADMIN_LOGIN_FAILURES_PER_USERNAME = env_int("ADMIN_LOGIN_FAILURES_PER_USERNAME", 5)
 ADMIN_LOGIN_FAILURES_PER_ADDRESS = env_int("ADMIN_LOGIN_FAILURES_PER_ADDRESS", 20)
 ADMIN_LOGIN_LOCKOUT_SECONDS = env_int("ADMIN_LOGIN_LOCKOUT_SECONDS", 900)
-AUTHENTICATION_BACKENDS = ["controlplane.tenants.login_lockout.LockoutModelBackend"]
+AUTHENTICATION_BACKENDS = ["controlplane.access.login_lockout.LockoutModelBackend"]
 
 # An open WebSocket checks its key (or staff user) again this often, and before every
 # generation it starts: a revoked key's socket is closed within about this plus

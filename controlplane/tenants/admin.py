@@ -7,9 +7,10 @@ from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from controlplane.common.admin_rows import adopt_created_row
 from controlplane.tenants.forms import ApiKeyCreateForm
-from controlplane.tenants.login_lockout import LockoutAdminAuthenticationForm
 from controlplane.tenants.models import ApiKey, Tenant
+from controlplane.tenants.selectors import tenant_get_by_pk
 from controlplane.tenants.services import (
     api_key_create,
     api_key_revoke,
@@ -19,23 +20,12 @@ from controlplane.tenants.services import (
     tenant_update,
 )
 
-# Sign-in says so when repeated wrong passwords locked it out (login_lockout.py).
-admin.site.login_form = LockoutAdminAuthenticationForm
-
 _LIMITS = (
     "requests_per_minute",
     "tokens_per_minute",
     "max_concurrent_requests",
     "monthly_token_budget",
 )
-
-
-def _copy_into(target, source) -> None:
-    """Make the admin's unsaved instance the row the service created (for messages and logs)."""
-    for field in source._meta.concrete_fields:
-        setattr(target, field.attname, getattr(source, field.attname))
-    target._state.adding = False
-    target._state.db = source._state.db
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -90,11 +80,11 @@ class TenantAdmin(admin.ModelAdmin):
             )
             if not data.get("is_active", True):
                 tenant_update(tenant=created, is_active=False, actor=request.user)
-            _copy_into(obj, created)
+            adopt_created_row(obj, created)
             return
         fields = [f for f in form.changed_data if f in {"name", "is_active", *_LIMITS}]
         if fields:
-            current = Tenant.objects.get(pk=obj.pk)
+            current = tenant_get_by_pk(pk=obj.pk)
             tenant_update(tenant=current, actor=request.user, **{f: data[f] for f in fields})
 
     def save_related(self, request, form, formsets, change):
@@ -178,7 +168,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             expires_at=data.get("expires_at"),
             actor=request.user,
         )
-        _copy_into(obj, created.key)
+        adopt_created_row(obj, created.key)
         request._created_api_key_secret = created.secret
 
     def response_add(self, request, obj, post_url_continue=None):

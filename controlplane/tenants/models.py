@@ -3,7 +3,7 @@
 from django.db import models
 
 # Endpoint names a key's scopes may list; an empty scope list means every endpoint.
-# ``controlplane.tenants.access`` normalises a request path ("/v1/chat/completions") to these names.
+# ``controlplane.access.principals`` normalises a request path ("/v1/chat/completions") to these names.
 API_SCOPES = (
     "chat.completions",
     "completions",
@@ -36,7 +36,7 @@ class Tenant(models.Model):
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     # Grants. No model granted means every served model. Adapter grants live on the adapter
     # (``Adapter.tenants``, reverse name ``tenant.allowed_adapters``), read from the per-process
-    # model catalog (controlplane/deployments/catalog.py); granting bumps the catalog's epoch.
+    # model catalog (controlplane/catalog/cache.py); granting bumps the catalog's epoch.
     allowed_models = models.ManyToManyField(
         "deployments.ServedModel", blank=True, related_name="tenants"
     )

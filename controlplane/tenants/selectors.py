@@ -79,6 +79,11 @@ def tenant_get(*, name_or_slug: str) -> Tenant | None:
     )
 
 
+def tenant_get_by_pk(*, pk: int) -> Tenant:
+    """The stored row (raises Tenant.DoesNotExist)."""
+    return Tenant.objects.get(pk=pk)
+
+
 def api_key_list(*, tenant: Tenant, include_revoked: bool = True) -> QuerySet[ApiKey]:
     qs = ApiKey.objects.filter(tenant=tenant)
     return qs if include_revoked else qs.filter(revoked_at__isnull=True)

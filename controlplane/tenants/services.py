@@ -18,10 +18,11 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlplane.audit.services import audit_record
+from controlplane.common.redis_clients import redis_key, sync_redis
+from controlplane.common.redis_epoch import auth_epoch_bump
+from controlplane.deployments.models import ServedModel
 from controlplane.tenants.key_secrets import hash_secret, new_secret
-from controlplane.tenants.keycache import auth_epoch_bump
 from controlplane.tenants.models import API_SCOPES, ApiKey, Tenant
-from controlplane.tenants.redis_clients import redis_key, sync_redis
 
 __all__ = [
     "CreatedKey",
@@ -126,8 +127,6 @@ def tenant_set_allowed_models(
     *, tenant: Tenant, model_names: Iterable[str], actor: Any = None, actor_label: str | None = None
 ) -> Tenant:
     """Grant exactly these served models (an empty list grants every model)."""
-    from controlplane.deployments.models import ServedModel
-
     names = sorted(set(model_names))
     models = list(ServedModel.objects.filter(name__in=names))
     missing = set(names) - {m.name for m in models}

@@ -6,7 +6,7 @@ import uuid
 
 import msgspec
 
-from controlplane.tenants.redis_clients import redis_key
+from controlplane.common.redis_clients import redis_key
 
 
 class UsageEvent(msgspec.Struct, frozen=True):

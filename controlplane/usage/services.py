@@ -10,8 +10,8 @@ import msgspec
 from django.db import transaction
 from django.db.models import F
 
+from controlplane.common.redis_clients import redis_key, sync_redis
 from controlplane.tenants.models import ApiKey, Tenant
-from controlplane.tenants.redis_clients import redis_key, sync_redis
 from controlplane.tenants.services import api_key_flush_last_used
 from controlplane.usage.events import (
     UsageEvent,

@@ -41,7 +41,7 @@ class _LoadFailure:
 
 class AdapterRegistry:
     """The adapters loaded in this engine, by name. Only the loop thread calls its methods;
-    ``versions`` (name -> checksum) is replaced whole on every change, for the status thread.
+    ``versions`` (name -> checksum) is replaced whole on every change, for the heartbeat thread.
     """
 
     def __init__(

@@ -28,7 +28,6 @@ from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
 from engine.service.cli import ServiceSettings
 from engine.service.recovery import DeadEngineReaper
-from engine.service.redis_input import Inbox, connect
 from engine.service.redis_output import OutputWriter, PublishJob, StatusPublisher
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ class ActiveRequest:
 
     entry_id: str  # XACK-ed with the last sample's last delta
     request: protocol.GenerateRequest
-    open_indexes: set[int] = field(default_factory=set)
+    open_indexes: set[int]
     # Once it produced output, draining can no longer hand it to another engine.
     started: bool = False
     # Tokens sent per sample: each delta carries the running count, so the frontend can
@@ -59,15 +58,18 @@ class ActiveRequest:
 
 
 class EngineService:
-    """Runs ``engine`` for one served model until drained or stopped."""
+    """Runs ``engine`` for one served model until drained or stopped.
+
+    Redis is reached only from its threads: the request reader, the broadcast reader, the
+    output writer, and the heartbeat (status record, dead engines, adapter registry).
+    """
 
     def __init__(self, engine: LLMEngine, settings: ServiceSettings):
         self.engine = engine
         self.settings = settings
-        self.me = settings.engine_id
         self.keys = protocol.Keys(settings.prefix)
         self.channels = inputs.Channels(self.keys, settings.model_name, settings.engine_id)
-        self.inbox = Inbox()
+        self.inbox = inputs.Inbox()
         self.active: dict[str, ActiveRequest] = {}  # taken and not answered in full, by id
         self.job = PublishJob()  # what this iteration will publish
         self.adapters = AdapterRegistry(engine, settings.model_name)
@@ -77,35 +79,33 @@ class EngineService:
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested = False
-        self._drain_deadline: float | None = None
-        # Read by the status thread; refreshed on the loop thread after each step.
-        self.stats = engine.stats()
-        self.lora_info: dict | None = engine.lora_requests_info()
+        self._drain_deadline = 0.0
         self._failed_for_outage = False
         self._paused = False  # backpressure: the writer's backlog is full
+        # Read by the heartbeat; replaced whole on the loop thread after each step.
+        self.stats = engine.stats()
+        self.lora_info = engine.lora_requests_info()
 
-        url = settings.redis_url
-        self.redis = connect(url)
+        url, channels, inbox = settings.redis_url, self.channels, self.inbox
+        self.redis = inputs.connect(url)
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
-        self.writer = OutputWriter(connect(url, retries=0), self.channels)
+        self.writer = OutputWriter(inputs.connect(url, retries=0), channels)
+        bound = settings.queued_bound(self.max_num_seqs)
+        waiting = lambda: self.stats.num_waiting  # noqa: E731
         self.reader = inputs.RequestReader(
-            connect(url),
-            self.channels,
-            self.inbox,
-            bound=settings.queued_bound(self.max_num_seqs),
-            waiting=lambda: self.stats.num_waiting if self.stats is not None else 0,
+            inputs.connect(url), channels, inbox, bound=bound, waiting=waiting
         )
-        self.broadcast = inputs.BroadcastReader(connect(url), self.channels, self.inbox)
-        self.registry_watcher = inputs.RegistryWatcher(
-            connect(url),
-            self.keys.adapters(settings.model_name),
-            self.inbox,
-            interval=settings.adapter_sync_interval,
-        )
+        self.broadcast = inputs.BroadcastReader(inputs.connect(url), channels, inbox)
+        beat = inputs.connect(url)  # the heartbeat's three share its connection
+        self.status = StatusPublisher(beat, self)
         self.reaper = DeadEngineReaper(
-            connect(url), self.channels, self.reader, grace_s=2 * settings.status_interval + 0.5
+            beat, channels, self.reader, grace_s=2 * settings.status_interval + 0.5
         )
-        self.status = StatusPublisher(connect(url), self)
+        registry_key = self.keys.adapters(settings.model_name)
+        self.registry_watcher = inputs.RegistryWatcher(beat, registry_key, inbox)
+        self._next_registry_read = 0.0
+        interval = min(settings.status_interval, settings.adapter_sync_interval)
+        self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,14 +113,26 @@ class EngineService:
         """Announce this engine (status first, so it is alive before it joins the group)."""
         snapshot = self.registry_watcher.read()
         self.adapters.reconcile(snapshot.refs, snapshot.read_at)
+        self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
         self.status.publish()
         inputs.ensure_group(self.redis, self.channels.requests)
         self.reaper.recover_own()
-        threads = (self.writer, self.reader, self.broadcast, self.status, self.registry_watcher)
-        for thread in threads:
+        for thread in (self.writer, self.reader, self.broadcast, self.heartbeat):
             thread.start()
         me, model = self.settings.engine_id, self.settings.model_name
         logger.info("engine %s serving %r from %s", me, model, self.channels.requests)
+
+    def beat(self) -> None:
+        """The heartbeat thread's tick: this engine's status record, then dead engines, then
+        the adapter registry once its interval is up."""
+        try:
+            self.status.publish()
+        except redis.RedisError as exc:
+            logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
+        self.reaper.check()
+        if time.monotonic() >= self._next_registry_read:
+            self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
+            self.registry_watcher.watch()
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
@@ -169,14 +181,19 @@ class EngineService:
 
     def drain_inputs(self, timeout: float = 0.0) -> None:
         for event in self.inbox.take_all(timeout):
-            if isinstance(event, inputs.NewRequest):
-                self._admit(event.entry_id, event.request)
-            elif isinstance(event, inputs.AbortEvent):
-                self._abort(event.request_id)
-            elif isinstance(event, inputs.ControlEvent):
-                self._control(event.message)
-            elif isinstance(event, inputs.RegistrySnapshot):
-                self.adapters.reconcile(event.refs, event.read_at)
+            match event:
+                case inputs.NewRequest():
+                    self._admit(event.entry_id, event.request)
+                case inputs.AbortEvent():
+                    self._abort(event.request_id)
+                case inputs.RegistrySnapshot():
+                    self.adapters.reconcile(event.refs, event.read_at)
+                case protocol.LoadAdapter():
+                    self.adapters.on_load_message(event.adapter)
+                case protocol.UnloadAdapter():
+                    self.adapters.on_unload_message(event.name)
+                case protocol.Drain() if event.engine_id in ("", self.settings.engine_id):
+                    self.request_drain()
         if self.recent_aborts:
             cutoff = time.monotonic() - RECENT_ABORT_S
             self.recent_aborts = {k: t for k, t in self.recent_aborts.items() if t >= cutoff}
@@ -184,9 +201,8 @@ class EngineService:
     def step(self) -> list[RequestOutputDelta]:
         if not self.engine.has_unfinished_requests():
             return []
-        deltas = self.engine.step()
         self.num_steps += 1
-        return deltas
+        return self.engine.step()
 
     def publish(self, deltas: list[RequestOutputDelta]) -> None:
         for delta in deltas:
@@ -205,7 +221,8 @@ class EngineService:
             if delta.finished:
                 active.open_indexes.discard(delta.index)
                 if not active.open_indexes:
-                    self._forget(active)
+                    del self.active[delta.request_id]
+                    self.job.done.append(active.entry_id)
         self.stats = self.engine.stats()
         self.lora_info = self.engine.lora_requests_info()
         if self.job:
@@ -254,17 +271,18 @@ class EngineService:
         self.active[request_id] = ActiveRequest(entry_id, request, open_indexes=indexes)
 
     def _abort(self, request_id: str) -> None:
-        active = self.active.get(request_id)
-        if active is None:
+        if request_id in self.active:
+            self._end([request_id])
+        else:
             self.recent_aborts[request_id] = time.monotonic()
-            return
-        self.engine.abort_request([request_id])
-        self._abort_open_samples(active)
 
-    def _abort_open_samples(self, active: ActiveRequest, *, error: str = "") -> None:
-        """Answer every sample still open as aborted and stop tracking the request."""
-        self.job.abort(active.request, sorted(active.open_indexes), error=error)
-        self._forget(active)
+    def _end(self, request_ids: list[str], *, error: str = "") -> None:
+        """Abort the requests in the engine and answer each sample still open as aborted."""
+        self.engine.abort_request(request_ids)
+        for request_id in request_ids:
+            active = self.active.pop(request_id)
+            self.job.abort(active.request, sorted(active.open_indexes), error=error)
+            self.job.done.append(active.entry_id)
 
     def _answer_without_running(
         self, entry_id: str, request: protocol.GenerateRequest, *, error: str = ""
@@ -276,46 +294,28 @@ class EngineService:
         )
         self.job.done.append(entry_id)
 
-    def _forget(self, active: ActiveRequest) -> None:
-        self.active.pop(active.request.request_id, None)
-        self.job.done.append(active.entry_id)
-
-    # ------------------------------------------------------------------ control and drain
-
-    def _control(self, message: protocol.ControlMessage) -> None:
-        if isinstance(message, protocol.LoadAdapter):
-            self.adapters.on_load_message(message.adapter)
-        elif isinstance(message, protocol.UnloadAdapter):
-            self.adapters.on_unload_message(message.name)
-        elif isinstance(message, protocol.Drain) and message.engine_id in ("", self.me):
-            self.request_drain()
-
-    def _hand_back_unstarted(self) -> list[ActiveRequest]:
-        handed_back = [a for a in self.active.values() if not a.started]
-        if handed_back:
-            self.engine.abort_request([a.request.request_id for a in handed_back])
-        for active in handed_back:
-            del self.active[active.request.request_id]
+    def _hand_back_unstarted(self) -> int:
+        """Put every request that has produced nothing yet back on the stream."""
+        unstarted = [request_id for request_id, a in self.active.items() if not a.started]
+        self.engine.abort_request(unstarted)
+        for request_id in unstarted:
+            active = self.active.pop(request_id)
             self.job.hand_back(active.entry_id, active.request)
-        return handed_back
+        return len(unstarted)
+
+    # ------------------------------------------------------------------ drain and failure
 
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
         self.draining = True
         self._drain_deadline = time.monotonic() + self.settings.drain_timeout
         self.reader.stop()
-        handed_back = self._hand_back_unstarted()
         logger.info(
             "draining: %d requests handed back, %d running ones get %.0fs to finish",
-            len(handed_back),
+            self._hand_back_unstarted(),
             len(self.active),
             self.settings.drain_timeout,
         )
-
-    def _fail_running(self, error: str) -> None:
-        self.engine.abort_request(list(self.active))
-        for active in list(self.active.values()):
-            self._abort_open_samples(active, error=error)
 
     def fail_for_outage(self) -> None:
         """Redis has been unreachable for OUTAGE_FAIL_S: end started requests with an error
@@ -325,20 +325,20 @@ class EngineService:
         if not self.active:
             return
         self._hand_back_unstarted()
-        self._fail_running("Redis was unreachable too long while running this request")
+        self._end(
+            list(self.active), error="Redis was unreachable too long while running this request"
+        )
         logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)
         self.publish([])
 
     def shutdown(self) -> None:
         """Fail what is still running, flush outputs, withdraw from Redis, stop threads."""
-        for thread in (self.reader, self.broadcast, self.registry_watcher):
+        for thread in (self.reader, self.broadcast, self.heartbeat):
             thread.stop()
         self.draining = True
         self.drain_inputs()  # requests the reader delivered last are handed back
-        if self.active:
-            self._fail_running("the engine shut down before this request finished")
+        self._end(list(self.active), error="the engine shut down before this request finished")
         self.publish([])
-        self.status.stop()
         self.writer.close()
         try:
             self.status.withdraw()

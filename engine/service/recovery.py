@@ -64,65 +64,64 @@ class DeadEngineReaper:
         names.discard(self.channels.engine_id)
         return names
 
-    def check(self) -> list[str]:
-        """Reap every engine of this model dead for ``grace_s``; returns the ids reaped."""
+    def check(self) -> None:
+        """Take over from every engine of this model dead for ``grace_s``."""
+        now = time.monotonic()
         try:
-            return self._check(time.monotonic())
+            if self._reachable_since is None:
+                self._reachable_since = now
+            names = self.candidates()
+            for gone in set(self._missing_since) - names:
+                del self._missing_since[gone]
+            for engine_id in sorted(names):
+                if self.client.exists(self.keys.status(self.channels.model, engine_id)):
+                    self._missing_since.pop(engine_id, None)
+                    continue
+                missing_since = self._missing_since.setdefault(engine_id, now)
+                if min(now - missing_since, now - self._reachable_since) < self.grace_s:
+                    continue  # maybe alive, its status not yet published again after an outage
+                lock = self.keys.reaping(self.channels.model, engine_id)
+                if self.client.set(lock, self.channels.engine_id, nx=True, ex=REAP_LOCK_S):
+                    self.take_over(engine_id)
+                    self._missing_since.pop(engine_id, None)
         except (redis.ConnectionError, redis.TimeoutError):
             if self._reachable_since is not None:
                 logger.warning("Redis unreachable: no dead-engine checks until it is back")
             self._reachable_since = None
-            return []
-
-    def _check(self, now: float) -> list[str]:
-        if self._reachable_since is None:
-            self._reachable_since = now
-        names = self.candidates()
-        for gone in set(self._missing_since) - names:
-            del self._missing_since[gone]
-        reaped = []
-        for engine_id in sorted(names):
-            if self.client.exists(self.keys.status(self.channels.model, engine_id)):
-                self._missing_since.pop(engine_id, None)
-                continue
-            missing_since = self._missing_since.setdefault(engine_id, now)
-            if min(now - missing_since, now - self._reachable_since) < self.grace_s:
-                continue  # maybe alive, its status not yet published again after an outage
-            lock = self.keys.reaping(self.channels.model, engine_id)
-            if not self.client.set(lock, self.channels.engine_id, nx=True, ex=REAP_LOCK_S):
-                continue
-            self.reap(engine_id)
-            self._missing_since.pop(engine_id, None)
-            reaped.append(engine_id)
-        return reaped
 
     def recover_own(self) -> None:
-        """At start: fail what an earlier life of this engine id had started, and run again
-        what it had claimed but not started (its pending entries)."""
-        me = self.channels.engine_id
-        num_failed = self._fail_started(me, why=f"engine {me} restarted")
-        num_claimed = self._claim_pending(me)
-        if num_failed or num_claimed:
-            logger.warning(
-                "engine %s restarted: %d requests of its earlier life failed (already "
-                "started), %d taken up again",
-                me,
-                num_failed,
-                num_claimed,
-            )
+        """At start: take over from an earlier life of this engine id."""
+        self.take_over(self.channels.engine_id)
 
-    def reap(self, dead_id: str) -> None:
-        model = self.channels.model
-        num_failed = self._fail_started(dead_id, why=f"engine {dead_id} serving {model!r} stopped")
-        num_claimed = self._claim_pending(dead_id)
+    def take_over(self, engine_id: str) -> None:
+        """Fail what ``engine_id`` had started and run here what it had claimed but not
+        started (its pending entries); a dead engine is also removed from the group."""
+        model, me = self.channels.model, self.channels.engine_id
+        why = (
+            f"engine {me} restarted"
+            if engine_id == me
+            else f"engine {engine_id} serving {model!r} stopped"
+        )
+        num_failed = self._fail_started(engine_id, why=why)
+        num_claimed = self._claim_pending(engine_id)
+        if engine_id == me:
+            if num_failed or num_claimed:
+                logger.warning(
+                    "engine %s restarted: %d requests of its earlier life failed (already "
+                    "started), %d taken up again",
+                    me,
+                    num_failed,
+                    num_claimed,
+                )
+            return
         try:
-            self.client.xgroup_delconsumer(self.channels.requests, ENGINE_GROUP, dead_id)
+            self.client.xgroup_delconsumer(self.channels.requests, ENGINE_GROUP, engine_id)
         except redis.ResponseError:
             pass
-        self.client.srem(self.keys.engines(), protocol.engine_member(model, dead_id))
+        self.client.srem(self.keys.engines(), protocol.engine_member(model, engine_id))
         logger.warning(
             "engine %s is dead: %d started requests failed, %d unstarted ones taken over",
-            dead_id,
+            engine_id,
             num_failed,
             num_claimed,
         )
@@ -143,7 +142,7 @@ class DeadEngineReaper:
                 protocol.RequestDelta(
                     request_id=record.request_id,
                     finish_reason="abort",
-                    # Frontends that can resume the request elsewhere do (inference/failover.py).
+                    # Frontends that can resume the request elsewhere do (inference/transport/failover.py).
                     engine_lost=True,
                     error=f"{why} while running this request; retry it",
                 )
@@ -175,7 +174,7 @@ class DeadEngineReaper:
             if not pending:
                 return total
             ids = [p["message_id"] for p in pending]
-            after = _next_id(as_str(ids[-1]))
+            after = f"({as_str(ids[-1])}"  # exclusive: the next batch starts after this one
             claimed = self.client.xclaim(
                 self.channels.requests,
                 ENGINE_GROUP,
@@ -187,11 +186,5 @@ class DeadEngineReaper:
             gone = [i for i in ids if as_str(i) not in present]
             if gone:  # deleted from the stream meanwhile: nothing left to run
                 self.client.xack(self.channels.requests, ENGINE_GROUP, *gone)
-            self.reader.accept([(entry_id, fields) for entry_id, fields in claimed])
+            self.reader.accept(claimed)
             total += len(claimed)
-
-
-def _next_id(entry_id: str) -> str:
-    """The smallest stream id after ``entry_id``."""
-    ms, _, seq = entry_id.partition("-")
-    return f"{ms}-{int(seq or 0) + 1}"

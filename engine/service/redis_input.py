@@ -1,5 +1,5 @@
 """Redis -> the loop: the request reader and the broadcast reader (aborts, control messages)
-feed the Inbox, and a periodic thread reads the adapter registry into it.
+feed the Inbox; the adapter registry is read into it too (RegistryWatcher).
 
 The loop never waits on Redis. Each thread has its own connection, so a blocking read never
 delays a write (engine/service/redis_output.py).
@@ -25,6 +25,7 @@ from engine.protocol import ENGINE_GROUP, FIELD, Keys
 logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
+RETRY_AFTER_S = 0.5  # a worker's pause after a failed tick (Redis away)
 
 
 def connect(url: str, *, retries: int = 3) -> redis.Redis:
@@ -83,11 +84,6 @@ class AbortEvent:
 
 
 @dataclass(slots=True)
-class ControlEvent:
-    message: protocol.ControlMessage
-
-
-@dataclass(slots=True)
 class RegistrySnapshot:
     """The model's adapter registry hash as read at ``read_at`` (time.monotonic())."""
 
@@ -95,7 +91,8 @@ class RegistrySnapshot:
     read_at: float
 
 
-Event = NewRequest | AbortEvent | ControlEvent | RegistrySnapshot
+# Control messages (LoadAdapter, UnloadAdapter, Drain) go into the inbox as they arrive.
+Event = NewRequest | AbortEvent | RegistrySnapshot | protocol.ControlMessage
 
 
 class Inbox:
@@ -115,14 +112,7 @@ class Inbox:
 
     def take_all(self, timeout: float = 0.0) -> list[Event]:
         """Everything queued now; waits up to ``timeout`` for the first event if empty."""
-        events: list[Event] = []
-        try:
-            if timeout > 0:
-                events.append(self._queue.get(timeout=timeout))
-            while True:
-                events.append(self._queue.get_nowait())
-        except queue.Empty:
-            pass
+        events = take_all(self._queue, timeout)
         taken = sum(1 for e in events if isinstance(e, NewRequest))
         if taken:
             with self._lock:
@@ -130,12 +120,25 @@ class Inbox:
         return events
 
 
+def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:
+    """Everything in ``q`` now; waits up to ``timeout`` (None: for ever) for the first item."""
+    items = []
+    try:
+        if timeout is None or timeout > 0:
+            items.append(q.get(timeout=timeout))
+        while True:
+            items.append(q.get_nowait())
+    except queue.Empty:
+        return items
+
+
 # ---------------------------------------------------------------------- the threads
 
 
 class Worker(threading.Thread):
     """A daemon thread that runs ``tick()`` until ``stop()``; every ``interval`` seconds when
-    one is given, else back to back (a tick that blocks on a read)."""
+    one is given, else back to back (a tick that blocks on a read). A tick that fails is
+    logged and, after a pause, tried again: Redis may be away for a while."""
 
     def __init__(self, name: str, tick: Callable[[], None], interval: float = 0.0):
         super().__init__(name=name, daemon=True)
@@ -150,7 +153,14 @@ class Worker(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
-            self.tick()
+            try:
+                self.tick()
+            except redis.RedisError as exc:
+                logger.warning("%s: %s (retried)", self.name, exc)
+                self._stop_event.wait(RETRY_AFTER_S)
+            except Exception:
+                logger.exception("%s failed; retried", self.name)
+                self._stop_event.wait(RETRY_AFTER_S)
 
 
 class RequestReader(Worker):
@@ -188,15 +198,9 @@ class RequestReader(Worker):
                 block=READ_BLOCK_MS,
             )  # fmt: skip
         except redis.ResponseError as exc:
-            if "NOGROUP" in str(exc):  # stream or group deleted under us
-                ensure_group(self.client, stream)
-                return
-            logger.warning("reading %s failed", stream, exc_info=True)
-            time.sleep(0.5)
-            return
-        except redis.RedisError as exc:
-            logger.warning("reading %s failed: %s", stream, exc)  # Redis away: retried
-            time.sleep(0.5)
+            if "NOGROUP" not in str(exc):
+                raise
+            ensure_group(self.client, stream)  # stream or group deleted under us
             return
         for _stream, entries in response or []:
             self.accept(entries)
@@ -222,8 +226,8 @@ class RequestReader(Worker):
         if not requests:
             return
         keys = [self.channels.keys.aborted(r.request.request_id) for r in requests]
+        aborted = [0] * len(requests)
         try:
-            aborted = [0] * len(requests)
             if self.client.exists(*keys):  # EXISTS counts; only then look at each
                 pipe = self.client.pipeline(transaction=False)
                 for key in keys:
@@ -233,7 +237,6 @@ class RequestReader(Worker):
             # The entries are already ours (pending under this consumer): run them rather
             # than lose them; an abort sent meanwhile still arrives on the abort stream.
             logger.warning("could not check abort markers; running the requests anyway")
-            aborted = [0] * len(requests)
         for new, was_aborted in zip(requests, aborted, strict=True):
             if was_aborted:
                 # Aborted before any engine picked it up: it never runs.
@@ -255,12 +258,7 @@ class BroadcastReader(Worker):
         self.last = {channels.keys.aborts(): start, channels.keys.control(channels.model): start}
 
     def read(self) -> None:
-        try:
-            response = self.client.xread(self.last, count=256, block=READ_BLOCK_MS)
-        except redis.RedisError as exc:
-            logger.warning("reading control streams failed: %s", exc)  # retried
-            time.sleep(0.5)
-            return
+        response = self.client.xread(self.last, count=256, block=READ_BLOCK_MS)
         for raw_stream, entries in response or []:
             for raw_id, fields in entries:
                 self.last[as_str(raw_stream)] = as_str(raw_id)
@@ -272,7 +270,7 @@ class BroadcastReader(Worker):
                 if isinstance(message, protocol.AbortRequest):
                     self.inbox.put(AbortEvent(message.request_id))
                 else:
-                    self.inbox.put(ControlEvent(message))
+                    self.inbox.put(message)
 
 
 def read_registry(
@@ -297,11 +295,10 @@ def read_registry(
     return refs
 
 
-class RegistryWatcher(Worker):
-    """Every ``interval``: read the registry hash and hand it to the loop's inbox."""
+class RegistryWatcher:
+    """Reads the registry hash into the inbox (``watch``, from the service's heartbeat)."""
 
-    def __init__(self, client: redis.Redis, key: str, inbox: Inbox, *, interval: float):
-        super().__init__("engine-adapter-registry", self.watch, interval)
+    def __init__(self, client: redis.Redis, key: str, inbox: Inbox):
         self.client = client
         self.key = key
         self.inbox = inbox
@@ -312,7 +309,4 @@ class RegistryWatcher(Worker):
         return RegistrySnapshot(read_registry(self.client, self.key, self._logged), read_at)
 
     def watch(self) -> None:
-        try:
-            self.inbox.put(self.read())
-        except redis.RedisError:
-            logger.warning("reading the adapter registry %s failed", self.key, exc_info=True)
+        self.inbox.put(self.read())

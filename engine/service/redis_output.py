@@ -1,4 +1,4 @@
-"""The loop -> Redis: the output writer thread, and the status thread.
+"""The loop -> Redis: the output writer thread, and the status record.
 
 The writer applies PublishJobs in order and never drops one.
 
@@ -17,6 +17,7 @@ outputs are never written twice either.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import queue
@@ -30,7 +31,7 @@ import redis
 
 from engine import protocol
 from engine.protocol import ENGINE_GROUP, FIELD
-from engine.service.redis_input import Channels, Worker
+from engine.service.redis_input import Channels, take_all
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
@@ -139,12 +140,7 @@ class OutputWriter(threading.Thread):
     def run(self) -> None:
         closing = False
         while not closing:
-            jobs = [self._jobs.get()]
-            while True:
-                try:
-                    jobs.append(self._jobs.get_nowait())
-                except queue.Empty:
-                    break
+            jobs = take_all(self._jobs, None)
             closing = None in jobs
             jobs = [j for j in jobs if j is not None]
             if jobs:
@@ -209,14 +205,16 @@ class OutputWriter(threading.Thread):
                 logger.warning("a command of an output write failed: %s", result)
 
 
-class StatusPublisher(Worker):
-    """Every ``status_interval``: SET the service's status record with a TTL (a crash leaves
-    it to expire), then look for dead engines."""
+class StatusPublisher:
+    """This engine's status record: SET with a TTL on every heartbeat, so a crash leaves it to
+    expire (engine/service/recovery.py), removed at a clean exit."""
 
     def __init__(self, client: redis.Redis, service: EngineService):
-        super().__init__("engine-status", self.tick, service.settings.status_interval)
         self.client = client
         self.service = service
+        settings = service.settings
+        self.key = service.keys.status(settings.model_name, settings.engine_id)
+        self.member = protocol.engine_member(settings.model_name, settings.engine_id)
         self.started_at = time.time()
         # (time, generated tokens total) samples for the throughput.
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
@@ -224,76 +222,53 @@ class StatusPublisher(Worker):
     def record(self) -> protocol.EngineStatus:
         svc, now = self.service, time.time()
         # Only the loop thread changes these; each is replaced whole, so safe to read here.
-        stats, lora_info, adapters = svc.stats, svc.lora_info, svc.adapters.versions
+        stats, adapters = svc.stats, svc.adapters.versions
+        self._samples.append((now, stats.generation_tokens_total))
+        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+        first_t, first_total = self._samples[0]
+        rate = (
+            (stats.generation_tokens_total - first_total) / (now - first_t)
+            if now > first_t
+            else 0.0
+        )
         status = protocol.EngineStatus(
+            **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
+            **svc.lora_info,  # so have LLMEngine.lora_requests_info's keys
             engine_id=svc.settings.engine_id,
             model=svc.settings.model_name,
             adapters=sorted(adapters),
             adapter_checksums=dict(adapters),
+            tokens_per_s=round(rate, 2),
             started_at=self.started_at,
             updated_at=now,
             draining=svc.draining,
             max_num_seqs=svc.max_num_seqs,
             num_steps=svc.num_steps,
-            num_waiting=svc.inbox.num_requests,
             pid=os.getpid(),
             hostname=socket.gethostname(),
         )
-        if stats is not None:
-            status.kv_cache_usage = stats.kv_cache_usage
-            status.num_running = stats.num_running
-            status.num_waiting += stats.num_waiting
-            status.num_free_blocks = stats.num_free_blocks
-            status.num_total_blocks = stats.num_total_blocks
-            status.prompt_tokens_total = stats.prompt_tokens_total
-            status.generation_tokens_total = stats.generation_tokens_total
-            status.prefix_cache_queries = stats.prefix_cache_queries
-            status.prefix_cache_hits = stats.prefix_cache_hits
-            status.num_preemptions = stats.num_preemptions
-            self._samples.append((now, stats.generation_tokens_total))
-            while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
-                self._samples.popleft()
-            first_t, first_total = self._samples[0]
-            total = stats.generation_tokens_total
-            rate = (total - first_total) / (now - first_t) if now > first_t else 0.0
-            status.tokens_per_s = round(rate, 2)
-        if lora_info is not None:
-            status.running_lora_adapters = list(lora_info["running_lora_adapters"])
-            status.waiting_lora_adapters = list(lora_info["waiting_lora_adapters"])
-            status.max_lora = int(lora_info["max_lora"])
+        status.num_waiting += svc.inbox.num_requests
         return status
 
     def publish(self) -> None:
-        keys, settings = self.service.keys, self.service.settings
         pipe = self.client.pipeline(transaction=False)
-        ttl_ms = int(settings.status_ttl * 1000)
-        status_key = keys.status(settings.model_name, settings.engine_id)
-        pipe.set(status_key, protocol.encode_status(self.record()), px=ttl_ms)
-        pipe.sadd(keys.engines(), protocol.engine_member(settings.model_name, settings.engine_id))
+        ttl_ms = int(self.service.settings.status_ttl * 1000)
+        pipe.set(self.key, protocol.encode_status(self.record()), px=ttl_ms)
+        pipe.sadd(self.service.keys.engines(), self.member)
         pipe.execute()
 
     def withdraw(self) -> None:
-        """At a clean exit: remove this engine's record, and its consumer unless it still
-        has pending entries (a survivor must claim them then)."""
-        keys, settings = self.service.keys, self.service.settings
-        me, requests = settings.engine_id, self.service.channels.requests
+        """Remove this engine's record, and its consumer unless it still has pending entries
+        (a survivor must claim them then)."""
+        me, channels = self.service.settings.engine_id, self.service.channels
         pipe = self.client.pipeline(transaction=False)
-        pipe.delete(keys.status(settings.model_name, me))
-        pipe.srem(keys.engines(), protocol.engine_member(settings.model_name, me))
+        pipe.delete(self.key)
+        pipe.srem(self.service.keys.engines(), self.member)
         pipe.execute()
         pending = self.client.xpending_range(
-            requests, ENGINE_GROUP, min="-", max="+", count=1, consumername=me
+            channels.requests, ENGINE_GROUP, min="-", max="+", count=1, consumername=me
         )
         if not pending:
-            self.client.xgroup_delconsumer(requests, ENGINE_GROUP, me)
-            self.client.delete(self.service.channels.started)
-
-    def tick(self) -> None:
-        try:
-            self.publish()
-        except redis.RedisError as exc:
-            logger.warning("publishing engine status failed: %s", exc)  # next tick retries
-        try:
-            self.service.reaper.check()
-        except Exception:
-            logger.exception("dead-engine recovery failed; will retry")
+            self.client.xgroup_delconsumer(channels.requests, ENGINE_GROUP, me)
+            self.client.delete(channels.started)

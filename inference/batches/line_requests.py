@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from controlplane.tenants.access import AccessError, Principal
+from controlplane.access.principals import AccessError, Principal
 from inference.embedding_use_case import create_embeddings
 from inference.errors import error_from_exception, invalid_request
 from inference.generation.planning import prepare_chat, prepare_completion

@@ -22,12 +22,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
+from controlplane.access.principals import Principal, stored_key_principal
 from controlplane.batches import selectors, services
 from controlplane.batches.input_lines import InputLine, LineError
 from controlplane.batches.models import Batch
 from controlplane.batches.result_lines import error_line, response_line
 from controlplane.common.api_error import ApiError
-from controlplane.tenants.access import Principal, stored_key_principal
 from inference.batches.input_reader import count_lines, input_lines
 from inference.batches.line_requests import LineAnswer, answer_line
 

@@ -12,7 +12,7 @@ import asyncio
 from celery import shared_task
 from django.db import close_old_connections
 
-from controlplane.tenants.admission import finish_pending
+from controlplane.access.admission import finish_pending
 from inference.batches.runner import BatchRun
 
 

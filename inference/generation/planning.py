@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
-from controlplane.tenants.access import Principal, engine_cache_salt
-from controlplane.tenants.admission import check_request_limits
+from controlplane.access.admission import check_request_limits
+from controlplane.access.principals import Principal, engine_cache_salt
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.errors import ApiError, invalid_request

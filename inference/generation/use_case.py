@@ -18,9 +18,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from controlplane.access.admission import Admission, admit, finish
+from controlplane.access.principals import Principal
 from controlplane.metrics import record_request
-from controlplane.tenants.access import Principal
-from controlplane.tenants.admission import Admission, admit, finish
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import error_from_exception
 from inference.formatters import collect_response, formatter_for, stream_events

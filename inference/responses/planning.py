@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from controlplane.access.principals import Principal
 from controlplane.common.api_error import ApiError
-from controlplane.tenants.access import Principal
 from engine.text.tokenizer import ChatTokenizer
 from inference.generation.plan import GenerationPlan
 from inference.generation.planning import prepare_chat

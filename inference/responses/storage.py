@@ -7,8 +7,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from controlplane.access.principals import Principal
 from controlplane.responses import services
-from controlplane.tenants.access import Principal
 from inference.responses.context import ResponseContext
 from inference.responses.items import output_as_input
 

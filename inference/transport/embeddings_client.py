@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import redis.asyncio as aioredis
 from tokenizers import Tokenizer
 
-from controlplane.tenants.redis_pools import async_blocking_pool
+from controlplane.common.redis_pools import async_blocking_pool
 from engine.pooling import messages
 from engine.protocol import Keys
 

@@ -9,15 +9,13 @@ ADMISSION_CACHE_S per model, so a burst of requests costs one Redis round trip, 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 import redis.asyncio as aioredis
 
+from controlplane.common.engine_statuses import aread_engine_statuses
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
-
-logger = logging.getLogger(__name__)
 
 # Live-engine snapshots used for admission are reused this long: 64 requests arriving at
 # once cost one Redis round trip, not 64.
@@ -51,23 +49,9 @@ class EngineCapacity:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def live_engines(self, model: str | None = None) -> list[EngineStatus]:
-        """Status records of every engine whose status key has not expired."""
-        members = [m.decode() for m in await self.redis.smembers(self.keys.engines())]
-        pairs = [protocol.split_engine_member(m) for m in sorted(members)]
-        if model is not None:
-            pairs = [(m, e) for m, e in pairs if m == model]
-        if not pairs:
-            return []
-        raw = await self.redis.mget([self.keys.status(m, e) for m, e in pairs])
-        statuses = []
-        for data in raw:
-            if data is None:
-                continue
-            try:
-                statuses.append(protocol.decode_status(data))
-            except Exception:
-                logger.warning("unreadable engine status record skipped", exc_info=True)
-        return statuses
+        """Status records of every registered engine whose status key has not expired (read as
+        every reader reads them: controlplane/common/engine_statuses.py)."""
+        return await aread_engine_statuses(self.redis, self.keys, model=model)
 
     async def check(self, model: str, adapter: protocol.AdapterRef | None = None) -> None:
         """Raise EngineUnavailable or EngineOverloaded unless ``model`` can take a request now;

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import msgspec
 import redis.asyncio as aioredis
 
-from controlplane.tenants.redis_pools import async_blocking_pool, async_client
+from controlplane.common.redis_pools import async_blocking_pool, async_client
 from engine import protocol
 from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
 from engine.text.detokenizer import Decoder
@@ -73,7 +73,7 @@ class EngineClient:
     ):
         # redis-py's asyncio pool raises once its 100 connections are busy; a blocking pool
         # makes a burst of requests wait their turn instead (the URL's max_connections wins).
-        # Pools that reconnect after a Redis restart (controlplane/tenants/redis_pools.py).
+        # Pools that reconnect after a Redis restart (controlplane/common/redis_pools.py).
         self.redis = aioredis.Redis(
             connection_pool=async_blocking_pool(redis_url, max_connections=512, timeout=10)
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.tenants.keycache import key_cache
+from controlplane.access.keycache import key_cache
 from controlplane.tenants.services import api_key_create, tenant_create
 
 

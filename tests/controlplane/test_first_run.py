@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.access.keycache import key_cache
+from controlplane.access.principals import check_key
 from controlplane.launcher.first_run import ensure_first_run_setup
-from controlplane.tenants.access import check_key
 from controlplane.tenants.key_secrets import prefix_of
-from controlplane.tenants.keycache import key_cache
 from controlplane.tenants.models import ApiKey
 from controlplane.tenants.services import api_key_revoke
 

@@ -1,4 +1,4 @@
-"""The re-submission a failover sends (inference/failover.py), checked on the message itself:
+"""The re-submission a failover sends (inference/transport/failover.py), checked on the message itself:
 prompt + delivered tokens, the budget left, the sample's own seed, no prompt logprobs again."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The layers depend one way: inference -> controlplane -> engine's torch-free modules.
+"""The layers depend one way: inference -> controlplane -> engine's torch-free modules, and
+inside controlplane/ each app imports only the apps below it (CONTROLPLANE_LAYERS).
 
 Read from the source (every import statement, including ones inside functions), so a lazy
 import cannot slip a dependency past the rule. DESIGN.md section 3 and docs/architecture.md
@@ -16,6 +17,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The project wiring names both the API and the control plane: the ASGI app and the URLconf.
 WIRING = {"controlplane/asgi.py", "controlplane/urls.py"}
+# The control plane's rooms, lowest first: each may import only the ones before it (and itself).
+# docs/architecture.md says why this order. The project wiring (settings, the ASGI app, the
+# URLconf, Celery and WSGI) may import any of them.
+CONTROLPLANE_LAYERS = (
+    "common",
+    "audit",
+    "deployments",
+    "tenants",
+    "adapters",
+    "catalog",
+    "usage",
+    "access",
+    "metrics",
+    "batches",
+    "responses",
+    "dashboard",
+    "launcher",
+)
+CONTROLPLANE_WIRING = {"settings", "asgi", "urls", "celery", "wsgi", "__init__"}
 # What API processes may import from engine/: the Redis contract (the pooling engine's messages
 # are part of it), torch-free text handling, and the torch-free structured-output spec check.
 ENGINE_FOR_API = (
@@ -65,6 +85,35 @@ def _top(name: str) -> str:
 
 def test_controlplane_never_imports_inference():
     assert _violations("controlplane", lambda name: _top(name) == "inference") == []
+
+
+def _room(path_or_module: str) -> str | None:
+    """The control-plane room of a module path (``controlplane/tenants/x.py``) or name
+    (``controlplane.tenants.x``); None outside controlplane/."""
+    parts = path_or_module.removesuffix(".py").replace("/", ".").split(".")
+    return parts[1] if parts[0] == "controlplane" and len(parts) > 1 else None
+
+
+def test_every_controlplane_package_has_a_place_in_the_layers():
+    rooms = {_room(p.relative_to(REPO).as_posix()) for p in _modules("controlplane")}
+    assert rooms - CONTROLPLANE_WIRING == set(CONTROLPLANE_LAYERS)
+
+
+def test_controlplane_apps_import_only_the_layers_below_them():
+    rank = {room: i for i, room in enumerate(CONTROLPLANE_LAYERS)}
+    upward = []
+    for path in _modules("controlplane"):
+        relative = path.relative_to(REPO).as_posix()
+        room = _room(relative)
+        if room in CONTROLPLANE_WIRING:
+            continue
+        for name in sorted(_imports(path)):
+            target = _room(name)
+            if target is None or target == room:
+                continue
+            if target not in rank or rank[target] > rank[room]:
+                upward.append(f"{relative}: {name}")
+    assert upward == []
 
 
 def test_engine_imports_neither_django_nor_the_api_nor_the_control_plane():

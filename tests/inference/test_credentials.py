@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import Permission
 
-from controlplane.tenants.access import AccessError
+from controlplane.access.principals import AccessError
 from controlplane.tenants.models import Tenant
 from inference import credentials
 from tests.controlplane.conftest import _fresh_key_cache, make_key, make_tenant  # noqa: F401 (fixtures)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
+from controlplane.access.principals import Principal
 from controlplane.adapters import services
 from controlplane.adapters.models import Adapter
 from controlplane.adapters.tasks import validate_adapter
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import served_model_update
-from controlplane.tenants.access import Principal
 from controlplane.tenants.services import tenant_create
 from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum

@@ -8,8 +8,8 @@ import time
 import pytest
 from django.urls import reverse
 
+from controlplane.common.redis_clients import redis_key
 from controlplane.dashboard.selectors import engine_status_list
-from controlplane.tenants.redis_clients import redis_key
 from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
 
 pytestmark = pytest.mark.django_db

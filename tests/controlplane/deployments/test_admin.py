@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from controlplane.audit.models import AuditEvent
-from controlplane.deployments.catalog import catalog_snapshot
+from controlplane.catalog.cache import catalog_snapshot
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import ModelRegistrationError, served_model_delete
 

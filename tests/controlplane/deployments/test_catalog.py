@@ -9,6 +9,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
+from controlplane.access.principals import Principal
 from controlplane.adapters.models import Adapter
 from controlplane.adapters.services import (
     adapter_delete,
@@ -16,15 +17,14 @@ from controlplane.adapters.services import (
     adapter_register,
     adapter_revoke_grant,
 )
-from controlplane.deployments import catalog
-from controlplane.deployments.catalog import CatalogCache, catalog_load, catalog_snapshot
+from controlplane.catalog import cache as catalog
+from controlplane.catalog.cache import CatalogCache, catalog_load, catalog_snapshot
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import (
     embedding_model_register,
     served_model_register,
     served_model_update,
 )
-from controlplane.tenants.access import Principal
 from engine.lora.testing import make_random_adapter
 from inference.catalog import resolve_model, visible_models
 from tests.inference.generation.factories import make_principal

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from controlplane.deployments.catalog import catalog_snapshot
+from controlplane.catalog.cache import catalog_snapshot
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import served_model_register
 from controlplane.launcher.first_run import demo_gguf_file

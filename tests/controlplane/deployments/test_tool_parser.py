@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from controlplane.audit.models import AuditEvent
-from controlplane.deployments.catalog import catalog_snapshot
+from controlplane.catalog.cache import catalog_snapshot
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import served_model_register
 from controlplane.deployments.tool_parsers import default_tool_parser

@@ -1,6 +1,6 @@
 """A stand-in API process for cross-process tests: JSON commands on stdin, answers on stdout.
 
-It runs the real access policy (controlplane.tenants.access and admission) with its own per-process key cache, against the
+It runs the real access policy (controlplane.access.principals and admission) with its own per-process key cache, against the
 database and Redis named by DATABASE_URL and REDIS_URL.
 
 Commands: {"op": "auth", "key": ...} -> {"status": 200|401|403, ...}
@@ -18,9 +18,9 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
 
-from controlplane.tenants import access  # noqa: E402
-from controlplane.tenants import admission as admission_policy  # noqa: E402
-from controlplane.tenants.redis_clients import async_redis  # noqa: E402
+from controlplane.access import admission as admission_policy  # noqa: E402
+from controlplane.access import principals as access  # noqa: E402
+from controlplane.common.redis_clients import async_redis  # noqa: E402
 from inference import credentials  # noqa: E402
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.tenants import access
+from controlplane.access import principals as access
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import tenant_rotate_cache_salt
 from inference import credentials

@@ -11,8 +11,8 @@ import sys
 import pytest
 from asgiref.sync import sync_to_async
 
+from controlplane.access import admission as admission_policy
 from controlplane.launcher.redis_server import free_port
-from controlplane.tenants import admission as admission_policy
 from controlplane.usage import services
 from controlplane.usage.events import UsageEvent, encode_event, new_event_id, usage_queue_key
 from controlplane.usage.models import DailyUsage, UsageRecord

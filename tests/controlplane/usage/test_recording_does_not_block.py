@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from controlplane.tenants import admission as admission_policy
-from controlplane.tenants.access import Principal
-from controlplane.tenants.ratelimit import Limits
-from controlplane.tenants.redis_clients import redis_key
+from controlplane.access import admission as admission_policy
+from controlplane.access.principals import Principal
+from controlplane.access.ratelimit import Limits
+from controlplane.common.redis_clients import redis_key
 from controlplane.usage.events import usage_queue_key
 
 PRINCIPAL = Principal(

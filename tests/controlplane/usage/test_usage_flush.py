@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from controlplane.tenants import admission as admission_policy
+from controlplane.access import admission as admission_policy
 from controlplane.tenants.models import ApiKey
 from controlplane.usage.events import usage_queue_key
 from controlplane.usage.models import DailyUsage, UsageRecord

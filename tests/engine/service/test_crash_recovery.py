@@ -115,7 +115,7 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     expected = await asyncio.to_thread(
         offline_greedy, tiny_llama, prompts, [MAX_TOKENS] * NUM_REQUESTS
     )
-    # Started requests resumed on the survivor (inference/failover.py), unstarted ones ran
+    # Started requests resumed on the survivor (inference/transport/failover.py), unstarted ones ran
     # there from the start: every request ends with exactly the undisturbed greedy tokens.
     for i, res in enumerate(results):
         assert res == expected[i], f"req{i} wrong after recovery: {res!r}"

@@ -81,7 +81,7 @@ def service(tiny_llama, server):
     )
     svc = EngineService(engine, settings)
     yield svc
-    for thread in (svc.reader, svc.broadcast, svc.status, svc.registry_watcher):
+    for thread in (svc.reader, svc.broadcast, svc.heartbeat):
         if thread.is_alive():
             thread.stop(timeout=2)
 

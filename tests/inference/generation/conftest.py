@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.access.admission import finish_pending
 from controlplane.deployments.models import ServedModel
-from controlplane.tenants.admission import finish_pending
 from controlplane.usage.events import decode_event, usage_queue_key
 from tests.inference.generation.factories import MODEL
 

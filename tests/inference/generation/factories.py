@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterable
 
-from controlplane.tenants.access import Principal
-from controlplane.tenants.admission import admit
-from controlplane.tenants.ratelimit import Limits
+from controlplane.access.admission import admit
+from controlplane.access.principals import Principal
+from controlplane.access.ratelimit import Limits
 from controlplane.usage.events import UsageEvent
 from engine.protocol import SamplingOptions
 from inference.generation.plan import GenerationPlan, Kind

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from controlplane.adapters.selectors import AdapterRoute
-from controlplane.deployments.catalog import catalog_cache
+from controlplane.catalog.cache import catalog_cache
 from controlplane.deployments.models import ServedModel
 from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.tenants.access import AccessError
-from controlplane.tenants.admission import admit
-from controlplane.tenants.ratelimit import Limits
+from controlplane.access.admission import admit
+from controlplane.access.principals import AccessError
+from controlplane.access.ratelimit import Limits
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError
 from inference.generation.planning import prepare_chat, prepare_completion

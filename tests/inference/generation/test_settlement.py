@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from controlplane.access.admission import admit
 from controlplane.adapters.selectors import AdapterRoute
-from controlplane.tenants.admission import admit
 from inference.generation.plan import GenerationStats
 from inference.generation.use_case import settle_generation
 from tests.inference.generation.factories import MODEL, make_chunk, make_plan, make_principal

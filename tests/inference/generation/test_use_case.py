@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from controlplane.tenants.ratelimit import Limits
+from controlplane.access.ratelimit import Limits
 from inference.errors import ApiError, error_from_exception
 from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.deployments.models import ServedModel
+from controlplane.deployments.selectors import served_model_get, served_model_names
 from engine.service.cli import add_service_arguments, serve
 
 
@@ -28,9 +29,9 @@ class Command(BaseCommand):
         parser.set_defaults(scheduling_policy="priority")
 
     def handle(self, *args, **opts):
-        model = ServedModel.objects.filter(name=opts["model"]).first()
+        model = served_model_get(name=opts["model"])
         if model is None:
-            known = ", ".join(ServedModel.objects.values_list("name", flat=True)) or "none"
+            known = ", ".join(served_model_names()) or "none"
             raise CommandError(
                 f"no served model named {opts['model']!r} (registered: {known}); "
                 "register one with manage.py load_model PATH --name NAME"

@@ -2,10 +2,10 @@
 
 Every request looks its model up, so each process keeps one snapshot of the catalog (loaded in
 two queries) and never queries the database for it in steady state. As with the key cache
-(controlplane/tenants/keycache.py), every write that changes what the snapshot holds bumps the
-*catalog epoch* in Redis after commit (``catalog_epoch_bump``: the served-model and adapter
-services call it), each process re-reads the epoch at most every ``AUTH_EPOCH_CHECK_SECONDS``
-(default 1 s), and ``max_age`` bounds staleness should a bump be lost. While Redis is
+(controlplane/access/keycache.py), every write that changes what the snapshot holds bumps the
+*catalog epoch* in Redis after commit (``catalog_epoch_bump`` in common/redis_epoch.py: the
+served-model and adapter services call it), each process re-reads the epoch at most every
+``AUTH_EPOCH_CHECK_SECONDS`` (default 1 s), and ``max_age`` bounds staleness should a bump be lost. While Redis is
 unreachable the snapshot is still served, reloaded from the database every max_age.
 """
 
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 
 from controlplane.adapters.selectors import AdapterRoute, adapter_routes_granted
+from controlplane.common.redis_epoch import CATALOG_EPOCH, RedisEpoch, epoch_subscribe
 from controlplane.deployments.models import ServedModel
-from controlplane.tenants.redis_epoch import RedisEpoch
+from controlplane.deployments.selectors import served_models_by_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
 
 def catalog_load() -> CatalogSnapshot:
     """Read the catalog from the database (two queries)."""
-    active = ServedModel.objects.filter(is_active=True).order_by("name")
+    active = served_models_by_name()
     models = {m.name: _catalog_model(m) for m in active}
     # A base deactivated between the two queries takes its adapters with it.
     adapters = {
@@ -90,7 +91,7 @@ class CatalogCache:
 
     def __init__(self, *, max_age: float = 60.0):
         self.max_age = max_age
-        self.epoch = RedisEpoch("catalog")
+        self.epoch = RedisEpoch(CATALOG_EPOCH)
         # (snapshot, the epoch read before loading it, when): one attribute, swapped whole.
         self._entry: tuple[CatalogSnapshot, int, float] | None = None
 
@@ -136,6 +137,8 @@ class CatalogCache:
 
 
 catalog_cache = CatalogCache()
+# A write in this process (catalog_epoch_bump) drops this process's snapshot at once.
+epoch_subscribe(CATALOG_EPOCH, catalog_cache.invalidate_local)
 
 
 async def acatalog_snapshot() -> CatalogSnapshot:
@@ -145,8 +148,3 @@ async def acatalog_snapshot() -> CatalogSnapshot:
 
 def catalog_snapshot() -> CatalogSnapshot:
     return catalog_cache.get()
-
-
-def catalog_epoch_bump() -> None:
-    """Make every API process reload the catalog within a second (after commit)."""
-    catalog_cache.epoch.bump(invalidate_local=catalog_cache.invalidate_local)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.tenants import admission as admission_policy
-from controlplane.tenants.access import AccessError
-from tests.controlplane.tenants.test_ratelimit import _admit, _finish, _principal
+from controlplane.access import admission as admission_policy
+from controlplane.access.principals import AccessError
+from tests.controlplane.access.test_ratelimit import _admit, _finish, _principal
 
 
 async def _check(principal) -> None:

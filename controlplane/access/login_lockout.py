@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import PermissionDenied
 
-from controlplane.tenants.auth_throttle import FailureCounter
+from controlplane.access.auth_throttle import FailureCounter
 
 __all__ = ["LockoutAdminAuthenticationForm", "LockoutModelBackend", "login_locked_for"]
 

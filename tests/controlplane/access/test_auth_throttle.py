@@ -8,9 +8,10 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from controlplane.tenants import access, keycache
-from controlplane.tenants.access import AccessError
-from controlplane.tenants.auth_throttle import FailureCounter
+from controlplane.access import keycache
+from controlplane.access import principals as access
+from controlplane.access.auth_throttle import FailureCounter
+from controlplane.access.principals import AccessError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from controlplane.tenants.redis_clients import async_redis, redis_key, sync_redis
+from controlplane.common.redis_clients import async_redis, redis_key, sync_redis
 
 logger = logging.getLogger(__name__)
 

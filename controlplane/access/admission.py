@@ -17,9 +17,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from controlplane.tenants.access import AccessError, Principal
-from controlplane.tenants.ratelimit import RateLimiter, ratelimit_headers
-from controlplane.tenants.redis_clients import async_redis, sync_redis
+from controlplane.access.principals import AccessError, Principal
+from controlplane.access.ratelimit import RateLimiter, ratelimit_headers
+from controlplane.common.redis_clients import async_redis, sync_redis
 from controlplane.usage.events import UsageEvent, encode_event, new_event_id, usage_queue_key
 from controlplane.usage.spool import spool
 

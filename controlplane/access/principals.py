@@ -30,12 +30,12 @@ from django.contrib.auth import (
 )
 from django.utils.crypto import constant_time_compare
 
+from controlplane.access.auth_throttle import api_auth_throttle
+from controlplane.access.keycache import key_cache
+from controlplane.access.ratelimit import Limits
 from controlplane.common.api_error import ApiError
-from controlplane.tenants.auth_throttle import api_auth_throttle
+from controlplane.common.redis_clients import async_redis
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
-from controlplane.tenants.keycache import key_cache
-from controlplane.tenants.ratelimit import Limits
-from controlplane.tenants.redis_clients import async_redis
 from controlplane.tenants.selectors import KeyRecord, key_record_for
 from controlplane.tenants.services import last_used_redis_key, tenant_get_or_create_playground
 
@@ -163,13 +163,8 @@ def check_key(record: KeyRecord | None, secret: str, *, endpoint: str | None) ->
         raise unauthorized("This API key's account is disabled.")
     if record.expires_at is not None and record.expires_at <= time.time():
         raise unauthorized("This API key has expired.")
-    if endpoint is not None and not _scope_allows(record.scopes, endpoint):
-        raise AccessError(
-            f"This API key may not call {endpoint}.",
-            status=403,
-            type="invalid_request_error",
-            code="insufficient_scope",
-        )
+    if endpoint is not None:
+        _require_scope(record, endpoint)
     return _principal(record)
 
 
@@ -183,6 +178,11 @@ def stored_key_principal(record: KeyRecord | None, *, endpoint: str) -> Principa
         raise unauthorized("This API key's account is disabled.")
     if record.expires_at is not None and record.expires_at <= time.time():
         raise unauthorized("The API key that created this batch has expired.")
+    _require_scope(record, endpoint)
+    return _principal(record)
+
+
+def _require_scope(record: KeyRecord, endpoint: str) -> None:
     if not _scope_allows(record.scopes, endpoint):
         raise AccessError(
             f"This API key may not call {endpoint}.",
@@ -190,7 +190,6 @@ def stored_key_principal(record: KeyRecord | None, *, endpoint: str) -> Principa
             type="invalid_request_error",
             code="insufficient_scope",
         )
-    return _principal(record)
 
 
 def _last_used_due(key_id: int) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from controlplane.tenants.redis_clients import redis_key
+from controlplane.common.redis_clients import redis_key
 
 _COMMON_LUA = """
 local t = redis.call('TIME')

@@ -1,4 +1,4 @@
-"""Authentication through controlplane.tenants.access (and the header parsing in front of it): 401/403 with OpenAI bodies, caching, revocation."""
+"""Authentication through controlplane.access.principals (and the header parsing in front of it): 401/403 with OpenAI bodies, caching, revocation."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from controlplane.tenants import access, key_secrets, keycache
-from controlplane.tenants.access import AccessError
+from controlplane.access import keycache
+from controlplane.access import principals as access
+from controlplane.access.keycache import KeyCache, key_cache
+from controlplane.access.principals import AccessError
+from controlplane.tenants import key_secrets
 from controlplane.tenants.key_secrets import prefix_of
-from controlplane.tenants.keycache import KeyCache, key_cache
 from controlplane.tenants.models import ApiKey
 from controlplane.tenants.services import api_key_revoke, tenant_update
 from inference import credentials

@@ -9,7 +9,7 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from controlplane.tenants.redis_pools import async_blocking_pool, sync_client
+from controlplane.common.redis_pools import async_blocking_pool, sync_client
 
 _sync: tuple[str, redis.Redis] | None = None
 _async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

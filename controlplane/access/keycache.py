@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 
-from controlplane.tenants.redis_epoch import RedisEpoch
+from controlplane.common.redis_epoch import AUTH_EPOCH, RedisEpoch, epoch_subscribe
 from controlplane.tenants.selectors import KeyRecord, key_record_load
 
 _MISSING = object()
@@ -33,7 +33,7 @@ class KeyCache:
     def __init__(self, *, max_entries: int = 10_000, max_age: float = 60.0):
         self.max_entries = max_entries
         self.max_age = max_age
-        self.epoch = RedisEpoch("auth")
+        self.epoch = RedisEpoch(AUTH_EPOCH)
         self._entries: OrderedDict[str, tuple[KeyRecord | None, int, float]] = OrderedDict()
 
     def invalidate_local(self) -> None:
@@ -92,8 +92,5 @@ class KeyCache:
 
 
 key_cache = KeyCache()
-
-
-def auth_epoch_bump() -> None:
-    """Make every API process reload its cached keys within a second (after commit)."""
-    key_cache.epoch.bump(invalidate_local=key_cache.invalidate_local)
+# A write in this process (auth_epoch_bump) empties this process's cache at once.
+epoch_subscribe(AUTH_EPOCH, key_cache.invalidate_local)

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from controlplane.tenants import admission as admission_policy
-from controlplane.tenants.access import AccessError, Principal
-from controlplane.tenants.ratelimit import Limits, format_reset
+from controlplane.access import admission as admission_policy
+from controlplane.access.principals import AccessError, Principal
+from controlplane.access.ratelimit import Limits, format_reset
 
 
 def _principal(tenant_id: int = 1, **limits) -> Principal:

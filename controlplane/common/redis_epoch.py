@@ -4,6 +4,12 @@ A per-process cache (API keys, the model catalog) tags what it loads with the ep
 every write that changes the cached data bumps the epoch after its transaction commits, and
 each process re-reads it at most every ``AUTH_EPOCH_CHECK_SECONDS`` (default 1 s). So a change
 reaches every process within that interval, at the cost of one Redis GET a second per process.
+
+The platform keeps two: ``auth`` (what API keys may do; the key cache, controlplane/access/
+keycache.py) and ``catalog`` (served models and adapters; controlplane/catalog/cache.py). The
+services that change the data bump them here (``auth_epoch_bump``, ``catalog_epoch_bump``); the
+caches, which live in higher layers, subscribe (``epoch_subscribe``) so this process drops its
+own copy at once.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import transaction
 
-from controlplane.tenants.redis_clients import async_redis, redis_key, sync_redis
+from controlplane.common.redis_clients import async_redis, redis_key, sync_redis
 
 logger = logging.getLogger(__name__)
+
+AUTH_EPOCH = "auth"
+CATALOG_EPOCH = "catalog"
 
 
 def _check_interval() -> float:
@@ -99,3 +108,33 @@ class RedisEpoch:
 
         bump()
         transaction.on_commit(bump)
+
+
+# Per epoch name, what this process drops when it bumps the epoch itself.
+_local_caches: dict[str, list[Callable[[], None]]] = {}
+
+
+def epoch_subscribe(name: str, invalidate_local: Callable[[], None]) -> None:
+    """Run ``invalidate_local`` whenever this process bumps the epoch ``name``."""
+    _local_caches.setdefault(name, []).append(invalidate_local)
+
+
+def epoch_bump(name: str) -> None:
+    """Make every process drop what it cached under the epoch ``name``: this one at once (its
+    subscribed caches), every one within the check interval once the transaction commits."""
+
+    def invalidate_local() -> None:
+        for invalidate in _local_caches.get(name, ()):
+            invalidate()
+
+    RedisEpoch(name).bump(invalidate_local=invalidate_local)
+
+
+def auth_epoch_bump() -> None:
+    """Make every API process reload its cached keys within a second (after commit)."""
+    epoch_bump(AUTH_EPOCH)
+
+
+def catalog_epoch_bump() -> None:
+    """Make every API process reload the catalog within a second (after commit)."""
+    epoch_bump(CATALOG_EPOCH)

@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Permission
 
-from controlplane.tenants.access import staff_principal
+from controlplane.access.principals import staff_principal
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import tenant_update
 

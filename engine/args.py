@@ -1,0 +1,65 @@
+"""The engine's command-line options and the EngineConfig they build (as vLLM's EngineArgs):
+``python -m engine`` and ``manage.py run_engine`` add the service's own options beside them."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.config import EngineConfig
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--num-gpu-blocks", type=int, default=None, help="fix the KV cache size")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument(
+        "--quantization",
+        default=None,
+        choices=["int8", "int4"],
+        help="weight-only quantized projections (CPU); default: the served model's setting",
+    )
+    parser.add_argument(
+        "--cpu-kv-cache-space",
+        type=float,
+        default=None,
+        help="GiB for the KV cache on CPU (default: $PLATFORM_CPU_KVCACHE_SPACE, else 10%% of "
+        "available memory, at most 4)",
+    )
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads on CPU (default: torch's, one per core)",
+    )
+    parser.add_argument(
+        "--scheduling-policy",
+        default="fcfs",
+        choices=["fcfs", "priority"],
+        help="priority: lower `priority` first (Batch API lines send a high value)",
+    )
+
+
+def engine_config_from_args(args: argparse.Namespace, model_path: str) -> EngineConfig:
+    gib = args.cpu_kv_cache_space
+    if gib is not None and gib <= 0:
+        raise ValueError(f"--cpu-kv-cache-space must be a positive number of GiB, got {gib}")
+    return EngineConfig(
+        model=str(model_path),
+        dtype=args.dtype,
+        device=args.device,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        num_gpu_blocks=args.num_gpu_blocks,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=not args.no_prefix_caching,
+        scheduling_policy=args.scheduling_policy,
+        quantization=args.quantization,
+        cpu_kv_cache_bytes=None if gib is None else int(gib * 2**30),
+        cpu_threads=args.cpu_threads,
+    )
