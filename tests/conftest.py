@@ -158,6 +158,27 @@ def pytest_collection_modifyitems(config, items):
     _skip_gpu_tests_without_cuda(items)
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` that keeps each group on one worker under pytest 9 too.
+
+    xdist's own loadgroup tells groups apart by a suffix it writes into each item's node id,
+    which pytest 9 no longer reads back: every test became a group of its own, so each stack
+    and each module fixture started once per worker instead of once a run. This scheduler
+    finds a test's group from its path instead, by the same rule as the markers above."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups: dict[Path, str] = {}
+
+    class StackGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0].split("@", 1)[0]
+            return _xdist_group(TESTS.parent / path, groups)
+
+    return StackGroupScheduling(config, log)
+
+
 def _skip_gpu_tests_without_cuda(items) -> None:
     if not any("gpu" in item.keywords for item in items):
         return
