@@ -65,6 +65,18 @@ def wait_until(
         time.sleep(poll)
 
 
+def run_manage(
+    env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``manage.py ARGS`` in a subprocess on ``env``; fails with its stderr when it fails."""
+    done = subprocess.run(
+        manage_command(*args), cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode != 0:
+        raise StartupError(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done
+
+
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     """True when ``url`` answers 200 (the readiness probe for Daphne's /health)."""
     try:
@@ -145,17 +157,7 @@ class Stack:
 
     def manage(self, *args: str, timeout: float = 300) -> str:
         """``manage.py ARGS`` in a subprocess on this stack's environment: its stdout."""
-        done = subprocess.run(
-            manage_command(*args),
-            cwd=REPO,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if done.returncode != 0:
-            raise StartupError(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-        return done.stdout
+        return run_manage(self.env, *args, timeout=timeout).stdout
 
     def migrate(self) -> None:
         self.manage(*migrate_command()[2:])

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.launcher.process_commands import daphne_command, manage_command
+from controlplane.launcher.process_commands import daphne_command
 from controlplane.launcher.redis_server import free_port
+from controlplane.launcher.stack import run_manage
 from tests.inference.conftest import (  # noqa: F401 (fixtures: this package gets its own platform)
     Platform,
     api_platform,
@@ -29,16 +30,12 @@ from tests.inference.conftest import (  # noqa: F401 (fixtures: this package get
     platform,
     platform_env,
 )
-from tests.support.processes import REPO, running
+from tests.support.processes import running
 
 
 def manage(env: dict[str, str], *args: str) -> str:
     """``manage.py ARGS`` in a subprocess with the platform's environment: its stdout."""
-    done = subprocess.run(
-        manage_command(*args), cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return run_manage(env, *args, timeout=120).stdout
 
 
 def create_key(env: dict[str, str], *scopes: str, tenant: str = "acme") -> str:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controlplane.launcher.process_commands import manage_command
+from controlplane.launcher.stack import run_manage
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -27,17 +27,7 @@ class FileDatabase:
         }
 
     def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            manage_command(*args),
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise AssertionError(f"manage.py {' '.join(args)} failed:\n{result.stderr}")
-        return result
+        return run_manage(self.env, *args, timeout=timeout)
 
     def migrate(self) -> FileDatabase:
         self.manage("migrate", "--noinput", "-v0")
