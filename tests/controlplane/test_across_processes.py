@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.controlplane.support.shared_database import ApiWorker, FileDatabase
+from tests.support.shared_database import ApiWorker, FileDatabase
 
 pytestmark = pytest.mark.slow
 

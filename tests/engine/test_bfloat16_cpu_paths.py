@@ -11,7 +11,7 @@ from engine.layers.packed_linear import PackedWeight, can_pack
 from engine.llm_engine import LLMEngine
 from engine.models import quantize
 from engine.sampling_params import SamplingParams
-from tests.engine.conftest import random_prompts, run_to_completion
+from tests.support.engine_runs import random_prompts, run_to_completion
 
 
 def _greedy(path: str) -> tuple[dict, LLMEngine]:

@@ -10,7 +10,7 @@ from engine.layers import dispatch, quantized_linear
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from kernels.cpu import native_ops
-from tests.engine.conftest import random_prompts, run_to_completion
+from tests.support.engine_runs import random_prompts, run_to_completion
 
 
 def _greedy(path: str, quantization: str | None) -> dict:

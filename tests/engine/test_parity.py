@@ -14,7 +14,7 @@ import torch
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from tests.engine.conftest import random_prompts, run_to_completion
+from tests.support.engine_runs import random_prompts, run_to_completion
 
 NEW_TOKENS = 64
 ARCHS = ["llama", "llama3", "mistral", "qwen2", "qwen3"]

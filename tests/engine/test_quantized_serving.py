@@ -12,7 +12,7 @@ from engine.lora.testing import make_random_adapter
 from engine.models.quantize import check_quantization
 from engine.sampling_params import SamplingParams
 from engine.text.tokenizer import ChatTokenizer
-from tests.engine.conftest import random_prompts, run_to_completion
+from tests.support.engine_runs import random_prompts, run_to_completion
 
 
 def _prompt_logprobs(path, quantization, prompt):

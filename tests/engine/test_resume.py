@@ -13,8 +13,8 @@ import pytest
 
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from tests.engine.conftest import random_prompts, run_to_completion
 from tests.engine.test_llm_engine import make_engine
+from tests.support.engine_runs import random_prompts, run_to_completion
 
 CUT = 9  # tokens the "dead" engine delivered before the resume
 

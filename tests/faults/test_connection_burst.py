@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.faults.conftest import fresh_daphne
+from tests.support.fresh_daphne import fresh_daphne
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -21,8 +21,8 @@ import openai
 import pytest
 
 from engine.protocol import ENGINE_GROUP, Keys
-from tests.faults.private_stack import private_stack, wait_http
-from tests.inference.conftest import CHAT_MODEL
+from tests.support.api_platform import CHAT_MODEL
+from tests.support.private_stack import private_stack, wait_http
 from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

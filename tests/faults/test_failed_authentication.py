@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from controlplane.tenants.key_secrets import prefix_of
-from tests.faults.conftest import admin_sign_in, fresh_daphne, isolated_env, manage
+from tests.support.fresh_daphne import fresh_daphne, isolated_env
+from tests.support.operator_commands import admin_sign_in, manage
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

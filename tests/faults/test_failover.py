@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from controlplane.launcher.process_commands import engine_command
-from tests.faults.conftest import fresh_daphne, isolated_env
-from tests.inference.conftest import CHAT_MODEL
+from tests.support.api_platform import CHAT_MODEL
+from tests.support.fresh_daphne import fresh_daphne, isolated_env
 from tests.support.processes import running
 
 # Engines start, die and are replaced, and a failover waits for the status TTL.

@@ -26,11 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.inference.conftest import (
-    CHAT_MODEL,
-    EMBED_MODEL,
-    pooling_engine,  # noqa: F401 (a fixture)
-)
+from tests.support.api_platform import CHAT_MODEL, EMBED_MODEL
 
 # Thousands of requests on a shared 2-core runner, after the session platform started.
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]

@@ -21,8 +21,8 @@ import httpx
 import openai
 import pytest
 
-from tests.faults.private_stack import private_stack, usage_records, wait_http
-from tests.inference.conftest import CHAT_MODEL
+from tests.support.api_platform import CHAT_MODEL
+from tests.support.private_stack import private_stack, usage_records, wait_http
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

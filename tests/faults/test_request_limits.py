@@ -25,7 +25,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.faults.conftest import create_key, manage
+from tests.support.operator_commands import create_key, manage
 
 # alone: /health's latency is compared with its own baseline, which another test process
 # loading the same cores would make meaningless.

@@ -17,7 +17,7 @@ import websockets
 from controlplane.launcher.process_commands import manage_command
 from controlplane.tenants.key_secrets import prefix_of
 from inference.consumers import CLOSE_CREDENTIAL_REFUSED
-from tests.faults.conftest import admin_sign_in, create_key, manage
+from tests.support.operator_commands import admin_sign_in, create_key, manage
 from tests.support.processes import REPO
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

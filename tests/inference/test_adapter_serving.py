@@ -23,9 +23,10 @@ from engine.lora.validation import adapter_checksum
 from inference.errors import error_from_exception
 from inference.transport.engine_capacity import ADMISSION_CACHE_S, AdapterLoading
 from inference.transport.engine_client import EngineClient, EngineUnavailable
-from tests.inference.conftest import REDIS_PREFIX, _spawn, _stop
 from tests.inference.test_lora_e2e import MAX_TOKENS, PROMPT, _offline
+from tests.support.api_platform import REDIS_PREFIX
 from tests.support.engine_status import publish_engine_status
+from tests.support.processes import spawn, stop
 
 
 async def test_capacity_refuses_an_adapter_no_live_engine_holds_with_503(
@@ -117,9 +118,9 @@ def celery_beat(platform, tmp_path):
     """A Celery worker running beat (the registry reconcile every 10 s), as serve starts it."""
     log = tmp_path / "celery-beat.log"
     command = celery_worker_command(beat_schedule=tmp_path / "beat-schedule", loglevel="INFO")
-    worker = _spawn(command, platform.env, log)
+    worker = spawn(command, platform.env, log)
     yield log
-    _stop(worker)
+    stop(worker)
 
 
 @pytest.mark.slow

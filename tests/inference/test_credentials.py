@@ -1,5 +1,5 @@
 """WebSocket handshakes: a Bearer header, ?api_key= or a same-site staff session cookie."""
-# ruff: noqa: F811  (the fixtures imported from tests.controlplane.conftest are parameters here)
+# ruff: noqa: F811  (the fixtures imported from tests.support.tenant_fixtures are parameters here)
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission
 from controlplane.access.principals import AccessError
 from controlplane.tenants.models import Tenant
 from inference import credentials
-from tests.controlplane.conftest import _fresh_key_cache, make_key, make_tenant  # noqa: F401 (fixtures)
+from tests.support.tenant_fixtures import _fresh_key_cache, make_key, make_tenant  # noqa: F401 (fixtures)
 
 
 def _scope(headers=(), query=b""):

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from tests.inference.conftest import IDLE_MODEL, MAX_MODEL_LEN, counter_growth
+from tests.support.api_platform import IDLE_MODEL, MAX_MODEL_LEN, counter_growth
 
 USER = [{"role": "user", "content": "hello"}]
 

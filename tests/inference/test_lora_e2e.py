@@ -17,7 +17,7 @@ import pytest
 
 from controlplane.launcher.process_commands import celery_worker_command, manage_command
 from engine.lora.testing import make_random_adapter
-from tests.inference.conftest import REPO, _spawn, _stop
+from tests.support.processes import REPO, spawn, stop
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +42,9 @@ def _manage_shell(platform, code: str) -> str:
 @pytest.fixture(scope="module")
 def celery_worker(platform):
     log = Path(platform.env["PLATFORM_VAR_DIR"]).parent / "celery.log"
-    worker = _spawn(celery_worker_command(concurrency=1, loglevel="INFO"), platform.env, log)
+    worker = spawn(celery_worker_command(concurrency=1, loglevel="INFO"), platform.env, log)
     yield worker
-    _stop(worker)
+    stop(worker)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from controlplane.launcher.process_commands import manage_command, run_engine_command
-from tests.inference.conftest import REDIS_PREFIX
+from tests.support.api_platform import REDIS_PREFIX
 from tests.support.checkpoints import without_chat_template
 from tests.support.platform_services import engine_status_records
 from tests.support.processes import REPO, running

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.inference.conftest import REPO
+from tests.support.processes import REPO
 
 CHECK = """
 import os, sys

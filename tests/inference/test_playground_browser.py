@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.inference.conftest import REPO
 from tests.support.browser import chromium_page
+from tests.support.processes import REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -12,8 +12,9 @@ import pytest
 import websockets
 
 from engine.lora.testing import make_random_adapter
-from tests.inference.conftest import MAX_MODEL_LEN, REPO
+from tests.support.api_platform import MAX_MODEL_LEN
 from tests.support.browser import chromium_page
+from tests.support.processes import REPO
 
 pytestmark = pytest.mark.slow
 

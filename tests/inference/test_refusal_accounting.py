@@ -15,8 +15,8 @@ import redis
 import websockets
 
 from controlplane.usage.events import decode_event
-from tests.inference.conftest import IDLE_MODEL, REDIS_PREFIX
 from tests.inference.metrics.test_metrics_e2e import scrape_redis, total
+from tests.support.api_platform import IDLE_MODEL, REDIS_PREFIX
 
 USER = [{"role": "user", "content": "hello there, is anyone serving this model?"}]
 

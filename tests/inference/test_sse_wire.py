@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.inference.conftest import counter_growth
+from tests.support.api_platform import counter_growth
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@ socket is closed (its generations aborted) with an error frame.
 
 The same faults against a real Daphne and engine are in tests/faults/.
 """
-# ruff: noqa: F811  (the fixtures imported from tests.controlplane.conftest are parameters here)
+# ruff: noqa: F811  (the fixtures imported from tests.support.tenant_fixtures are parameters here)
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 
 from controlplane.tenants.services import api_key_revoke
 from inference.consumers import CLOSE_CREDENTIAL_REFUSED, GenerationConsumer
-from tests.controlplane.conftest import _fresh_key_cache, make_key, make_tenant  # noqa: F401 (fixtures)
+from tests.support.tenant_fixtures import _fresh_key_cache, make_key, make_tenant  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

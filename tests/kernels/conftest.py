@@ -16,6 +16,7 @@ import types
 import pytest
 import torch
 
+from tests.support.kernel_cases import ON_GPU
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
 TRITON_MODULES = (
@@ -35,20 +36,6 @@ if not INTERPRETER_IN_PROCESS:  # the root conftest imports triton first; this i
         "triton was imported before TRITON_INTERPRET=1 could be set, so the kernel tests cannot "
         "run on this CPU machine; see tests/support/triton_mode.py"
     )
-
-
-# (device, dtype) pairs. The interpreter gets bf16 arithmetic wrong, so CPU runs fp32 and fp16;
-# a GPU runs the same comparisons natively, bf16 included. With a GPU present the interpreter
-# cases are left to CPU CI: kernels are built for one mode per process.
-_ON_GPU = torch.cuda.is_available()
-_INTERPRETER_ONLY = pytest.mark.skipif(_ON_GPU, reason="interpreter cases run on CPU machines")
-CASES = [
-    pytest.param("cpu", torch.float32, id="interpret-fp32", marks=_INTERPRETER_ONLY),
-    pytest.param("cpu", torch.float16, id="interpret-fp16", marks=_INTERPRETER_ONLY),
-    pytest.param("cuda", torch.float32, id="cuda-fp32", marks=pytest.mark.gpu),
-    pytest.param("cuda", torch.float16, id="cuda-fp16", marks=pytest.mark.gpu),
-    pytest.param("cuda", torch.bfloat16, id="cuda-bf16", marks=pytest.mark.gpu),
-]
 
 
 @pytest.fixture(autouse=True)
@@ -85,18 +72,9 @@ def triton_ops(_interpret_without_gpu) -> types.SimpleNamespace:
 @pytest.fixture
 def device() -> str:
     """Where the single-configuration tests run their kernels: the GPU if any, else the CPU."""
-    return "cuda" if _ON_GPU else "cpu"
+    return "cuda" if ON_GPU else "cpu"
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def tolerance(dtype: torch.dtype) -> dict[str, float]:
-    """assert_close tolerances for a kernel against its float32-internal reference."""
-    return {
-        torch.float32: {"atol": 2e-5, "rtol": 2e-5},
-        torch.float16: {"atol": 2e-3, "rtol": 2e-3},
-        torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
-    }[dtype]

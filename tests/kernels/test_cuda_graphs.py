@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import kernels.reference as ref
-from tests.kernels.conftest import tolerance
 from tests.kernels.paged import make_paged_batch
+from tests.support.kernel_cases import tolerance
 
 
 def _capture(fn):

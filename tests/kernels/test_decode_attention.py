@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import kernels.reference as ref
-from tests.kernels.conftest import CASES, tolerance
 from tests.kernels.paged import make_paged_batch
+from tests.support.kernel_cases import CASES, tolerance
 
 # Ragged lengths: a single token, exactly one and two blocks of 16, one past a boundary, long.
 SEQ_LENS = [1, 16, 17, 32, 45, 77]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kernels.reference as ref
-from tests.kernels.conftest import CASES, tolerance
+from tests.support.kernel_cases import CASES, tolerance
 
 
 def _adapters(num_slots, rank, hidden_in, hidden_out, dtype, device):

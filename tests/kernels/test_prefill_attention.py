@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import kernels.reference as ref
-from tests.kernels.conftest import CASES, tolerance
 from tests.kernels.paged import make_paged_batch, query_start_loc
+from tests.support.kernel_cases import CASES, tolerance
 
 # (query_len, seq_len) per sequence: a fresh prompt, a prompt whose first 16 tokens hit the
 # prefix cache, a middle chunk of a long prompt, a decode riding in the same batch, a chunk

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 
 
 @pytest.fixture(autouse=True)
@@ -17,16 +14,3 @@ def _files_in_tmp(settings, tmp_path):
             "OPTIONS": {"location": str(tmp_path / "files")},
         },
     }
-
-
-def jsonl(lines: list[dict]) -> bytes:
-    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
-
-
-def chat_line(custom_id: str, url: str = "/v1/chat/completions") -> dict:
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
-
-
-def upload(content: bytes, name: str = "in.jsonl") -> SimpleUploadedFile:
-    return SimpleUploadedFile(name, content, content_type="application/jsonl")

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from controlplane.batches import services
 from controlplane.batches.models import Batch
-from tests.controlplane.batches.conftest import chat_line, jsonl, upload
+from tests.support.batch_files import chat_line, jsonl, upload
 
 pytestmark = pytest.mark.django_db
 

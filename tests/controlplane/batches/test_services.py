@@ -12,7 +12,7 @@ from django.utils import timezone
 from controlplane.batches import selectors, services
 from controlplane.batches.models import Batch
 from controlplane.common.api_error import ApiError
-from tests.controlplane.batches.conftest import chat_line, jsonl, upload
+from tests.support.batch_files import chat_line, jsonl, upload
 
 pytestmark = pytest.mark.django_db
 

@@ -27,8 +27,8 @@ from controlplane.deployments.services import (
 )
 from engine.lora.testing import make_random_adapter
 from inference.catalog import resolve_model, visible_models
-from tests.inference.generation.factories import make_principal
 from tests.support.engine_status import publish_engine_status
+from tests.support.generation_factories import make_principal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,32 +7,11 @@ port. Started once for this directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
-from tests.controlplane.support.shared_database import FileDatabase
-from tests.support.platform_services import (
-    database_path,
-    engine_status_records,
-    platform_stack,
-)
-
-MODEL = "tiny-cp"
-PREFIX = "cpe2e"
-ADMIN_PASSWORD = "admin-pass-123"
-
-
-@dataclass
-class LivePlatform:
-    base_url: str
-    redis_url: str
-    db: FileDatabase
-    workdir: Path
-
-    def engine_statuses(self) -> list[bytes | None]:
-        return engine_status_records(self.redis_url, PREFIX, MODEL)
+from tests.support.live_platform import ADMIN_PASSWORD, MODEL, PREFIX, LivePlatform
+from tests.support.platform_services import database_path, platform_stack
+from tests.support.shared_database import FileDatabase
 
 
 @pytest.fixture(scope="package")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.controlplane.e2e.conftest import ADMIN_PASSWORD, MODEL
-from tests.controlplane.support.shared_database import ROOT
 from tests.support.browser import chromium_page
+from tests.support.live_platform import ADMIN_PASSWORD, MODEL
+from tests.support.shared_database import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

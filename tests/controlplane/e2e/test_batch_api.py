@@ -21,7 +21,7 @@ from controlplane.launcher.process_commands import (
     celery_batch_worker_command,
     celery_worker_command,
 )
-from tests.controlplane.e2e.conftest import MODEL
+from tests.support.live_platform import MODEL
 from tests.support.processes import running, spawn, stop, wait_for
 
 pytestmark = pytest.mark.slow

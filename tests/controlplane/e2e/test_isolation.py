@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.controlplane.e2e.conftest import MODEL
+from tests.support.live_platform import MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import openai
 import pytest
 
 from controlplane.launcher.process_commands import run_engine_command
-from tests.controlplane.support.shared_database import FileDatabase
 from tests.support.platform_services import database_path, platform_stack
+from tests.support.shared_database import FileDatabase
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

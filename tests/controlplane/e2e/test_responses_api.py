@@ -9,7 +9,7 @@ import sqlite3
 import openai
 import pytest
 
-from tests.controlplane.e2e.conftest import MODEL
+from tests.support.live_platform import MODEL
 
 pytestmark = pytest.mark.slow
 

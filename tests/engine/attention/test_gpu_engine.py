@@ -18,7 +18,7 @@ from engine.attention import get_attention_backend
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from tests.engine.conftest import random_prompts, run_to_completion
+from tests.support.engine_runs import random_prompts, run_to_completion
 
 pytestmark = pytest.mark.gpu
 

@@ -16,7 +16,7 @@ from engine.llm_engine import LLMEngine
 from engine.lora.request import LoRARequest
 from engine.lora.testing import make_random_adapter
 from engine.sampling_params import SamplingParams
-from tests.engine.conftest import run_to_completion
+from tests.support.engine_runs import run_to_completion
 
 MAX_TOKENS = 10
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)

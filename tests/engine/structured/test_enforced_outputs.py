@@ -9,8 +9,8 @@ import pytest
 
 from engine.protocol import StructuredOutput
 from engine.sampling_params import SamplingParams
-from tests.engine.conftest import random_prompts
-from tests.engine.structured.conftest import PERSON_SCHEMA, SPECS, make_engine, run
+from tests.support.engine_runs import random_prompts
+from tests.support.structured_specs import PERSON_SCHEMA, SPECS, make_engine, run
 
 PROMPTS = random_prompts(3, 5, 40, seed=3)
 

@@ -10,7 +10,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.protocol import StructuredOutput
 from engine.structured.spec import StructuredOutputError
-from tests.engine.structured.conftest import PERSON_SCHEMA
+from tests.support.structured_specs import PERSON_SCHEMA
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from inference.transport.engine_client import (
     SamplingOptions,
 )
 from tests.engine.service.support import EngineProcess
-from tests.engine.structured.conftest import PERSON_SCHEMA, SPECS
+from tests.support.structured_specs import PERSON_SCHEMA, SPECS
 
 MODEL = "tiny-structured"
 PREFIX = f"so{uuid.uuid4().hex[:6]}"

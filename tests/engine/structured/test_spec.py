@@ -10,7 +10,7 @@ import pytest
 
 from engine.protocol import StructuredOutput
 from engine.structured.spec import StructuredOutputError, spec_key, validate
-from tests.engine.structured.conftest import SPECS
+from tests.support.structured_specs import SPECS
 
 
 @pytest.mark.parametrize("kind", list(SPECS))

@@ -7,7 +7,7 @@ from openai.types import Completion
 from inference.formatters import collect_response, formatter_for, stream_events
 from inference.generation.plan import GenerationStats
 from inference.transport.output_processor import TokenLogprob
-from tests.inference.generation.factories import (
+from tests.support.generation_factories import (
     engine_items,
     make_chunk,
     make_plan,

@@ -7,10 +7,7 @@ import pytest
 from controlplane.access.admission import finish_pending
 from controlplane.deployments.models import ServedModel
 from controlplane.usage.events import decode_event, usage_queue_key
-from tests.inference.generation.factories import MODEL
-
-EMBEDDING_MODEL = "embedder"
-MAX_MODEL_LEN = 64
+from tests.support.generation_factories import EMBEDDING_MODEL, MAX_MODEL_LEN, MODEL
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from inference.generation.planning import (
     prepare_completion,
 )
 from inference.schemas.validation import validate_body
-from tests.inference.generation.conftest import EMBEDDING_MODEL, MAX_MODEL_LEN
-from tests.inference.generation.factories import MODEL, make_principal
+from tests.support.generation_factories import EMBEDDING_MODEL, MAX_MODEL_LEN, MODEL, make_principal
 
 CONTEXT = MAX_MODEL_LEN
 USER = [{"role": "user", "content": "Hi"}]

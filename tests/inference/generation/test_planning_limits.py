@@ -11,8 +11,7 @@ from controlplane.access.ratelimit import Limits
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError
 from inference.generation.planning import prepare_chat, prepare_completion
-from tests.inference.generation.conftest import MAX_MODEL_LEN
-from tests.inference.generation.factories import MODEL, make_principal
+from tests.support.generation_factories import MAX_MODEL_LEN, MODEL, make_principal
 
 USER = [{"role": "user", "content": "Hi"}]
 pytest_db = pytest.mark.django_db(transaction=True)

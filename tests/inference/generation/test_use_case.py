@@ -20,7 +20,7 @@ from inference.transport.engine_client import (
     EngineTimeout,
     EngineUnavailable,
 )
-from tests.inference.generation.factories import (
+from tests.support.generation_factories import (
     HANG,
     MODEL,
     billed,

@@ -15,7 +15,7 @@ from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import error_from_exception
 from inference.transport.engine_client import EngineClient, EngineUnavailable
-from tests.inference.generation.factories import HANG, MODEL, billed, generation_for, make_plan
+from tests.support.generation_factories import HANG, MODEL, billed, generation_for, make_plan
 
 
 class ScriptedEngine:

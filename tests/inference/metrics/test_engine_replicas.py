@@ -7,10 +7,7 @@ import asyncio
 import pytest
 
 from controlplane.launcher.process_commands import engine_command
-from tests.inference.conftest import (
-    ENGINE_MAX_NUM_SEQS,
-    ENGINE_MAX_QUEUED,
-)
+from tests.support.api_platform import ENGINE_MAX_NUM_SEQS, ENGINE_MAX_QUEUED
 from tests.support.processes import running
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.metrics import definitions as d
 from controlplane.metrics.access import metrics_bearer_token
-from tests.inference.conftest import REPO
 from tests.inference.metrics.metrics_access import ADAPTER, TENANT, TOKEN, asgi_get
+from tests.support.processes import REPO
 
 OUTSIDE = ("203.0.113.7", 41000)  # TEST-NET-3: in no allowlist of ours
 BEARER = {"Authorization": f"Bearer {TOKEN}"}

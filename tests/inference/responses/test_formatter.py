@@ -11,7 +11,7 @@ from inference.formatters import collect_response, formatter_for, stream_events
 from inference.generation.plan import GenerationStats
 from inference.responses.context import ResponseContext
 from inference.tools import ToolSetup
-from tests.inference.generation.factories import (
+from tests.support.generation_factories import (
     engine_items,
     make_plan,
     sample_chunks,

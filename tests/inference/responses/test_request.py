@@ -8,7 +8,7 @@ from controlplane.common.api_error import ApiError
 from inference.responses.planning import _context, _in_responses_terms, chat_body
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.schemas.validation import validate_body
-from tests.inference.generation.factories import make_principal
+from tests.support.generation_factories import make_principal
 
 TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 

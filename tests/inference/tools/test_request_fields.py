@@ -11,7 +11,7 @@ from inference.catalog import ModelEntry
 from inference.errors import ApiError
 from inference.generation.planning import SERIALIZERS, plan_chat, plan_completion
 from inference.schemas.validation import validate_body
-from tests.inference.generation.factories import make_principal
+from tests.support.generation_factories import make_principal
 
 USER = [{"role": "user", "content": "hi"}]
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

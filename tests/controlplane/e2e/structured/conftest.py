@@ -4,37 +4,11 @@ llama, each with its engine process, and Daphne. Started once for this directory
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
-from tests.controlplane.support.shared_database import FileDatabase
 from tests.support.platform_services import database_path, platform_stack
-
-PREFIX = "sotools"
-SMOLLM2 = "smollm2-135m-instruct"
-RANDOM = "tiny-random"
-
-
-@dataclass
-class ToolsStack:
-    base_url: str
-    api_key: str
-    db: FileDatabase
-
-    def sdk(self, **kwargs):
-        import openai
-
-        return openai.OpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )
-
-    def async_sdk(self, **kwargs):
-        import openai
-
-        return openai.AsyncOpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )
+from tests.support.shared_database import FileDatabase
+from tests.support.tools_stack import PREFIX, RANDOM, SMOLLM2, ToolsStack
 
 
 @pytest.fixture(scope="package")

@@ -14,7 +14,7 @@ from collections import defaultdict
 import jsonschema
 import pytest
 
-from tests.controlplane.e2e.structured.conftest import RANDOM, SMOLLM2
+from tests.support.tools_stack import RANDOM, SMOLLM2
 
 # SmolLM2 on a CPU: twenty constrained generations at once take a while on a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from controlplane.launcher.stack import run_manage
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FileDatabase:
@@ -38,7 +38,7 @@ class FileDatabase:
 
 
 class ApiWorker:
-    """One stand-in API process (tests/controlplane/support/api_worker.py)."""
+    """One stand-in API process (tests/support/api_worker.py)."""
 
     def __init__(self, db: FileDatabase):
         self.process = subprocess.Popen(

@@ -15,6 +15,9 @@ from inference.generation.use_case import Generation
 from inference.transport.output_processor import GenerationChunk, TokenLogprob
 
 MODEL = "tiny"
+# The context of MODEL as the generation tests serve it, and an embedding model beside it.
+MAX_MODEL_LEN = 64
+EMBEDDING_MODEL = "embedder"
 # A step of a scripted engine: it goes quiet and never answers again.
 HANG = "hang"
 

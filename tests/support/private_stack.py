@@ -25,8 +25,9 @@ from controlplane.launcher.process_commands import engine_command
 from controlplane.launcher.redis_server import RedisServer
 from controlplane.launcher.stack import Stack
 from engine.protocol import decode_status
-from tests.faults.conftest import isolated_env, manage
-from tests.inference.conftest import CHAT_MODEL, Platform
+from tests.support.api_platform import CHAT_MODEL, Platform
+from tests.support.fresh_daphne import isolated_env
+from tests.support.operator_commands import manage
 from tests.support.processes import wait_for
 
 
