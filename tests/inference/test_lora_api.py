@@ -3,7 +3,7 @@
 ``model="<adapter>"`` resolves to an entry served by the base model's engines (its request
 stream) with the adapter's name, checksum and path for the engine; tenants without the grant,
 unknown names and adapters not (yet) ready are one and the same 404. /v1/models lists an
-adapter once a live engine serves it (tests/inference/test_adapter_serving.py).
+adapter once a live engine serves it (tests/inference/test_lora_serving.py).
 """
 
 from __future__ import annotations

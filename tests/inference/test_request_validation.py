@@ -1,15 +1,34 @@
-"""Request-body validation alone (no server): normalised values and the field errors name."""
+"""Request-body validation alone (no server): normalised values, the field errors name, and
+bounds on every value (numbers, list lengths, string lengths, nesting): each out-of-range value
+is a 400 naming its field, and the values at the edge of each range pass.
+tests/faults/test_bad_json.py sends the same bodies to a real Daphne and engine.
+"""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from inference.errors import ApiError
-from inference.schemas.chat import ChatCompletionRequestSerializer
+from inference.schemas.chat import MAX_MESSAGES, ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
-from inference.schemas.validation import parse_json_body, validate_body
+from inference.schemas.embeddings import EmbeddingRequestSerializer
+from inference.schemas.tokenize import DetokenizeRequestSerializer, TokenizeRequestSerializer
+from inference.schemas.validation import (
+    MAX_JSON_DEPTH,
+    nested_deeper_than,
+    parse_json_body,
+    validate_body,
+)
 
 USER = [{"role": "user", "content": "hi"}]
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+
+def _chat(**fields) -> dict:
+    return {"model": "m", "messages": USER, **fields}
 
 
 def _error(serializer, body) -> ApiError:
@@ -101,3 +120,140 @@ def test_json_body_must_be_an_object():
     with pytest.raises(ApiError):
         parse_json_body(b"\xff")
     assert parse_json_body(b'{"a": 1}') == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("field", "too_far", "edge"),
+    [
+        ("seed", 2**63, INT64_MAX),
+        ("seed", -(2**63) - 1, -(2**63)),
+        ("top_k", INT32_MAX + 1, INT32_MAX),
+        ("priority", INT32_MAX + 1, INT32_MAX),
+        ("priority", -(2**31) - 1, -(2**31)),
+        ("max_tokens", 2**63, INT64_MAX),
+        ("max_completion_tokens", 2**64, INT64_MAX),
+        ("min_tokens", 2**70, INT64_MAX),
+        ("repetition_penalty", 1e30, 100.0),
+        ("stop_token_ids", [0] * 1025, [0] * 1024),
+        ("stop", ["x"] * 17, ["x"] * 16),
+        ("stop", "x" * 257, "x" * 256),
+        ("model", "m" * 257, "m" * 256),
+        ("user", "u" * 257, "u" * 256),
+        ("cache_salt", "s" * 257, "s" * 256),
+        ("messages", USER * (MAX_MESSAGES + 1), USER * MAX_MESSAGES),
+    ],
+)
+def test_each_value_is_bounded_and_its_edge_passes(field, too_far, edge):
+    error = _error(ChatCompletionRequestSerializer, _chat(**{field: too_far}))
+    assert error.param == field
+    assert field in error.message
+    validate_body(ChatCompletionRequestSerializer, _chat(**{field: edge}))
+
+
+def test_a_message_name_is_bounded():
+    messages = [{"role": "user", "content": "hi", "name": "n" * 257}]
+    assert _error(ChatCompletionRequestSerializer, _chat(messages=messages)).param == (
+        "messages[0].name"
+    )
+
+
+@pytest.mark.parametrize("reserved", ["messages", "add_generation_prompt", "bos_token"])
+def test_template_arguments_may_not_replace_the_servers_own(reserved):
+    body = _chat(chat_template_kwargs={reserved: "x", "enable_thinking": False})
+    for serializer in (ChatCompletionRequestSerializer, TokenizeRequestSerializer):
+        error = _error(serializer, body)
+        assert error.param == "chat_template_kwargs"
+        assert reserved in error.message
+    allowed = validate_body(
+        ChatCompletionRequestSerializer, _chat(chat_template_kwargs={"enable_thinking": False})
+    )
+    assert allowed["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_prompts_times_n_is_bounded_by_the_setting(settings):
+    settings.API_MAX_SEQUENCES_PER_REQUEST = 256
+    body = {"model": "m", "prompt": ["Once"] * 1000, "n": 128}
+    error = _error(CompletionRequestSerializer, body)
+    assert error.param == "n" and "128000" in error.message and "256" in error.message
+    assert _error(CompletionRequestSerializer, {**body, "n": 1}).param == "prompt"
+    validate_body(CompletionRequestSerializer, {"model": "m", "prompt": ["Once"] * 2, "n": 128})
+    settings.API_MAX_SEQUENCES_PER_REQUEST = 4
+    assert _error(ChatCompletionRequestSerializer, _chat(n=5)).param == "n"
+
+
+def test_a_prompt_list_is_counted_before_its_items_are_looked_at():
+    many = [[1]] * 3000
+    error = _error(CompletionRequestSerializer, {"model": "m", "prompt": many})
+    assert (error.param, "3000" in error.message) == ("prompt", True)
+    # One long token-id prompt is one prompt, however many ids it has.
+    one = validate_body(CompletionRequestSerializer, {"model": "m", "prompt": [1] * 3000})
+    assert len(one["prompt"]) == 1
+    error = _error(EmbeddingRequestSerializer, {"model": "m", "input": ["x"] * 2049})
+    assert error.param == "input"
+
+
+def test_detokenize_token_ids_are_bounded():
+    error = _error(DetokenizeRequestSerializer, {"model": "m", "tokens": [1, 2**70]})
+    assert error.param == "tokens[1]"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (_chat(messages=[{"role": "user", "content": "a\ud800"}]), "messages[0].content"),
+        (
+            _chat(messages=[{"role": "user", "content": [{"type": "text", "text": "\udc00"}]}]),
+            "messages[0].content",
+        ),
+        (_chat(cache_salt="\ud800"), "cache_salt"),
+        (_chat(stop=["ok", "\ud800"]), "stop"),
+        (_chat(user="\ud800"), "user"),
+    ],
+)
+def test_text_with_a_lone_surrogate_is_refused(body, param):
+    # JSON can say "\ud800"; no tokenizer, hash or encoder can take what it decodes to.
+    parsed = parse_json_body(json.dumps(body).encode())
+    error = _error(ChatCompletionRequestSerializer, parsed)
+    assert error.param == param
+    assert "surrogate" in error.message
+
+
+def test_a_lone_surrogate_in_a_prompt_is_refused_but_a_pair_is_text():
+    error = _error(CompletionRequestSerializer, {"model": "m", "prompt": ["ok", "\ud800"]})
+    assert error.param == "prompt"
+    emoji = parse_json_body(b'{"model": "m", "prompt": "\\ud83d\\ude00"}')
+    assert validate_body(CompletionRequestSerializer, emoji)["prompt"] == ["\U0001f600"]
+
+
+# Parsing --------------------------------------------------------------------------------------
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"a": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+
+def test_nesting_is_bounded_and_deep_bodies_are_a_400_not_a_recursion_error():
+    assert parse_json_body(_nested(MAX_JSON_DEPTH))
+    for depth in (MAX_JSON_DEPTH + 1, 100_000):
+        with pytest.raises(ApiError) as caught:
+            parse_json_body(_nested(depth))
+        assert caught.value.status == 400
+        assert "nested deeper" in caught.value.message
+
+
+def test_the_depth_scan_sees_through_strings_and_escapes():
+    tricky = {"a": ['[[[{{{"', "\\", '\\"]]]', "\u2028]", "é[ü"], "b": {"c": []}}
+    raw = json.dumps(tricky).encode()
+    assert not nested_deeper_than(raw, 3) and nested_deeper_than(raw, 2)
+    raw = json.dumps(tricky, ensure_ascii=False).encode()
+    assert not nested_deeper_than(raw, 3) and nested_deeper_than(raw, 2)
+    assert nested_deeper_than(b'[[{"x": [{}]}]]', 4)
+    assert not nested_deeper_than(b'[[{"x": [{}]}]]', 5)
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_json_constants_are_refused(constant):
+    with pytest.raises(ApiError) as caught:
+        parse_json_body(b'{"temperature": ' + constant + b"}")
+    assert caught.value.status == 400
+    assert "not valid JSON" in caught.value.message

@@ -1,4 +1,5 @@
-"""The bytes of a streamed response, as a non-SDK client sees them; and disconnect = abort."""
+"""Server-sent events: the framing of one event, byte for byte, and the bytes of a whole
+streamed response as a non-SDK client sees them (slow: the platform); disconnect = abort."""
 
 from __future__ import annotations
 
@@ -9,11 +10,45 @@ import time
 import httpx
 import pytest
 
+from inference.sse import DONE, sse_event, sse_stream
 from tests.support.api_platform import counter_growth
 
-pytestmark = pytest.mark.slow
-
 USER = [{"role": "user", "content": "Count for me."}]
+
+
+def _strict_json(data: bytes):
+    """json.loads that refuses NaN/Infinity, as JSON parsers outside Python do."""
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(data, parse_constant=refuse)
+
+
+def test_event_is_one_compact_utf8_json_line():
+    payload = {"id": "cmpl-1", "choices": [{"index": 0, "text": "héllo 世界\n", "logprobs": None}]}
+    event = sse_event(payload)
+    assert event.startswith(b"data: ") and event.endswith(b"\n\n")
+    body = event[len(b"data: ") : -2]
+    assert b"\n" not in body  # a raw newline would end the event early
+    assert "héllo 世界".encode() in body  # UTF-8 as is, not \\u escapes
+    assert b", " not in body and b": " not in body  # compact separators
+    assert _strict_json(body) == payload
+
+
+def test_non_finite_logprob_still_parses_as_json():
+    # A -inf logprob (a token the sampler ruled out) must not break the client's parser.
+    event = sse_event({"logprob": float("-inf"), "top": [float("nan"), -0.25]})
+    assert _strict_json(event[len(b"data: ") : -2]) == {"logprob": None, "top": [None, -0.25]}
+
+
+async def test_stream_ends_with_done_after_an_error_event():
+    async def chunks():
+        yield {"n": 1}
+        raise RuntimeError("engine died")
+
+    events = [e async for e in sse_stream(chunks(), on_error=lambda exc: {"error": str(exc)})]
+    assert events == [b'data: {"n":1}\n\n', b'data: {"error":"engine died"}\n\n', DONE]
 
 
 def _events(raw: bytes) -> list[bytes]:
@@ -21,6 +56,7 @@ def _events(raw: bytes) -> list[bytes]:
     return raw[:-2].split(b"\n\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2])
 def test_chat_stream_bytes(platform, n):
     body = {
@@ -64,6 +100,7 @@ def test_chat_stream_bytes(platform, n):
     assert chunks[-1]["usage"]["total_tokens"] == chunks[-1]["usage"]["prompt_tokens"] + 6 * n
 
 
+@pytest.mark.slow
 def test_completion_stream_without_usage(platform):
     body = {"model": platform.chat_model, "prompt": "The", "max_tokens": 4, "stream": True}
     raw = httpx.post(
@@ -78,6 +115,7 @@ def test_completion_stream_without_usage(platform):
     assert [c["choices"][0]["finish_reason"] for c in chunks].count("length") == 1
 
 
+@pytest.mark.slow
 def test_closing_the_connection_aborts_the_request(platform):
     """A client that goes away mid-stream frees its slot in the engine within moments."""
     before = platform.wait_engine_idle()
