@@ -11,8 +11,8 @@ from controlplane.access.admission import admit
 from controlplane.adapters.selectors import AdapterRoute
 from inference.generation.plan import GenerationStats
 from inference.generation.use_case import settle_generation
-from tests.inference.metrics.scrape import scrape
 from tests.support.generation_factories import MODEL, make_chunk, make_plan, make_principal
+from tests.support.metrics_scrape import scrape
 
 PROMPTS = [("Once", [11, 12]), ("Twice", [21, 22, 23])]
 STOP_LABELS = {"model_name": MODEL, "tenant": "acme", "finished_reason": "stop"}

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from controlplane.launcher.redis_server import free_port
-from tests.inference.metrics.metrics_access import TOKEN
+from tests.support.metrics_access import TOKEN
 from tests.support.platform_services import serving_daphne
 
 pytestmark = pytest.mark.slow

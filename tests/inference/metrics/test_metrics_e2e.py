@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from controlplane.metrics import PlatformCollector
-from tests.inference.metrics.metrics_access import platform_metrics_headers
-from tests.inference.metrics.scrape import Scrape
 from tests.support.api_platform import REDIS_PREFIX
+from tests.support.metrics_access import platform_metrics_headers
+from tests.support.metrics_scrape import Scrape
 from tests.support.platform_services import serving_daphne
 
 pytestmark = pytest.mark.slow

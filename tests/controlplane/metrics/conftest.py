@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.inference.metrics.metrics_access import TOKEN, record_tenant_traffic
+from tests.support.metrics_access import TOKEN, record_tenant_traffic
 
 
 @pytest.fixture

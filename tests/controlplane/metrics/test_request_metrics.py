@@ -13,7 +13,7 @@ from django.test import override_settings
 from controlplane.metrics import definitions as d
 from controlplane.metrics import record_request
 from controlplane.metrics.recorder import request_increments
-from tests.inference.metrics.scrape import scrape
+from tests.support.metrics_scrape import scrape
 
 MODEL = "tiny"
 
@@ -104,7 +104,7 @@ def test_two_processes_neither_lose_nor_double_count(redis_client, redis_server)
             [
                 sys.executable,
                 "-m",
-                "tests.inference.metrics.record_many",
+                "tests.support.record_many",
                 str(per_process),
                 tenant,
             ],

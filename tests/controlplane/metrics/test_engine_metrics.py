@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from controlplane.metrics import PlatformCollector
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
-from tests.inference.metrics.scrape import Scrape, scrape
+from tests.support.metrics_scrape import Scrape, scrape
 
 
 def _publish(redis_client, status: EngineStatus, *, ttl_s: int = 5) -> None:
