@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from controlplane.launcher.process_commands import celery_worker_command, manage_command
-from engine.lora.testing import make_random_adapter
+from engine.tooling.random_lora import make_random_adapter
 from tests.inference.conftest import REPO, _spawn, _stop
 
 pytestmark = pytest.mark.slow
