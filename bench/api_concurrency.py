@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from bench.served_platform import served_platform
-    from engine.demo.checkpoint import make_checkpoint
+    from engine.tooling.demo.checkpoint import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="api-bench-"))
     checkpoint = make_checkpoint(work / "model", arch=args.arch, size="tiny")

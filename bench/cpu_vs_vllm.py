@@ -62,13 +62,13 @@ def checkpoint(name: str) -> Path:
     if (path / "config.json").exists():
         return path
     if name == "small":
-        from engine.demo.checkpoint import make_checkpoint
+        from engine.tooling.demo.checkpoint import make_checkpoint
 
         return make_checkpoint(path, arch="llama", size="small")
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from engine.demo.tokenizer import train_tokenizer
+    from engine.tooling.demo.tokenizer import train_tokenizer
 
     config = Qwen3Config(
         **QWEN3_06B_SHAPE, torch_dtype="bfloat16", bos_token_id=1, eos_token_id=2, pad_token_id=0

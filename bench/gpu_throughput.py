@@ -197,7 +197,7 @@ def write_checkpoint(shape: dict, directory: Path, device: str = "cuda") -> Path
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.demo.tokenizer import train_tokenizer
+    from engine.tooling.demo.tokenizer import train_tokenizer
 
     directory.mkdir(parents=True, exist_ok=True)
     config = hf_config(shape)

@@ -60,10 +60,10 @@ def main(argv=None) -> int:
     import torch
 
     from engine.config import EngineConfig
-    from engine.demo.checkpoint import make_checkpoint
     from engine.llm_engine import LLMEngine
-    from engine.lora.testing import make_random_adapter
     from engine.sampling_params import SamplingParams
+    from engine.tooling.demo.checkpoint import make_checkpoint
+    from engine.tooling.random_lora import make_random_adapter
 
     if args.threads:
         torch.set_num_threads(args.threads)

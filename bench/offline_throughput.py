@@ -141,7 +141,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model_path = args.model
     if model_path is None:
-        from engine.demo.checkpoint import make_checkpoint
+        from engine.tooling.demo.checkpoint import make_checkpoint
 
         model_path = str(make_checkpoint(Path(tempfile.mkdtemp()) / "llama-small", size="small"))
     from engine import LLM

@@ -92,7 +92,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="redis-bench-"))
     model_path = args.model
     if model_path is None:
-        from engine.demo.checkpoint import make_checkpoint
+        from engine.tooling.demo.checkpoint import make_checkpoint
 
         model_path = str(make_checkpoint(workdir / "llama-small", size="small"))
     llm = LLM(

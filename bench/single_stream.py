@@ -40,7 +40,7 @@ def demo_checkpoint(var_dir: Path) -> Path:
         from tests.support.smollm2 import smollm2_gguf
 
         out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "engine.gguf_convert", str(smollm2_gguf()), str(out)]
+        cmd = [sys.executable, "-m", "engine.tooling.gguf_convert", str(smollm2_gguf()), str(out)]
         subprocess.run([*cmd, "--dtype", "float32"], check=True)
     return out
 

@@ -61,7 +61,7 @@ def smollm2_checkpoint() -> str:
 
     out = Path(tempfile.mkdtemp()) / "smollm2"
     subprocess.run(
-        [sys.executable, "-m", "engine.gguf_convert", str(smollm2_gguf()), str(out)],
+        [sys.executable, "-m", "engine.tooling.gguf_convert", str(smollm2_gguf()), str(out)],
         check=True,
         stdout=subprocess.DEVNULL,
     )

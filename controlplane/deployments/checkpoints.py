@@ -4,7 +4,7 @@ Four kinds: a Hugging Face safetensors directory with a chat template (chat and 
 one without (completions only), a sentence-transformers directory (embeddings, has
 modules.json), and a GGUF file or a directory holding one, converted once to a safetensors
 checkpoint under VAR_DIR/models/gguf. Everything here reads config files, safetensors headers
-and tokenizers only; the conversion runs ``python -m engine.gguf_convert`` in a subprocess, so
+and tokenizers only; the conversion runs ``python -m engine.tooling.gguf_convert`` in a subprocess, so
 the control plane never imports torch.
 """
 
@@ -186,7 +186,7 @@ def gguf_file_in(path: Path) -> Path | None:
 def gguf_cache_dir(gguf_file: Path) -> Path:
     """Where the conversion of ``gguf_file`` is kept: keyed by its content, so the same file
     converts once wherever it lies, and a changed file converts again."""
-    from engine.gguf_convert import gguf_content_key
+    from engine.tooling.gguf_convert import gguf_content_key
 
     return Path(settings.VAR_DIR) / "models" / "gguf" / gguf_content_key(gguf_file)
 
@@ -199,7 +199,7 @@ def gguf_convert(*, gguf_file: Path, out_dir: Path, progress: Progress = no_prog
         return out_dir
     progress(f"converting {gguf_file.name} to a safetensors checkpoint in {out_dir}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "engine.gguf_convert", str(gguf_file), str(out_dir)]
+    command = [sys.executable, "-m", "engine.tooling.gguf_convert", str(gguf_file), str(out_dir)]
     lines: list[str] = []
     with subprocess.Popen(
         command,

@@ -114,7 +114,7 @@ def served_model_delete(
 
 def demo_model_create(*, path: str | Path, arch: str = "llama", size: str = "small") -> Path:
     """Write a random-weight demo checkpoint (with tokenizer and chat template) to ``path``."""
-    from engine.demo.checkpoint import ARCHITECTURES, SHAPES, make_checkpoint
+    from engine.tooling.demo.checkpoint import ARCHITECTURES, SHAPES, make_checkpoint
 
     if arch not in ARCHITECTURES:
         raise ModelRegistrationError(

@@ -19,6 +19,7 @@ import redis
 from engine import protocol
 from engine.pooling import messages
 from engine.pooling.runner import PoolingRunner
+from engine.redis_streams import ensure_group, publish_status, withdraw_status
 
 logger = logging.getLogger(__name__)
 
@@ -42,17 +43,12 @@ class PoolingService:
         self.num_inputs_total = 0
         self.num_tokens_total = 0
         self._stop = threading.Event()
-        self._member = protocol.engine_member(model_name, self.engine_id)
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self) -> None:
-        try:
-            self.redis.xgroup_create(self.stream, messages.POOLING_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        ensure_group(self.redis, self.stream, messages.POOLING_GROUP)
         self._publish_status_once()  # visible to /ready before the first request is read
         status_thread = threading.Thread(target=self._publish_status, daemon=True)
         status_thread.start()
@@ -61,8 +57,7 @@ class PoolingService:
             entries = self._read()
             if entries:
                 self._serve(entries)
-        self.status_redis.delete(self.keys.status(self.model_name, self.engine_id))
-        self.status_redis.srem(self.keys.engines(), self._member)
+        withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
 
     def _read(self) -> list[tuple[bytes, bytes]]:
         reply = self.redis.xreadgroup(
@@ -129,14 +124,6 @@ class PoolingService:
             hostname=socket.gethostname(),
         )
         try:
-            pipe = self.status_redis.pipeline(transaction=False)
-            pipe.set(
-                self.keys.status(self.model_name, self.engine_id),
-                protocol.encode_status(status),
-                ex=STATUS_TTL_S,
-            )
-            # Frontends find live engines through this set (see engine.protocol.Keys).
-            pipe.sadd(self.keys.engines(), self._member)
-            pipe.execute()
+            publish_status(self.status_redis, self.keys, status, STATUS_TTL_S)
         except redis.RedisError:
             logger.warning("could not publish pooling engine status", exc_info=True)

@@ -41,18 +41,14 @@ class ServiceSettings:
         if not self.model_name or ":" in self.engine_id:
             raise ValueError("model_name must be set and engine_id must not contain ':'")
         if self.status_interval <= 0 or self.status_ttl <= self.status_interval:
-            raise ValueError(
-                f"status_ttl ({self.status_ttl}) must exceed status_interval "
-                f"({self.status_interval}), both positive"
-            )
+            raise ValueError(f"status_ttl ({self.status_ttl}) must exceed status_interval "
+                             f"({self.status_interval}), both positive")  # fmt: skip
         if self.drain_timeout < 0:
             raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
         if self.max_queued is not None and self.max_queued < 1:
             raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
         if self.adapter_sync_interval <= 0:
-            raise ValueError(
-                f"adapter_sync_interval must be positive, got {self.adapter_sync_interval}"
-            )
+            raise ValueError(f"adapter_sync_interval must be > 0, got {self.adapter_sync_interval}")
 
     def queued_bound(self, max_num_seqs: int) -> int:
         return self.max_queued if self.max_queued is not None else max(16, max_num_seqs // 4)
@@ -77,24 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_service_arguments(parser: argparse.ArgumentParser) -> None:
-    """The engine's options and the service's; shared with ``manage.py run_engine``."""
+    """The engine's options and the service's; shared with ``manage.py run_engine``. The
+    service's defaults are ServiceSettings' (an option left out stays None)."""
     add_engine_arguments(parser)
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
-    parser.add_argument("--engine-id", default=None, help="default: host-pid-random")
+    parser.add_argument("--engine-id", help="default: host-pid-random")
+    parser.add_argument("--max-queued", type=int, help="read requests only while fewer wait here")
+    parser.add_argument("--status-interval", type=float, help="default 1 s")
+    parser.add_argument("--status-ttl", type=float, help="default 5 s")
+    parser.add_argument("--drain-timeout", type=float, help="default 30 s")
     parser.add_argument(
-        "--max-queued",
-        type=int,
-        default=None,
-        help="read more requests only while fewer wait here (default max(16, max_num_seqs/4))",
-    )
-    parser.add_argument("--status-interval", type=float, default=1.0)
-    parser.add_argument("--status-ttl", type=float, default=5.0)
-    parser.add_argument("--drain-timeout", type=float, default=30.0)
-    parser.add_argument(
-        "--adapter-sync-interval",
-        type=float,
-        default=2.0,
-        help="seconds between reconciles of the loaded adapters with the registry",
+        "--adapter-sync-interval", type=float, help="registry reconciles, default 2 s"
     )
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
 

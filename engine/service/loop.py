@@ -1,9 +1,9 @@
 """EngineService: the engine-core loop that connects an LLMEngine to Redis streams.
 
 Each iteration has three named phases, and none of them waits on Redis: ``drain_inputs()``
-(new requests and aborts, control commands and adapter registry snapshots, all from the Inbox
-that the reader threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob
-for the writer thread: one output entry per frontend for everything this step produced).
+(requests, aborts, control commands and adapter registry snapshots from the Inbox the reader
+threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob for the writer
+thread: one output entry per frontend for everything this step produced).
 
 When Redis stops taking outputs the writer keeps them and retries; past its bound the loop
 stops stepping (backpressure), and after OUTAGE_FAIL_S it ends the started requests with an
@@ -24,6 +24,7 @@ import redis
 from engine import protocol
 from engine.lora.registry import AdapterRegistry
 from engine.outputs import RequestOutputDelta
+from engine.redis_streams import connect, ensure_group, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
 from engine.service.cli import ServiceSettings
@@ -65,8 +66,7 @@ class EngineService:
     """
 
     def __init__(self, engine: LLMEngine, settings: ServiceSettings):
-        self.engine = engine
-        self.settings = settings
+        self.engine, self.settings = engine, settings
         self.keys = protocol.Keys(settings.prefix)
         self.channels = inputs.Channels(self.keys, settings.model_name, settings.engine_id)
         self.inbox = inputs.Inbox()
@@ -87,40 +87,38 @@ class EngineService:
         self.lora_info = engine.lora_requests_info()
 
         url, channels, inbox = settings.redis_url, self.channels, self.inbox
-        self.redis = inputs.connect(url)
+        self.redis = connect(url)  # the heartbeat's: status, dead engines, adapter registry
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
-        self.writer = OutputWriter(inputs.connect(url, retries=0), channels)
-        bound = settings.queued_bound(self.max_num_seqs)
-        waiting = lambda: self.stats.num_waiting  # noqa: E731
+        self.writer = OutputWriter(connect(url, retries=0), channels)
+        bound, waiting = settings.queued_bound(self.max_num_seqs), lambda: self.stats.num_waiting
         self.reader = inputs.RequestReader(
-            inputs.connect(url), channels, inbox, bound=bound, waiting=waiting
+            connect(url), channels, inbox, bound=bound, waiting=waiting
         )
-        self.broadcast = inputs.BroadcastReader(inputs.connect(url), channels, inbox)
-        beat = inputs.connect(url)  # the heartbeat's three share its connection
-        self.status = StatusPublisher(beat, self)
-        self.reaper = DeadEngineReaper(
-            beat, channels, self.reader, grace_s=2 * settings.status_interval + 0.5
-        )
-        registry_key = self.keys.adapters(settings.model_name)
-        self.registry_watcher = inputs.RegistryWatcher(beat, registry_key, inbox)
+        self.broadcast = inputs.BroadcastReader(connect(url), channels, inbox)
+        self.status = StatusPublisher(self.redis, self)
+        grace_s = 2 * settings.status_interval + 0.5
+        self.reaper = DeadEngineReaper(self.redis, channels, self.reader, grace_s=grace_s)
+        self._registry_logged: set[bytes] = set()  # unreadable records, logged once each
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
 
-    # ------------------------------------------------------------------ lifecycle
-
     def start(self) -> None:
         """Announce this engine (status first, so it is alive before it joins the group)."""
-        snapshot = self.registry_watcher.read()
+        snapshot = self.read_registry()
         self.adapters.reconcile(snapshot.refs, snapshot.read_at)
         self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
         self.status.publish()
-        inputs.ensure_group(self.redis, self.channels.requests)
+        ensure_group(self.redis, self.channels.requests)
         self.reaper.recover_own()
         for thread in (self.writer, self.reader, self.broadcast, self.heartbeat):
             thread.start()
         me, model = self.settings.engine_id, self.settings.model_name
         logger.info("engine %s serving %r from %s", me, model, self.channels.requests)
+
+    def read_registry(self) -> inputs.RegistrySnapshot:
+        key = self.keys.adapters(self.settings.model_name)
+        return inputs.RegistrySnapshot.read(self.redis, key, self._registry_logged)
 
     def beat(self) -> None:
         """The heartbeat thread's tick: this engine's status record, then dead engines, then
@@ -132,7 +130,7 @@ class EngineService:
         self.reaper.check()
         if time.monotonic() >= self._next_registry_read:
             self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
-            self.registry_watcher.watch()
+            self.inbox.put(self.read_registry())
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
@@ -159,16 +157,15 @@ class EngineService:
     def run_once(self) -> None:
         if self._drain_requested and not self.draining:
             self.begin_drain()
-        if self.writer.outage_s() == 0.0:
+        outage_s = self.writer.outage_s()
+        if outage_s == 0.0:
             self._failed_for_outage = False
-        elif self.writer.outage_s() > OUTAGE_FAIL_S and not self._failed_for_outage:
+        elif outage_s > OUTAGE_FAIL_S and not self._failed_for_outage:
             self.fail_for_outage()
         if self.writer.congested():
             # Redis is not taking outputs: produce no more until it does; nothing is dropped.
             if not self._paused:
-                logger.warning(
-                    "%d output writes waiting for Redis: steps paused", self.writer.backlog
-                )
+                logger.warning("%d output writes wait for Redis: steps paused", self.writer.backlog)
             self._paused = True
             if not self.writer.wait_for_room(IDLE_WAIT_S):
                 return
@@ -177,15 +174,15 @@ class EngineService:
         self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0)
         self.publish(self.step())
 
-    # ------------------------------------------------------------------ the three phases
-
     def drain_inputs(self, timeout: float = 0.0) -> None:
         for event in self.inbox.take_all(timeout):
             match event:
                 case inputs.NewRequest():
                     self._admit(event.entry_id, event.request)
+                case inputs.AbortEvent() if event.request_id in self.active:
+                    self._end([event.request_id])
                 case inputs.AbortEvent():
-                    self._abort(event.request_id)
+                    self.recent_aborts[event.request_id] = time.monotonic()
                 case inputs.RegistrySnapshot():
                     self.adapters.reconcile(event.refs, event.read_at)
                 case protocol.LoadAdapter():
@@ -211,9 +208,8 @@ class EngineService:
                 continue
             if not active.started:
                 active.started = True
-                self.job.started[active.entry_id] = protocol.StartedRecord(
-                    active.request.request_id, active.request.frontend_id
-                )
+                record = protocol.StartedRecord(delta.request_id, active.request.frontend_id)
+                self.job.started[active.entry_id] = record
             message = delta.to_message()
             sent = active.num_sent.get(delta.index, 0) + len(message.new_token_ids)
             active.num_sent[delta.index] = message.num_output_tokens = sent
@@ -232,11 +228,9 @@ class EngineService:
         if deltas or self.inbox.num_requests == 0:
             self.reader.room_changed.set()
 
-    # ------------------------------------------------------------------ requests in and out
-
     def _admit(self, entry_id: str, request: protocol.GenerateRequest) -> None:
         """Add the request to the engine, or answer it at once if it cannot run here."""
-        request_id = request.request_id
+        request_id, error = request.request_id, ""
         if self.recent_aborts.pop(request_id, None) is not None:
             return self._answer_without_running(entry_id, request)
         if self.draining:
@@ -246,20 +240,18 @@ class EngineService:
                 # The same submission twice (a client's retry after a dropped connection):
                 # the running copy answers it; this entry is only acknowledged.
                 logger.warning("duplicate entry %s of request %s", entry_id, request_id)
-                self.job.done.append(entry_id)
-                return
+                return self.job.done.append(entry_id)
             error = f"request id {request_id!r} is already running"
             return self._answer_without_running(entry_id, request, error=error)
+        # The engine orders by its monotonic clock; carry over the time spent queued.
+        queued_for = max(0.0, time.time() - request.arrival_time)
         try:
-            adapter = self.adapters.identity_for(request.adapter)
-            # The engine orders by its monotonic clock; carry over the time spent queued.
-            queued_for = max(0.0, time.time() - request.arrival_time)
             self.engine.add_request(
                 request_id,
                 request.prompt_token_ids,
                 SamplingParams.from_options(request.sampling),
                 cache_salt=request.cache_salt or None,
-                adapter=adapter,
+                adapter=self.adapters.identity_for(request.adapter),
                 priority=request.priority,
                 arrival_time=time.monotonic() - queued_for if request.arrival_time else None,
                 resumed_output_tokens=request.resumed_output_tokens,
@@ -270,40 +262,27 @@ class EngineService:
         indexes = set(range(request.sampling.n))
         self.active[request_id] = ActiveRequest(entry_id, request, open_indexes=indexes)
 
-    def _abort(self, request_id: str) -> None:
-        if request_id in self.active:
-            self._end([request_id])
-        else:
-            self.recent_aborts[request_id] = time.monotonic()
+    def _answer_without_running(self, entry_id, request, *, error: str = "") -> None:
+        """Answer a request that never reached the engine (refused, or aborted first)."""
+        num_prompt_tokens = len(request.prompt_token_ids)
+        indexes = range(max(1, request.sampling.n))
+        self.job.abort(entry_id, request, indexes, error=error, num_prompt_tokens=num_prompt_tokens)
 
     def _end(self, request_ids: list[str], *, error: str = "") -> None:
         """Abort the requests in the engine and answer each sample still open as aborted."""
         self.engine.abort_request(request_ids)
-        for request_id in request_ids:
-            active = self.active.pop(request_id)
-            self.job.abort(active.request, sorted(active.open_indexes), error=error)
-            self.job.done.append(active.entry_id)
-
-    def _answer_without_running(
-        self, entry_id: str, request: protocol.GenerateRequest, *, error: str = ""
-    ) -> None:
-        """Answer a request that never reached the engine (refused, or aborted first)."""
-        indexes = range(max(1, request.sampling.n))
-        self.job.abort(
-            request, indexes, error=error, num_prompt_tokens=len(request.prompt_token_ids)
-        )
-        self.job.done.append(entry_id)
+        for active in map(self.active.pop, request_ids):
+            self.job.abort(
+                active.entry_id, active.request, sorted(active.open_indexes), error=error
+            )
 
     def _hand_back_unstarted(self) -> int:
         """Put every request that has produced nothing yet back on the stream."""
         unstarted = [request_id for request_id, a in self.active.items() if not a.started]
         self.engine.abort_request(unstarted)
-        for request_id in unstarted:
-            active = self.active.pop(request_id)
+        for active in map(self.active.pop, unstarted):
             self.job.hand_back(active.entry_id, active.request)
         return len(unstarted)
-
-    # ------------------------------------------------------------------ drain and failure
 
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
@@ -340,8 +319,10 @@ class EngineService:
         self._end(list(self.active), error="the engine shut down before this request finished")
         self.publish([])
         self.writer.close()
+        me, model = self.settings.engine_id, self.settings.model_name
         try:
-            self.status.withdraw()
+            withdraw_status(self.redis, self.keys, model, me)
+            self.reaper.withdraw_own()
         except redis.RedisError:
-            logger.warning("could not withdraw engine %s", self.settings.engine_id, exc_info=True)
-        logger.info("engine %s stopped after %d steps", self.settings.engine_id, self.num_steps)
+            logger.warning("could not withdraw engine %s", me, exc_info=True)
+        logger.info("engine %s stopped after %d steps", me, self.num_steps)

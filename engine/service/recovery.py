@@ -24,7 +24,8 @@ import redis
 
 from engine import protocol
 from engine.protocol import ENGINE_GROUP, FIELD
-from engine.service.redis_input import Channels, RequestReader, as_str
+from engine.redis_streams import as_str
+from engine.service.redis_input import Channels, RequestReader
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +34,10 @@ CLAIM_BATCH = 256
 
 
 class DeadEngineReaper:
-    def __init__(
-        self,
-        client: redis.Redis,
-        channels: Channels,
-        reader: RequestReader,
-        *,
-        grace_s: float = 2.5,
-    ):
-        self.client = client
-        self.channels = channels
-        self.keys = channels.keys
-        self.reader = reader
-        self.grace_s = grace_s
+    def __init__(self, client: redis.Redis, channels: Channels, reader: RequestReader, *,
+                 grace_s: float = 2.5):  # fmt: skip
+        self.client, self.channels, self.keys = client, channels, channels.keys
+        self.reader, self.grace_s = reader, grace_s
         self._missing_since: dict[str, float] = {}  # engine id -> monotonic time first seen
         self._reachable_since: float | None = None
 
@@ -53,16 +45,15 @@ class DeadEngineReaper:
         """Consumers of the group and registered engines of this model, except this one."""
         names: set[str] = set()
         try:
-            for consumer in self.client.xinfo_consumers(self.channels.requests, ENGINE_GROUP):
-                names.add(as_str(consumer["name"]))
+            consumers = self.client.xinfo_consumers(self.channels.requests, ENGINE_GROUP)
+            names.update(as_str(consumer["name"]) for consumer in consumers)
         except redis.ResponseError:  # no stream or group yet
             pass
         for member in self.client.smembers(self.keys.engines()):
             model, engine_id = protocol.split_engine_member(as_str(member))
             if model == self.channels.model:
                 names.add(engine_id)
-        names.discard(self.channels.engine_id)
-        return names
+        return names - {self.channels.engine_id}
 
     def check(self) -> None:
         """Take over from every engine of this model dead for ``grace_s``."""
@@ -71,8 +62,7 @@ class DeadEngineReaper:
             if self._reachable_since is None:
                 self._reachable_since = now
             names = self.candidates()
-            for gone in set(self._missing_since) - names:
-                del self._missing_since[gone]
+            self._missing_since = {k: t for k, t in self._missing_since.items() if k in names}
             for engine_id in sorted(names):
                 if self.client.exists(self.keys.status(self.channels.model, engine_id)):
                     self._missing_since.pop(engine_id, None)
@@ -93,38 +83,38 @@ class DeadEngineReaper:
         """At start: take over from an earlier life of this engine id."""
         self.take_over(self.channels.engine_id)
 
+    def withdraw_own(self) -> None:
+        """At a clean exit: leave the group, unless entries are still pending under this
+        engine (a survivor must claim them then)."""
+        me, requests = self.channels.engine_id, self.channels.requests
+        pending = self.client.xpending_range(
+            requests, ENGINE_GROUP, min="-", max="+", count=1, consumername=me
+        )
+        if not pending:
+            self.client.xgroup_delconsumer(requests, ENGINE_GROUP, me)
+            self.client.delete(self.channels.started)
+
     def take_over(self, engine_id: str) -> None:
         """Fail what ``engine_id`` had started and run here what it had claimed but not
         started (its pending entries); a dead engine is also removed from the group."""
         model, me = self.channels.model, self.channels.engine_id
+        restarted = engine_id == me
         why = (
             f"engine {me} restarted"
-            if engine_id == me
+            if restarted
             else f"engine {engine_id} serving {model!r} stopped"
         )
         num_failed = self._fail_started(engine_id, why=why)
         num_claimed = self._claim_pending(engine_id)
-        if engine_id == me:
-            if num_failed or num_claimed:
-                logger.warning(
-                    "engine %s restarted: %d requests of its earlier life failed (already "
-                    "started), %d taken up again",
-                    me,
-                    num_failed,
-                    num_claimed,
-                )
-            return
-        try:
-            self.client.xgroup_delconsumer(self.channels.requests, ENGINE_GROUP, engine_id)
-        except redis.ResponseError:
-            pass
-        self.client.srem(self.keys.engines(), protocol.engine_member(model, engine_id))
-        logger.warning(
-            "engine %s is dead: %d started requests failed, %d unstarted ones taken over",
-            engine_id,
-            num_failed,
-            num_claimed,
-        )
+        if not restarted:
+            try:
+                self.client.xgroup_delconsumer(self.channels.requests, ENGINE_GROUP, engine_id)
+            except redis.ResponseError:
+                pass
+            self.client.srem(self.keys.engines(), protocol.engine_member(model, engine_id))
+        if num_failed or num_claimed or not restarted:
+            logger.warning("%s: %d started requests failed, %d unstarted ones taken over",
+                           why, num_failed, num_claimed)  # fmt: skip
 
     def _fail_started(self, engine_id: str, *, why: str) -> int:
         """Error events for the requests in ``engine_id``'s started hash (tokens were already

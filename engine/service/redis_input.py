@@ -1,8 +1,8 @@
 """Redis -> the loop: the request reader and the broadcast reader (aborts, control messages)
-feed the Inbox; the adapter registry is read into it too (RegistryWatcher).
+fill the Inbox; the heartbeat adds adapter registry snapshots.
 
 The loop never waits on Redis. Each thread has its own connection, so a blocking read never
-delays a write (engine/service/redis_output.py).
+delays a write (redis_output.py).
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgspec
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from engine import protocol
 from engine.protocol import ENGINE_GROUP, FIELD, Keys
+from engine.redis_streams import as_str, ensure_group
 
 logger = logging.getLogger(__name__)
 
@@ -28,48 +26,13 @@ READ_BLOCK_MS = 500
 RETRY_AFTER_S = 0.5  # a worker's pause after a failed tick (Redis away)
 
 
-def connect(url: str, *, retries: int = 3) -> redis.Redis:
-    """A client that rides out a dropped connection (a Redis restart) with a few quick retries.
-
-    redis-py's default would retry ten times with up to 10 s between tries, stalling a thread
-    for a minute; the threads here have their own loops and want to hear of an outage fast.
-    ``retries=0`` for a writer that must decide itself whether a failed MULTI ran.
-    """
-    return redis.Redis.from_url(
-        url,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        socket_connect_timeout=2,
-        socket_keepalive=True,
-        health_check_interval=30,
-    )
-
-
-def as_str(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def ensure_group(client: redis.Redis, stream: str) -> None:
-    """Create the consumer group (and stream) if missing; reads start at the stream's start."""
-    try:
-        client.xgroup_create(stream, ENGINE_GROUP, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-
-
 class Channels:
     """The keys this engine reads from and writes to."""
 
     def __init__(self, keys: Keys, model: str, engine_id: str):
-        self.keys = keys
-        self.model = model
-        self.engine_id = engine_id
+        self.keys, self.model, self.engine_id = keys, model, engine_id
         self.requests = keys.requests(model)
         self.started = keys.started(model, engine_id)
-
-
-# ---------------------------------------------------------------------- the inbox
 
 
 @dataclass(slots=True)
@@ -90,13 +53,39 @@ class RegistrySnapshot:
     refs: dict[str, protocol.AdapterRef]
     read_at: float
 
+    @classmethod
+    def read(cls, client: redis.Redis, key: str, logged: set[bytes] | None = None):
+        read_at = time.monotonic()  # before the read: what changes during it is newer
+        return cls(read_registry(client, key, logged), read_at)
+
+
+def read_registry(
+    client: redis.Redis, key: str, logged: set[bytes] | None = None
+) -> dict[str, protocol.AdapterRef]:
+    """The adapter registry hash as name -> AdapterRef. Unreadable records are left out (as
+    if withdrawn) and logged, once each when ``logged`` remembers them across reads."""
+    refs: dict[str, protocol.AdapterRef] = {}
+    for raw_name, raw in client.hgetall(key).items():
+        name = as_str(raw_name)
+        try:
+            ref = protocol.decode_adapter(raw)
+            if ref.name != name:
+                raise ValueError(f"record names {ref.name!r}")
+            refs[name] = ref
+        except Exception as exc:
+            if logged is None or raw not in logged:
+                logger.error("unreadable adapter record %r in %s skipped: %s", name, key, exc)
+                if logged is not None:
+                    logged.add(raw)
+    return refs
+
 
 # Control messages (LoadAdapter, UnloadAdapter, Drain) go into the inbox as they arrive.
 Event = NewRequest | AbortEvent | RegistrySnapshot | protocol.ControlMessage
 
 
 class Inbox:
-    """The queue from the Redis threads to the loop. Counts the new requests in it, which
+    """The queue from the Redis threads to the loop; counts the new requests in it, which
     backpressure needs."""
 
     def __init__(self) -> None:
@@ -104,19 +93,19 @@ class Inbox:
         self._lock = threading.Lock()
         self.num_requests = 0
 
-    def put(self, event: Event) -> None:
-        if isinstance(event, NewRequest):
+    def _count(self, events: list[Event], sign: int) -> None:
+        if num := sum(isinstance(e, NewRequest) for e in events):
             with self._lock:
-                self.num_requests += 1
+                self.num_requests += sign * num
+
+    def put(self, event: Event) -> None:
+        self._count([event], 1)
         self._queue.put(event)
 
     def take_all(self, timeout: float = 0.0) -> list[Event]:
         """Everything queued now; waits up to ``timeout`` for the first event if empty."""
         events = take_all(self._queue, timeout)
-        taken = sum(1 for e in events if isinstance(e, NewRequest))
-        if taken:
-            with self._lock:
-                self.num_requests -= taken
+        self._count(events, -1)
         return events
 
 
@@ -132,9 +121,6 @@ def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:
         return items
 
 
-# ---------------------------------------------------------------------- the threads
-
-
 class Worker(threading.Thread):
     """A daemon thread that runs ``tick()`` until ``stop()``; every ``interval`` seconds when
     one is given, else back to back (a tick that blocks on a read). A tick that fails is
@@ -142,8 +128,7 @@ class Worker(threading.Thread):
 
     def __init__(self, name: str, tick: Callable[[], None], interval: float = 0.0):
         super().__init__(name=name, daemon=True)
-        self.tick = tick
-        self.interval = interval
+        self.tick, self.interval = tick, interval
         self._stop_event = threading.Event()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -164,21 +149,16 @@ class Worker(threading.Thread):
 
 
 class RequestReader(Worker):
-    """Reads the model's request stream through the consumer group, with backpressure.
-
-    It reads only while fewer than ``bound`` requests wait in the engine (``waiting()``) and
-    the inbox together: whatever this engine cannot schedule soon stays in the stream for
-    other replicas.
+    """Reads the model's request stream through the consumer group, with backpressure: only
+    while fewer than ``bound`` requests wait in the engine (``waiting()``) and the inbox
+    together, so what this engine cannot schedule soon stays in the stream for other replicas.
     """
 
     def __init__(self, client: redis.Redis, channels: Channels, inbox: Inbox, *, bound: int,
                  waiting: Callable[[], int]):  # fmt: skip
         super().__init__("engine-request-reader", self.read)
-        self.client = client
-        self.channels = channels
-        self.inbox = inbox
-        self.bound = bound
-        self.waiting = waiting
+        self.client, self.channels, self.inbox = client, channels, inbox
+        self.bound, self.waiting = bound, waiting
         self.room_changed = threading.Event()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -191,17 +171,15 @@ class RequestReader(Worker):
             self.room_changed.wait(0.05)
             self.room_changed.clear()
             return
-        stream = self.channels.requests
+        me, stream = self.channels.engine_id, self.channels.requests
         try:
             response = self.client.xreadgroup(
-                ENGINE_GROUP, self.channels.engine_id, {stream: ">"}, count=room,
-                block=READ_BLOCK_MS,
-            )  # fmt: skip
+                ENGINE_GROUP, me, {stream: ">"}, count=room, block=READ_BLOCK_MS
+            )
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            ensure_group(self.client, stream)  # stream or group deleted under us
-            return
+            return ensure_group(self.client, stream)  # stream or group deleted under us
         for _stream, entries in response or []:
             self.accept(entries)
 
@@ -212,10 +190,8 @@ class RequestReader(Worker):
         for raw_id, fields in entries:
             entry_id = as_str(raw_id)
             try:
-                requests.append(
-                    NewRequest(entry_id, protocol.decode_request((fields or {})[FIELD]))
-                )
-            except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                requests.append(NewRequest(entry_id, protocol.decode_request(fields[FIELD])))
+            except (KeyError, TypeError, ValueError) as exc:  # msgspec's errors are ValueErrors
                 logger.error("malformed request entry %s acknowledged: %r", entry_id, exc)
                 bad.append(entry_id)
         if bad:
@@ -223,23 +199,18 @@ class RequestReader(Worker):
                 self.client.xack(self.channels.requests, ENGINE_GROUP, *bad)
             except redis.RedisError:  # still pending: acknowledged when this id restarts
                 logger.warning("could not acknowledge malformed entries %s", bad)
-        if not requests:
-            return
-        keys = [self.channels.keys.aborted(r.request.request_id) for r in requests]
         aborted = [0] * len(requests)
         try:
-            if self.client.exists(*keys):  # EXISTS counts; only then look at each
-                pipe = self.client.pipeline(transaction=False)
-                for key in keys:
-                    pipe.exists(key)
-                aborted = pipe.execute()
+            pipe = self.client.pipeline(transaction=False)
+            for new in requests:
+                pipe.exists(self.channels.keys.aborted(new.request.request_id))
+            aborted = pipe.execute()
         except redis.RedisError:
             # The entries are already ours (pending under this consumer): run them rather
             # than lose them; an abort sent meanwhile still arrives on the abort stream.
             logger.warning("could not check abort markers; running the requests anyway")
         for new, was_aborted in zip(requests, aborted, strict=True):
-            if was_aborted:
-                # Aborted before any engine picked it up: it never runs.
+            if was_aborted:  # aborted before any engine picked it up: it never runs
                 self.inbox.put(AbortEvent(new.request.request_id))
             self.inbox.put(new)
         self.room_changed.clear()
@@ -250,8 +221,7 @@ class BroadcastReader(Worker):
 
     def __init__(self, client: redis.Redis, channels: Channels, inbox: Inbox):
         super().__init__("engine-broadcast-reader", self.read)
-        self.client = client
-        self.inbox = inbox
+        self.client, self.inbox = client, inbox
         # A few seconds back: an abort sent while this engine started is not missed; the
         # aborted markers cover anything older.
         start = f"{int(time.time() * 1000) - 5000}-0"
@@ -264,49 +234,8 @@ class BroadcastReader(Worker):
                 self.last[as_str(raw_stream)] = as_str(raw_id)
                 try:
                     message = protocol.decode_control(fields[FIELD])
-                except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                except (KeyError, ValueError) as exc:
                     logger.error("malformed control entry %s ignored: %s", raw_id, exc)
                     continue
-                if isinstance(message, protocol.AbortRequest):
-                    self.inbox.put(AbortEvent(message.request_id))
-                else:
-                    self.inbox.put(message)
-
-
-def read_registry(
-    client: redis.Redis, key: str, logged: set[bytes] | None = None
-) -> dict[str, protocol.AdapterRef]:
-    """The adapter registry hash as name -> AdapterRef. Unreadable records are left out (as
-    if withdrawn) and logged, once each when ``logged`` remembers them across reads."""
-    refs: dict[str, protocol.AdapterRef] = {}
-    for raw_name, raw in client.hgetall(key).items():
-        name = as_str(raw_name)
-        try:
-            ref = protocol.decode_adapter(raw)
-            if ref.name != name:
-                raise ValueError(f"record names {ref.name!r}")
-        except Exception as exc:
-            if logged is None or raw not in logged:
-                logger.error("unreadable adapter record %r in %s skipped: %s", name, key, exc)
-                if logged is not None:
-                    logged.add(raw)
-            continue
-        refs[name] = ref
-    return refs
-
-
-class RegistryWatcher:
-    """Reads the registry hash into the inbox (``watch``, from the service's heartbeat)."""
-
-    def __init__(self, client: redis.Redis, key: str, inbox: Inbox):
-        self.client = client
-        self.key = key
-        self.inbox = inbox
-        self._logged: set[bytes] = set()
-
-    def read(self) -> RegistrySnapshot:
-        read_at = time.monotonic()  # before the read: what changes during it is newer
-        return RegistrySnapshot(read_registry(self.client, self.key, self._logged), read_at)
-
-    def watch(self) -> None:
-        self.inbox.put(self.read())
+                is_abort = isinstance(message, protocol.AbortRequest)
+                self.inbox.put(AbortEvent(message.request_id) if is_abort else message)

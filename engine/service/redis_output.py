@@ -31,6 +31,7 @@ import redis
 
 from engine import protocol
 from engine.protocol import ENGINE_GROUP, FIELD
+from engine.redis_streams import publish_status
 from engine.service.redis_input import Channels, take_all
 
 if TYPE_CHECKING:
@@ -66,19 +67,15 @@ class PublishJob:
     def add(self, frontend_id: str, delta: protocol.RequestDelta) -> None:
         self.outputs.setdefault(frontend_id, []).append(delta)
 
-    def abort(
-        self, request: protocol.GenerateRequest, indexes, *, error="", num_prompt_tokens=0
-    ) -> None:
-        """End samples ``indexes`` of ``request`` with finish reason abort (``error``: why)."""
+    def abort(self, entry_id: str, request: protocol.GenerateRequest, indexes, **fields) -> None:
+        """End samples ``indexes`` of ``request`` with finish reason abort (``error``: why)
+        and acknowledge its entry."""
         for index in indexes:
             delta = protocol.RequestDelta(
-                request_id=request.request_id,
-                index=index,
-                finish_reason="abort",
-                num_prompt_tokens=num_prompt_tokens,
-                error=error,
+                request_id=request.request_id, index=index, finish_reason="abort", **fields
             )
             self.add(request.frontend_id, delta)
+        self.done.append(entry_id)
 
     def hand_back(self, entry_id: str, request: protocol.GenerateRequest) -> None:
         """Put the request back on the stream for another engine (draining)."""
@@ -143,11 +140,10 @@ class OutputWriter(threading.Thread):
             jobs = take_all(self._jobs, None)
             closing = None in jobs
             jobs = [j for j in jobs if j is not None]
-            if jobs:
-                self._write(jobs)
-                with self._room:
-                    self.backlog -= len(jobs)
-                    self._room.notify_all()
+            self._write(jobs)
+            with self._room:
+                self.backlog -= len(jobs)
+                self._room.notify_all()
 
     def _apply(self, pipe, job: PublishJob) -> None:
         ch = self.channels
@@ -165,14 +161,14 @@ class OutputWriter(threading.Thread):
             pipe.xadd(ch.requests, {FIELD: protocol.encode(request)})
 
     def _write(self, jobs: list[PublishJob]) -> None:
+        if not jobs:
+            return
         self._sequence += 1
         sequence = f"{self._boot}:{self._sequence}".encode()
-        delay = RETRY_FIRST_S
-        results: list = []
-        retrying = False
+        delay, results = RETRY_FIRST_S, []
         while True:
             try:
-                if retrying and self.client.get(self._marker) == sequence:
+                if self.failing_since and self.client.get(self._marker) == sequence:
                     break  # the earlier attempt ran; its reply was lost with the connection
                 pipe = self.client.pipeline(transaction=True)
                 for job in jobs:
@@ -181,7 +177,6 @@ class OutputWriter(threading.Thread):
                 results = pipe.execute(raise_on_error=False)
                 break
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                retrying = True
                 if self.failing_since is None:
                     self.failing_since = time.monotonic()
                     logger.warning("writing outputs failed (%s); retrying until Redis answers", exc)
@@ -206,32 +201,22 @@ class OutputWriter(threading.Thread):
 
 
 class StatusPublisher:
-    """This engine's status record: SET with a TTL on every heartbeat, so a crash leaves it to
-    expire (engine/service/recovery.py), removed at a clean exit."""
+    """This engine's status record, published on every heartbeat with a TTL so that a crash
+    leaves it to expire (recovery.py)."""
 
     def __init__(self, client: redis.Redis, service: EngineService):
-        self.client = client
-        self.service = service
-        settings = service.settings
-        self.key = service.keys.status(settings.model_name, settings.engine_id)
-        self.member = protocol.engine_member(settings.model_name, settings.engine_id)
-        self.started_at = time.time()
+        self.client, self.service, self.started_at = client, service, time.time()
         # (time, generated tokens total) samples for the throughput.
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
 
     def record(self) -> protocol.EngineStatus:
-        svc, now = self.service, time.time()
+        svc, now, samples = self.service, time.time(), self._samples
         # Only the loop thread changes these; each is replaced whole, so safe to read here.
         stats, adapters = svc.stats, svc.adapters.versions
-        self._samples.append((now, stats.generation_tokens_total))
-        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
-            self._samples.popleft()
-        first_t, first_total = self._samples[0]
-        rate = (
-            (stats.generation_tokens_total - first_total) / (now - first_t)
-            if now > first_t
-            else 0.0
-        )
+        samples.append((now, stats.generation_tokens_total))
+        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
+            samples.popleft()
+        rate = (samples[-1][1] - samples[0][1]) / max(now - samples[0][0], 1e-9)
         status = protocol.EngineStatus(
             **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
             **svc.lora_info,  # so have LLMEngine.lora_requests_info's keys
@@ -252,23 +237,5 @@ class StatusPublisher:
         return status
 
     def publish(self) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        ttl_ms = int(self.service.settings.status_ttl * 1000)
-        pipe.set(self.key, protocol.encode_status(self.record()), px=ttl_ms)
-        pipe.sadd(self.service.keys.engines(), self.member)
-        pipe.execute()
-
-    def withdraw(self) -> None:
-        """Remove this engine's record, and its consumer unless it still has pending entries
-        (a survivor must claim them then)."""
-        me, channels = self.service.settings.engine_id, self.service.channels
-        pipe = self.client.pipeline(transaction=False)
-        pipe.delete(self.key)
-        pipe.srem(self.service.keys.engines(), self.member)
-        pipe.execute()
-        pending = self.client.xpending_range(
-            channels.requests, ENGINE_GROUP, min="-", max="+", count=1, consumername=me
-        )
-        if not pending:
-            self.client.xgroup_delconsumer(channels.requests, ENGINE_GROUP, me)
-            self.client.delete(channels.started)
+        svc = self.service
+        publish_status(self.client, svc.keys, self.record(), svc.settings.status_ttl)

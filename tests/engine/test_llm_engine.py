@@ -6,8 +6,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.lora.testing import make_random_adapter
 from engine.sampling_params import SamplingParams
+from engine.tooling.random_lora import make_random_adapter
 from tests.support.engine_runs import random_prompts, run_to_completion
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)

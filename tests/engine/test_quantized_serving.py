@@ -8,10 +8,10 @@ import torch
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.lora.testing import make_random_adapter
 from engine.models.quantize import check_quantization
 from engine.sampling_params import SamplingParams
 from engine.text.tokenizer import ChatTokenizer
+from engine.tooling.random_lora import make_random_adapter
 from tests.support.engine_runs import random_prompts, run_to_completion
 
 

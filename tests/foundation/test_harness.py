@@ -53,7 +53,7 @@ def test_tiny_checkpoints_load_offline(checkpoints, arch):
 
 
 def test_checkpoints_are_deterministic(tmp_path):
-    from engine.demo.checkpoint import make_checkpoint
+    from engine.tooling.demo.checkpoint import make_checkpoint
 
     a = make_checkpoint(tmp_path / "a", arch="qwen3")
     b = make_checkpoint(tmp_path / "b", arch="qwen3")

@@ -121,6 +121,22 @@ def test_engine_imports_neither_django_nor_the_api_nor_the_control_plane():
     assert _violations("engine", lambda name: _top(name) in banned) == []
 
 
+def test_the_serving_engine_never_imports_its_tooling():
+    # engine/tooling/ (demo checkpoints, GGUF conversion, random adapters) is for the command
+    # line, tests and benchmarks; an engine process must run without it.
+    def forbidden(name: str) -> bool:
+        return name == "engine.tooling" or name.startswith("engine.tooling.")
+
+    serving = [p for p in _modules("engine") if "tooling" not in p.relative_to(REPO).parts[:2]]
+    found = [
+        f"{p.relative_to(REPO).as_posix()}: {name}"
+        for p in serving
+        for name in sorted(_imports(p))
+        if forbidden(name)
+    ]
+    assert found == []
+
+
 def test_inference_takes_from_engine_only_the_contract_and_text_modules():
     def forbidden(name: str) -> bool:
         if _top(name) != "engine" or name == "engine":

@@ -18,8 +18,8 @@ from controlplane.adapters.tasks import validate_adapter
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import served_model_update
 from controlplane.tenants.services import tenant_create
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
+from engine.tooling.random_lora import make_random_adapter
 from inference.catalog import resolve_model, visible_models
 from inference.errors import ApiError
 from tests.support.engine_status import publish_engine_status

@@ -27,8 +27,8 @@ import redis
 
 from controlplane.launcher.process_commands import celery_worker_command, manage_command
 from engine import protocol
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
+from engine.tooling.random_lora import make_random_adapter
 from inference.errors import error_from_exception
 from inference.transport.engine_capacity import ADMISSION_CACHE_S, AdapterLoading
 from inference.transport.engine_client import EngineClient, EngineUnavailable

@@ -11,7 +11,7 @@ import time
 import pytest
 import websockets
 
-from engine.lora.testing import make_random_adapter
+from engine.tooling.random_lora import make_random_adapter
 from tests.support.api_platform import MAX_MODEL_LEN
 from tests.support.browser import chromium_page
 from tests.support.processes import REPO

@@ -1,4 +1,4 @@
-"""Session cache of tiny random-weight checkpoints made by engine.demo.checkpoint."""
+"""Session cache of tiny random-weight checkpoints made by engine.tooling.demo.checkpoint."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from engine.demo.checkpoint import make_checkpoint
+from engine.tooling.demo.checkpoint import make_checkpoint
 
 
 class CheckpointCache:

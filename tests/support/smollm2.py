@@ -26,9 +26,9 @@ def converted_smollm2(shared_root: Path) -> tuple[Path, list[str]]:
     content, and the progress lines its conversion printed. The first worker to ask converts
     (about 30 s) while the others wait on a file lock; they all get the same folder.
 
-    It converts as a newcomer's runtime-only install must: ``python -m engine.gguf_convert``
+    It converts as a newcomer's runtime-only install must: ``python -m engine.tooling.gguf_convert``
     in a process that cannot import accelerate (only the test group installs it)."""
-    from engine.gguf_convert import gguf_content_key
+    from engine.tooling.gguf_convert import gguf_content_key
 
     gguf_file = smollm2_gguf()
     shared_root.mkdir(parents=True, exist_ok=True)
@@ -37,7 +37,13 @@ def converted_smollm2(shared_root: Path) -> tuple[Path, list[str]]:
     with (shared_root / f"{key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "config.json").is_file():
-            command = [sys.executable, "-m", "engine.gguf_convert", str(gguf_file), str(out)]
+            command = [
+                sys.executable,
+                "-m",
+                "engine.tooling.gguf_convert",
+                str(gguf_file),
+                str(out),
+            ]
             env = without_accelerate(shared_root / "without-accelerate")
             result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
             assert result.returncode == 0, result.stdout + result.stderr

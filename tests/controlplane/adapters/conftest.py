@@ -8,7 +8,7 @@ import pytest
 
 from controlplane.adapters import serving
 from controlplane.deployments.models import ServedModel
-from engine.lora.testing import make_random_adapter
+from engine.tooling.random_lora import make_random_adapter
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from controlplane.adapters.services import ADAPTER_FILES
 from controlplane.adapters.tasks import validate_adapter
 from controlplane.deployments.models import ServedModel
 from engine import protocol
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
+from engine.tooling.random_lora import make_random_adapter
 from tests.support.engine_status import publish_engine_status
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,8 @@ from django.core.management.base import CommandError
 
 from controlplane.adapters import selectors
 from controlplane.adapters.models import Adapter
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
+from engine.tooling.random_lora import make_random_adapter
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from controlplane.adapters.tasks import validate_adapter
 from controlplane.audit.models import AuditEvent
 from controlplane.deployments.models import ServedModel
 from engine import protocol
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import adapter_checksum
+from engine.tooling.random_lora import make_random_adapter
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from controlplane.adapters.services import adapter_register
 from controlplane.adapters.tasks import validate_adapter
 from controlplane.deployments.services import served_model_register
-from engine.lora.testing import make_random_adapter
+from engine.tooling.random_lora import make_random_adapter
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from controlplane.deployments.services import (
     served_model_register,
     served_model_update,
 )
-from engine.lora.testing import make_random_adapter
+from engine.tooling.random_lora import make_random_adapter
 from inference.catalog import resolve_model, visible_models
 from tests.support.engine_status import publish_engine_status
 from tests.support.generation_factories import make_principal

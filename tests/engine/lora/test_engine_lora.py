@@ -14,8 +14,8 @@ from engine.config import EngineConfig
 from engine.llm import LLM
 from engine.llm_engine import LLMEngine
 from engine.lora.request import LoRARequest
-from engine.lora.testing import make_random_adapter
 from engine.sampling_params import SamplingParams
+from engine.tooling.random_lora import make_random_adapter
 from tests.support.engine_runs import run_to_completion
 
 MAX_TOKENS = 10

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from engine.lora.manager import LoraManager
 from engine.lora.ops import lora_delta
 from engine.lora.shapes import SUPPORTED_MODULES
-from engine.lora.testing import make_random_adapter
+from engine.tooling.random_lora import make_random_adapter
 from tests.engine.lora.hf_lora import LoraPatchedModel
 
 

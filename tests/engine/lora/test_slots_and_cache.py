@@ -10,8 +10,8 @@ from engine.lora.host_cache import AdapterHostCache
 from engine.lora.loader import load_adapter
 from engine.lora.manager import LoraManager
 from engine.lora.slots import PACKED_MODULES, NoFreeSlotError
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import AdapterError
+from engine.tooling.random_lora import make_random_adapter
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import math
 import pytest
 from safetensors.torch import load_file, save_file
 
-from engine.lora.testing import make_random_adapter
 from engine.lora.validation import AdapterError, adapter_checksum, inspect_adapter
+from engine.tooling.random_lora import make_random_adapter
 
 
 def _edit_config(path, **changes):

@@ -10,13 +10,7 @@ import pytest
 from engine import protocol
 from engine.adapters import AdapterIdentity
 from engine.lora.registry import RETRY_FIRST_S, AdapterRegistry
-from engine.service.redis_input import (
-    Inbox,
-    RegistrySnapshot,
-    RegistryWatcher,
-    Worker,
-    read_registry,
-)
+from engine.service.redis_input import Inbox, RegistrySnapshot, Worker, read_registry
 
 
 class FakeEngine:
@@ -134,7 +128,9 @@ def test_the_watcher_hands_snapshots_to_the_inbox(redis_client):
     key = "regtest:adapters:w"
     redis_client.hset(key, "a", protocol.encode(ref("a")))
     inbox = Inbox()
-    watcher = Worker("w", RegistryWatcher(redis_client, key, inbox).watch, interval=0.05)
+    watcher = Worker(
+        "w", lambda: inbox.put(RegistrySnapshot.read(redis_client, key)), interval=0.05
+    )
     watcher.start()
     try:
         (event, *_) = inbox.take_all(timeout=2.0)

@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from engine import protocol
-from engine.demo.tokenizer import CORPUS_PATH
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
+from engine.tooling.demo.tokenizer import CORPUS_PATH
 from inference.transport.engine_capacity import ADMISSION_CACHE_S
 from inference.transport.engine_client import EngineClient, EngineRequest, SamplingOptions
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
@@ -260,7 +260,7 @@ async def announce_adapter(redis, keys, model, *, load=None, unload=None) -> Non
 async def test_adapters_must_be_published_before_use(
     engine, client, tokenizer, tiny_llama, tmp_path
 ):
-    from engine.lora.testing import make_random_adapter
+    from engine.tooling.random_lora import make_random_adapter
     from inference.transport.engine_capacity import AdapterLoading
 
     prompt = tokenizer.encode("adapter test")
@@ -292,8 +292,8 @@ async def test_an_adapter_whose_control_message_was_lost_is_loaded_within_a_beat
     engine, client, tokenizer, tiny_llama, tmp_path
 ):
     """Only the registry hash is written: the engine's periodic reconcile finds it."""
-    from engine.lora.testing import make_random_adapter
     from engine.lora.validation import adapter_checksum
+    from engine.tooling.random_lora import make_random_adapter
 
     path = make_random_adapter(tiny_llama, tmp_path / "quiet", rank=4, b_std=0.5)
     ref = protocol.AdapterRef(name="quiet", checksum=adapter_checksum(path), path=str(path))

@@ -15,8 +15,9 @@ from engine import protocol
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
+from engine.redis_streams import connect
 from engine.service import EngineService, ServiceSettings, loop
-from engine.service.redis_input import Channels, NewRequest, connect
+from engine.service.redis_input import Channels, NewRequest
 from engine.service.redis_output import OutputWriter, PublishJob
 from tests.engine.service.support import wait_for
 

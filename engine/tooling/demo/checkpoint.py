@@ -103,7 +103,7 @@ def make_checkpoint(
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     if size not in SHAPES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SHAPES)}")
-    from engine.demo.tokenizer import train_tokenizer
+    from engine.tooling.demo.tokenizer import train_tokenizer
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

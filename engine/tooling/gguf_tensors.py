@@ -4,7 +4,7 @@ llama.cpp's converter renames every tensor of a Hugging Face checkpoint
 (``model.layers.3.mlp.up_proj.weight`` becomes ``blk.3.ffn_up.weight``) and, for the ``llama``
 architecture only, reorders the rows of the q and k projections for its rotary embedding. This
 module undoes both for the dense decoders the engine serves. It needs numpy only:
-engine.gguf_convert reads and dequantizes the tensors, this says what each one is called and
+engine.tooling.gguf_convert reads and dequantizes the tensors, this says what each one is called and
 how it is laid out.
 """
 

@@ -1,13 +1,13 @@
 """Turn a GGUF file into a safetensors checkpoint the engine serves: weights dequantized,
 config, tokenizer and chat template beside them.
 
-``python -m engine.gguf_convert FILE.gguf OUT_DIR [--dtype auto|float32|float16|bfloat16]``
+``python -m engine.tooling.gguf_convert FILE.gguf OUT_DIR [--dtype auto|float32|float16|bfloat16]``
 prints one line per stage; the control plane runs it in a subprocess (it needs torch and
 transformers) and shows those lines as its progress. The checkpoint is written to a hidden
 folder beside OUT_DIR and renamed into place at the end, so OUT_DIR exists only once complete.
 
 The weights are read and dequantized with the ``gguf`` package and renamed back to their
-Hugging Face names here (engine.gguf_tensors), not through transformers' GGUF model loader:
+Hugging Face names here (engine.tooling.gguf_tensors), not through transformers' GGUF model loader:
 that one needs ``accelerate``, which the engine does not otherwise use or install, and builds a
 whole transformers model only for its state dict. transformers still converts the config and
 the tokenizer (with its chat template), which needs no ``accelerate``.
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.gguf_tensors import (
+from engine.tooling.gguf_tensors import (
     ARCHITECTURES,
     NOT_WEIGHTS,
     hf_name,
@@ -250,7 +250,7 @@ def convert_gguf(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m engine.gguf_convert",
+        prog="python -m engine.tooling.gguf_convert",
         description="Convert a GGUF file to a safetensors checkpoint (dequantized weights, "
         "config, tokenizer, chat template).",
     )

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.gguf_convert import GGUFConversionError, convert_gguf
 from engine.model_config import ModelConfig
 from engine.text.tokenizer import ChatTokenizer
+from engine.tooling.gguf_convert import GGUFConversionError, convert_gguf
 from tests.support.smollm2 import smollm2_gguf, without_accelerate
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -71,7 +71,7 @@ def test_the_command_says_why_a_file_is_not_gguf(tmp_path):
     bogus = tmp_path / "model.gguf"
     bogus.write_bytes(b"not a gguf file at all")
     result = subprocess.run(
-        [sys.executable, "-m", "engine.gguf_convert", str(bogus), str(tmp_path / "out")],
+        [sys.executable, "-m", "engine.tooling.gguf_convert", str(bogus), str(tmp_path / "out")],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,0 +1,60 @@
+"""Redis plumbing shared by the engine service and the pooling engine: the client options,
+consumer groups, and the status record every engine keeps alive (protocol.Keys.status)."""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from engine import protocol
+
+
+def connect(url: str, *, retries: int = 3) -> redis.Redis:
+    """A client that rides out a dropped connection (a Redis restart) with a few quick retries.
+
+    redis-py's default would retry ten times with up to 10 s between tries, stalling a thread
+    for a minute; the engine's threads have their own loops and want to hear of an outage fast.
+    ``retries=0`` for a writer that must decide itself whether a failed MULTI ran.
+    """
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        socket_connect_timeout=2,
+        socket_keepalive=True,
+        health_check_interval=30,
+    )
+
+
+def as_str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def ensure_group(client: redis.Redis, stream: str, group: str = protocol.ENGINE_GROUP) -> None:
+    """Create the consumer group (and stream) if missing; reads start at the stream's start."""
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def publish_status(
+    client: redis.Redis, keys: protocol.Keys, status: protocol.EngineStatus, ttl_s: float
+) -> None:
+    """SET the record with a TTL, so a crash leaves it to expire, and register the engine in
+    the engines set frontends find live engines through."""
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.status(status.model, status.engine_id), protocol.encode_status(status),
+             px=int(ttl_s * 1000))  # fmt: skip
+    pipe.sadd(keys.engines(), protocol.engine_member(status.model, status.engine_id))
+    pipe.execute()
+
+
+def withdraw_status(client: redis.Redis, keys: protocol.Keys, model: str, engine_id: str) -> None:
+    """Remove the record at a clean exit."""
+    pipe = client.pipeline(transaction=False)
+    pipe.delete(keys.status(model, engine_id))
+    pipe.srem(keys.engines(), protocol.engine_member(model, engine_id))
+    pipe.execute()
