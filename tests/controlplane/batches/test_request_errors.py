@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.batches import services
+from controlplane.batches.representation import batch_object, file_object
+from inference.schemas.batches import BatchObjectSerializer
+from inference.schemas.files import FileObjectSerializer
 from tests.controlplane.batches.conftest import chat_line, jsonl, upload
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,3 +75,22 @@ def test_a_batch_needs_its_three_strings_and_values_the_server_runs(client, auth
     )
     created = create(metadata={"job": "eval"})
     assert created.status_code == 200 and created.json()["metadata"] == {"job": "eval"}
+
+
+def test_the_schema_serializers_describe_the_objects_the_views_render(make_tenant):
+    tenant = make_tenant()
+    stored = services.file_create(
+        tenant_id=tenant.pk,
+        upload=upload(jsonl([chat_line("a")])),
+        filename="in.jsonl",
+        purpose="batch",
+    )
+    batch = services.batch_create(
+        tenant_id=tenant.pk,
+        api_key_id=None,
+        input_file_id=stored.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    assert set(file_object(stored)) == set(FileObjectSerializer().fields)
+    assert set(batch_object(batch)) == set(BatchObjectSerializer().fields)
