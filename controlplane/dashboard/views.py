@@ -17,9 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from controlplane.dashboard.selectors import engine_status_list
-from controlplane.usage.selectors import daily_tokens_by_tenant, tokens_per_minute_by_tenant
-from controlplane.usage.services import usage_flush
+from controlplane.dashboard.selectors import engine_status_list, tenant_token_charts
 
 logger = logging.getLogger(__name__)
 
@@ -53,17 +51,11 @@ def _tenant_metrics() -> list[dict]:
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     if not _may_view(request.user):
         return JsonResponse({"error": "staff with the permission to view usage only"}, status=403)
-    try:
-        # The dashboard stays current even where no Celery beat drains usage.
-        usage_flush(max_batches=5)
-    except Exception:
-        logger.warning("usage flush from the dashboard failed", exc_info=True)
     return JsonResponse(
         {
             "now": time.time(),
             "engines": engine_status_list(),
-            "tokens_per_minute": tokens_per_minute_by_tenant(minutes=60),
-            "tokens_per_day": daily_tokens_by_tenant(days=14),
+            **tenant_token_charts(),
             # Per-tenant prefix-cache hit rate and TTFT, from the request metrics in Redis.
             "tenants": _tenant_metrics(),
         }

@@ -20,6 +20,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "FunctionTypeEnum": ["function"],
         "TextFormatTypeEnum": ["text", "json_object", "json_schema"],
+        "ListObjectEnum": ["list"],
+        "FileObjectEnum": ["file"],
+        "BatchObjectEnum": ["batch"],
+        "FilePurposeEnum": ["batch", "batch_output"],
     },
 }
 

@@ -6,20 +6,15 @@ import logging
 from collections import defaultdict
 from datetime import UTC, datetime
 
-import msgspec
 from django.db import transaction
 from django.db.models import F
 
 from controlplane.common.redis_clients import redis_key, sync_redis
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.tenants.services import api_key_flush_last_used
-from controlplane.usage.events import (
-    UsageEvent,
-    decode_event,
-    usage_processing_key,
-    usage_queue_key,
-)
+from controlplane.usage.events import UsageEvent, usage_processing_key, usage_queue_key
 from controlplane.usage.models import DailyUsage, UsageRecord
+from controlplane.usage.selectors import unwritten_usage_events
 from controlplane.usage.spool import take_orphaned
 
 logger = logging.getLogger(__name__)
@@ -71,29 +66,9 @@ def _roll_up(records: list[UsageRecord]) -> None:
         )
 
 
-def _new_events(raw_events: list[bytes]) -> list[UsageEvent]:
-    """Decoded events, each event id once, leaving out ids the database already holds (a
-    replayed spool, a flush that crashed after its commit): that makes the flush exactly-once."""
-    events: dict[str, UsageEvent] = {}
-    anonymous: list[UsageEvent] = []  # events queued before event ids existed
-    for raw in raw_events:
-        try:
-            event = decode_event(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            logger.warning("dropping a malformed usage event: %r", raw[:200])
-            continue
-        if event.event_id:
-            events.setdefault(event.event_id[:64], event)
-        else:
-            anonymous.append(event)
-    seen = set(
-        UsageRecord.objects.filter(event_id__in=list(events)).values_list("event_id", flat=True)
-    )
-    return [e for i, e in events.items() if i not in seen] + anonymous
-
-
 def _write_batch(raw_events: list[bytes]) -> int:
-    events = _new_events(raw_events)
+    # Event ids the database already holds are left out: that makes the flush exactly-once.
+    events = unwritten_usage_events(raw_events)
     tenant_ids = set(
         Tenant.objects.filter(pk__in={e.tenant_id for e in events}).values_list("pk", flat=True)
     )

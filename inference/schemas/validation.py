@@ -92,10 +92,23 @@ def _first_error(errors, path: str = "") -> tuple[str, str]:
     return path, str(errors)
 
 
+def missing_field_errors(message: str) -> dict[str, str]:
+    """A field's ``error_messages`` that refuse every way of leaving it out (absent, null,
+    empty, not a string) with one message. Write it as a sentence naming the field in
+    backticks: ``validate_body`` then passes it on as it is."""
+    return dict.fromkeys(("required", "null", "blank", "invalid"), message)
+
+
+def _names_its_field(message: str, param: str) -> bool:
+    return message.startswith("'") or f"`{param}`" in message
+
+
 def validate_body(serializer_class: type[serializers.Serializer], body: dict) -> dict[str, Any]:
+    """The serializer's validated data; its first problem as a 400 naming the field (in the
+    message too, as ``'field': problem``, unless the message names it already)."""
     serializer = serializer_class(data=body)
     if serializer.is_valid():
         return serializer.validated_data
     param, message = _first_error(serializer.errors)
-    text = message if message.startswith("'") else f"'{param}': {message}" if param else message
-    raise invalid_request(text, param=param or None)
+    named = not param or _names_its_field(message, param)
+    raise invalid_request(message if named else f"'{param}': {message}", param=param or None)

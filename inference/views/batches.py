@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from controlplane.batches import selectors, services
 from controlplane.batches.representation import batch_object, page
 from inference import credentials
-from inference.batches import schema
-from inference.errors import invalid_request
+from inference.schemas.batches import BatchCreateSerializer, BatchObjectSerializer
+from inference.schemas.pages import PAGE_PARAMETERS, page_of
+from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
 from inference.views.list_params import page_params
 
-REQUIRED = ("input_file_id", "endpoint", "completion_window")
+BATCH_FOUND = OpenApiResponse(BatchObjectSerializer, description="A batch of your tenant.")
 
 
 class BatchListView(AsyncApiView):
@@ -23,16 +24,13 @@ class BatchListView(AsyncApiView):
 
     @extend_schema(
         operation_id="createBatch",
-        request={"application/json": schema.BATCH_CREATE},
-        responses={200: schema.BATCH_FOUND},
+        request=BatchCreateSerializer,
+        responses={200: BATCH_FOUND},
         tags=["OpenAI"],
     )
     async def post(self, request):
         principal = await self.authenticate()
-        body = self.json_body()
-        for name in REQUIRED:
-            if not isinstance(body.get(name), str) or not body[name]:
-                raise invalid_request(f"`{name}` is required (a string).", param=name)
+        body = validate_body(BatchCreateSerializer, self.json_body())
         # The key must be allowed the endpoint its lines will call (403 otherwise), now and
         # not line by line later.
         await credentials.authenticate(
@@ -50,8 +48,12 @@ class BatchListView(AsyncApiView):
 
     @extend_schema(
         operation_id="listBatches",
-        parameters=schema.PAGE_PARAMETERS,
-        responses={200: schema.BATCH_LIST},
+        parameters=PAGE_PARAMETERS,
+        responses={
+            200: OpenApiResponse(
+                page_of(BatchObjectSerializer, "BatchList"), description="Your tenant's batches."
+            )
+        },
         tags=["OpenAI"],
     )
     async def get(self, request):
@@ -66,9 +68,7 @@ class BatchListView(AsyncApiView):
 class BatchDetailView(AsyncApiView):
     endpoint = "batches"
 
-    @extend_schema(
-        operation_id="retrieveBatch", responses={200: schema.BATCH_FOUND}, tags=["OpenAI"]
-    )
+    @extend_schema(operation_id="retrieveBatch", responses={200: BATCH_FOUND}, tags=["OpenAI"])
     async def get(self, request, batch_id: str):
         principal = await self.authenticate()
         batch = await sync_to_async(selectors.batch_get)(
@@ -83,7 +83,7 @@ class BatchCancelView(AsyncApiView):
     @extend_schema(
         operation_id="cancelBatch",
         request=None,
-        responses={200: schema.BATCH_FOUND},
+        responses={200: BATCH_FOUND},
         tags=["OpenAI"],
     )
     async def post(self, request, batch_id: str):

@@ -11,33 +11,41 @@ from collections.abc import AsyncIterator
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParserError
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
 from controlplane.batches import selectors, services
 from controlplane.batches.models import StoredFile
 from controlplane.batches.representation import file_object, page
-from inference.batches import schema
 from inference.errors import invalid_request
+from inference.schemas.files import (
+    FileDeletedSerializer,
+    FileObjectSerializer,
+    FileUploadSerializer,
+)
+from inference.schemas.pages import PAGE_PARAMETERS, page_of
+from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
 from inference.views.list_params import page_params
 
 DOWNLOAD_CHUNK_BYTES = 256 * 1024
+
+FILE_FOUND = OpenApiResponse(FileObjectSerializer, description="A file of your tenant.")
 
 
 def _store_upload(request: HttpRequest, tenant_id: int) -> StoredFile:
     """Parse the multipart body (Django's upload handlers write a big file to a temporary file
     as it is read) and store the file."""
     try:
-        upload = request.FILES.get("file")
-        purpose = request.POST.get("purpose")
+        fields = {"file": request.FILES.get("file"), "purpose": request.POST.get("purpose")}
     except MultiPartParserError as exc:
         raise invalid_request(f"The multipart body could not be parsed: {exc}") from exc
-    if upload is None:
-        raise invalid_request("Send the file as the multipart field `file`.", param="file")
-    if not purpose:
-        raise invalid_request("Give the file's `purpose` (`batch`).", param="purpose")
+    given = {name: value for name, value in fields.items() if value is not None}
+    body = validate_body(FileUploadSerializer, given)
     return services.file_create(
-        tenant_id=tenant_id, upload=upload, filename=upload.name or "", purpose=purpose
+        tenant_id=tenant_id,
+        upload=body["file"],
+        filename=body["file"].name or "",
+        purpose=body["purpose"],
     )
 
 
@@ -48,8 +56,8 @@ class FileListView(AsyncApiView):
 
     @extend_schema(
         operation_id="createFile",
-        request={"multipart/form-data": schema.FILE_UPLOAD},
-        responses={200: schema.FILE_FOUND},
+        request={"multipart/form-data": FileUploadSerializer},
+        responses={200: FILE_FOUND},
         tags=["OpenAI"],
     )
     async def post(self, request):
@@ -60,11 +68,15 @@ class FileListView(AsyncApiView):
     @extend_schema(
         operation_id="listFiles",
         parameters=[
-            *schema.PAGE_PARAMETERS,
+            *PAGE_PARAMETERS,
             OpenApiParameter("purpose", str, description="Only files of this purpose."),
             OpenApiParameter("order", str, enum=["asc", "desc"], description="By creation time."),
         ],
-        responses={200: schema.FILE_LIST},
+        responses={
+            200: OpenApiResponse(
+                page_of(FileObjectSerializer, "FileList"), description="Your tenant's files."
+            )
+        },
         tags=["OpenAI"],
     )
     async def get(self, request):
@@ -85,7 +97,7 @@ class FileDetailView(AsyncApiView):
 
     endpoint = "files"
 
-    @extend_schema(operation_id="retrieveFile", responses={200: schema.FILE_FOUND}, tags=["OpenAI"])
+    @extend_schema(operation_id="retrieveFile", responses={200: FILE_FOUND}, tags=["OpenAI"])
     async def get(self, request, file_id: str):
         principal = await self.authenticate()
         stored = await sync_to_async(selectors.file_get)(
@@ -93,7 +105,15 @@ class FileDetailView(AsyncApiView):
         )
         return json_response(file_object(stored))
 
-    @extend_schema(operation_id="deleteFile", responses={200: schema.FILE_DELETED}, tags=["OpenAI"])
+    @extend_schema(
+        operation_id="deleteFile",
+        responses={
+            200: OpenApiResponse(
+                FileDeletedSerializer, description="The file and its bytes were deleted."
+            )
+        },
+        tags=["OpenAI"],
+    )
     async def delete(self, request, file_id: str):
         principal = await self.authenticate()
         await sync_to_async(services.file_delete)(tenant_id=principal.tenant_id, file_id=file_id)
@@ -115,7 +135,13 @@ class FileContentView(AsyncApiView):
     endpoint = "files"
 
     @extend_schema(
-        operation_id="downloadFile", responses={200: schema.FILE_CONTENT}, tags=["OpenAI"]
+        operation_id="downloadFile",
+        responses={
+            200: OpenApiResponse(
+                {"type": "string", "format": "binary"}, description="The file's bytes, streamed."
+            )
+        },
+        tags=["OpenAI"],
     )
     async def get(self, request, file_id: str):
         principal = await self.authenticate()
