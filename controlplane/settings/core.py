@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from controlplane.settings.env import env_str
+from controlplane.settings.env import env
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 # Everything the platform writes at run time (database, models, logs, Redis) lives here.
-VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(env.str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
 
 INSTALLED_APPS = [
     "daphne",
