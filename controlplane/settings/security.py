@@ -58,12 +58,6 @@ SILENCED_SYSTEM_CHECKS = env.list("DJANGO_SILENCED_SYSTEM_CHECKS", cast=str.stri
 AUTH_FAILURES_PER_ADDRESS = env.int("AUTH_FAILURES_PER_ADDRESS", 20)
 AUTH_FAILURES_PER_KEY_PREFIX = env.int("AUTH_FAILURES_PER_KEY_PREFIX", 10)
 AUTH_FAILURE_WINDOW_SECONDS = env.int("AUTH_FAILURE_WINDOW_SECONDS", 60)
-# Admin sign-in (controlplane/access/login_lockout.py): after this many wrong passwords for
-# one username, or from one address, sign-in is refused until the lockout has passed quietly.
-ADMIN_LOGIN_FAILURES_PER_USERNAME = env.int("ADMIN_LOGIN_FAILURES_PER_USERNAME", 5)
-ADMIN_LOGIN_FAILURES_PER_ADDRESS = env.int("ADMIN_LOGIN_FAILURES_PER_ADDRESS", 20)
-ADMIN_LOGIN_LOCKOUT_SECONDS = env.int("ADMIN_LOGIN_LOCKOUT_SECONDS", 900)
-AUTHENTICATION_BACKENDS = ["controlplane.access.login_lockout.LockoutModelBackend"]
 
 # An open WebSocket checks its key (or staff user) again this often, and before every
 # generation it starts: a revoked key's socket is closed within about this plus
