@@ -27,6 +27,7 @@ from axes.signals import user_locked_out
 from django.conf import settings
 from django.http import HttpResponse
 from django.shortcuts import render
+from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +52,17 @@ class PerParameterLimitCacheHandler(AxesCacheHandler):
 
     Each parameter's count is scaled to AXES_FAILURE_LIMIT before axes compares it with that
     limit: ``count * highest // own_limit >= highest`` exactly when ``count >= own_limit``.
+    Redis errors let the attempt through, as the API's failed-key throttle does: admins can
+    still sign in (sessions live in the database) while Redis is away.
     """
 
     def get_failures(self, request, credentials=None) -> int:
         keys = get_client_cache_keys(request, credentials)  # one per lockout parameter, in order
-        counts = self.cache.get_many(keys)
+        try:
+            counts = self.cache.get_many(keys)
+        except RedisError as exc:
+            logger.warning("cannot read admin sign-in failures in Redis (%s)", exc)
+            return 0
         highest = get_failure_limit(request, credentials)
         limits = _parameter_limits()
         parameters = get_lockout_parameters(request, credentials)
@@ -68,7 +75,11 @@ class PerParameterLimitCacheHandler(AxesCacheHandler):
         )
 
     def user_login_failed(self, sender, credentials: dict, request=None, **kwargs):
-        super().user_login_failed(sender, credentials, request, **kwargs)
+        try:
+            super().user_login_failed(sender, credentials, request, **kwargs)
+        except RedisError as exc:
+            logger.warning("cannot count a failed admin sign-in in Redis (%s)", exc)
+            return
         # A parameter under the highest limit reached its own one: lock out now (axes only
         # compared the raw count with the highest limit).
         if request is None or request.axes_locked_out or not self.is_locked(request, credentials):

@@ -6,7 +6,9 @@ import time
 from datetime import timedelta
 
 import pytest
+from axes.handlers.proxy import AxesProxyHandler
 from django.contrib.auth import authenticate
+from django.core.cache.backends.redis import RedisCache
 from django.core.management import call_command
 from django.test import RequestFactory
 from django.urls import reverse
@@ -84,4 +86,12 @@ def test_an_operator_lifts_a_lockout_with_axes_reset_commands(client, admins, se
     assert _signed_in(_login(client, "ops", "right-pw-123"))
     assert LOCKED in _login(client, "root", "right-pw-123").content.decode()  # the username
     call_command("axes_reset_username", "root")
+    assert _signed_in(_login(client, "root", "right-pw-123"))
+
+
+def test_sign_in_works_without_redis_as_before(client, admins, monkeypatch):
+    handler = AxesProxyHandler.get_implementation()
+    monkeypatch.setattr(handler, "cache", RedisCache("redis://127.0.0.1:1/0", {}))
+    response = _login(client, "root", "wrong")
+    assert response.status_code == 200 and LOCKED not in response.content.decode()
     assert _signed_in(_login(client, "root", "right-pw-123"))
