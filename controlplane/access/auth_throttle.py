@@ -1,9 +1,9 @@
-"""Failed authentication, counted per client address, key prefix or username in Redis.
+"""Failed API-key authentication, counted per client address and key prefix in Redis.
 
-Guessing keys or passwords must neither cost the database a query per guess nor go on
-unanswered. Each failure is counted against its subjects (``addr:<ip>``, ``prefix:<sk-...>``,
-``login:user:<name>``) in fixed windows: a subject that reached its limit stays blocked for a
-whole window after its last counted failure (a failure while blocked starts it again). One
+Guessing keys must neither cost the database a query per guess nor go on unanswered (admin
+passwords are django-axes' work: login_lockout.py). Each failure is counted against its
+subjects (``addr:<ip>``, ``prefix:<sk-...>``) in fixed windows: a subject that reached its
+limit stays blocked for a whole window after its last counted failure (a failure while blocked starts it again). One
 Lua script checks and counts every subject of an attempt in one round trip, so API processes
 sharing Redis agree. Redis errors let the attempt through: authentication keeps working while
 Redis is away, as the key cache does.

@@ -1,89 +1,108 @@
-"""Admin sign-in lockout: after repeated wrong passwords for one username, or from one address,
-sign-in is refused for a while, with a message that says so.
+"""Admin sign-in lockout on django-axes: after repeated wrong passwords for one username, or
+from one address, sign-in is refused for a while, with a page that says so.
 
-``LockoutModelBackend`` is Django's ModelBackend counting failures in Redis (auth_throttle.py's
-counters, one round trip per attempt): every ``authenticate()`` call goes through it, the
-admin's login form included. ``LockoutAdminAuthenticationForm`` turns a refusal during a
-lockout into its own message instead of "wrong username or password". Limits:
-``ADMIN_LOGIN_FAILURES_PER_USERNAME`` (default 5), ``ADMIN_LOGIN_FAILURES_PER_ADDRESS`` (20),
-``ADMIN_LOGIN_LOCKOUT_SECONDS`` (900): that many failures within that time lock sign-in out
-for that time; attempts during a lockout are refused without checking the password.
+Axes does the work (its authentication backend refuses a locked-out client before any
+password is checked, its middleware answers with ``admin_lockout_page``); the counters live in
+the Redis cache, so every API process sees the same ones and they expire by themselves after
+the cool-off. What axes lacks is a limit per lockout parameter: it compares the highest count
+with one limit. ``PerParameterLimitCacheHandler`` gives the username and the address limits of
+their own (``ADMIN_LOGIN_FAILURES_PER_USERNAME``, ``ADMIN_LOGIN_FAILURES_PER_ADDRESS``), because
+an address may be an office of admins behind one NAT while a username is one account.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
-from django import forms
+from axes.handlers.cache import AxesCacheHandler
+from axes.helpers import (
+    get_client_cache_keys,
+    get_client_username,
+    get_cool_off,
+    get_failure_limit,
+    get_lockout_parameters,
+)
+from axes.signals import user_locked_out
 from django.conf import settings
-from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth import get_user_model
-from django.contrib.auth.backends import ModelBackend
-from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import render
+from redis.exceptions import RedisError
 
-from controlplane.access.auth_throttle import FailureCounter
+logger = logging.getLogger(__name__)
 
-__all__ = ["LockoutAdminAuthenticationForm", "LockoutModelBackend", "login_locked_for"]
-
-
-def _counter() -> FailureCounter:
-    return FailureCounter(float(getattr(settings, "ADMIN_LOGIN_LOCKOUT_SECONDS", 900)))
+__all__ = ["PerParameterLimitCacheHandler", "admin_lockout_page", "highest_failure_limit"]
 
 
-def _subjects(username: str | None, address: str | None) -> dict[str, int]:
-    subjects = {}
-    if username:
-        limit = int(getattr(settings, "ADMIN_LOGIN_FAILURES_PER_USERNAME", 5))
-        subjects[f"login:user:{username.strip().lower()}"] = limit
-    if address:
-        subjects[f"login:addr:{address}"] = int(
-            getattr(settings, "ADMIN_LOGIN_FAILURES_PER_ADDRESS", 20)
-        )
-    return subjects
+def _parameter_limits() -> dict[str, int]:
+    return {
+        "username": settings.ADMIN_LOGIN_FAILURES_PER_USERNAME,
+        "ip_address": settings.ADMIN_LOGIN_FAILURES_PER_ADDRESS,
+    }
 
 
-def _address(request) -> str | None:
-    return request.META.get("REMOTE_ADDR") if request is not None else None
+def highest_failure_limit(request, credentials) -> int:
+    """AXES_FAILURE_LIMIT: axes' one limit is the highest of ours, so that its own check on a
+    raw count (in AxesCacheHandler.user_login_failed) can only be late, never early."""
+    return max(_parameter_limits().values())
 
 
-def login_locked_for(username: str | None, request) -> float:
-    """Seconds until ``username`` may sign in from ``request``'s address again (0: now)."""
-    return _counter().retry_after(_subjects(username, _address(request)), count=False)
+class PerParameterLimitCacheHandler(AxesCacheHandler):
+    """Axes' cache handler with a limit for each lockout parameter.
 
-
-class LockoutModelBackend(ModelBackend):
-    """ModelBackend that refuses a locked-out username or address and counts wrong passwords.
-
-    Raising PermissionDenied stops ``authenticate()`` at this backend: a lockout cannot be
-    walked around through another one.
+    Each parameter's count is scaled to AXES_FAILURE_LIMIT before axes compares it with that
+    limit: ``count * highest // own_limit >= highest`` exactly when ``count >= own_limit``.
+    Redis errors let the attempt through, as the API's failed-key throttle does: admins can
+    still sign in (sessions live in the database) while Redis is away.
     """
 
-    def authenticate(self, request, username=None, password=None, **kwargs):
-        if username is None:
-            username = kwargs.get(get_user_model().USERNAME_FIELD)
-        if username is None or password is None:
-            return None
-        if login_locked_for(username, request) > 0:
-            raise PermissionDenied("locked out")
-        user = super().authenticate(request, username=username, password=password, **kwargs)
-        if user is None:
-            _counter().retry_after(_subjects(username, _address(request)), count=True)
-        return user
-
-
-class LockoutAdminAuthenticationForm(AdminAuthenticationForm):
-    """The admin's login form, saying so when sign-in is locked out."""
-
-    def clean(self):
+    def get_failures(self, request, credentials=None) -> int:
+        keys = get_client_cache_keys(request, credentials)  # one per lockout parameter, in order
         try:
-            return super().clean()
-        except forms.ValidationError:
-            retry = login_locked_for(self.cleaned_data.get("username"), self.request)
-            if retry <= 0:
-                raise
-            minutes = max(1, math.ceil(retry / 60))
-            raise forms.ValidationError(
-                "Too many failed sign-in attempts for this account or from this address. "
-                f"Try again in {minutes} minute{'s' if minutes != 1 else ''}.",
-                code="locked_out",
-            ) from None
+            counts = self.cache.get_many(keys)
+        except RedisError as exc:
+            logger.warning("cannot read admin sign-in failures in Redis (%s)", exc)
+            return 0
+        highest = get_failure_limit(request, credentials)
+        limits = _parameter_limits()
+        parameters = get_lockout_parameters(request, credentials)
+        return max(
+            (
+                counts.get(key, 0) * highest // limits[parameter]
+                for key, parameter in zip(keys, parameters, strict=True)
+            ),
+            default=0,
+        )
+
+    def user_login_failed(self, sender, credentials: dict, request=None, **kwargs):
+        try:
+            super().user_login_failed(sender, credentials, request, **kwargs)
+        except RedisError as exc:
+            logger.warning("cannot count a failed admin sign-in in Redis (%s)", exc)
+            return
+        # A parameter under the highest limit reached its own one: lock out now (axes only
+        # compared the raw count with the highest limit).
+        if request is None or request.axes_locked_out or not self.is_locked(request, credentials):
+            return
+        username = get_client_username(request, credentials)
+        logger.warning("Admin sign-in locked out for %r from %s", username, request.axes_ip_address)
+        request.axes_locked_out = True
+        request.axes_credentials = credentials
+        user_locked_out.send(
+            "axes", request=request, username=username, ip_address=request.axes_ip_address
+        )
+
+
+def admin_lockout_page(request, original_response=None, credentials=None) -> HttpResponse:
+    """AXES_LOCKOUT_CALLABLE: the admin's sign-in page, saying why and for how long.
+
+    Every refused attempt starts the cool-off again (AXES_RESET_COOL_OFF_ON_FAILURE_DURING_
+    LOCKOUT), so the whole cool-off is the time left.
+    """
+    minutes = max(1, math.ceil(get_cool_off(request).total_seconds() / 60))
+    return render(
+        request,
+        "admin/login_locked_out.html",
+        {"minutes": minutes, "title": "Sign-in locked"},
+        status=settings.AXES_HTTP_RESPONSE_CODE,
+    )

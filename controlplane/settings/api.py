@@ -2,7 +2,7 @@
 
 import os
 
-from controlplane.settings.env import env_int
+from controlplane.settings.env import env
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -29,20 +29,20 @@ SPECTACULAR_SETTINGS = {
 
 # max_tokens of a chat completion that sets none: what the context leaves, but at most this
 # many, so that a model that never says EOS answers in the time a person waits.
-CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 512)
+CHAT_DEFAULT_MAX_TOKENS = env.int("CHAT_DEFAULT_MAX_TOKENS", 512)
 
 # Limits that keep one request from stalling an API process (docs/api.md, "Limits").
 # The largest body the JSON API reads (/v1/..., /tokenize, /detokenize): bigger ones get a 413
 # before Django reads them (inference/body_limit.py). The admin's adapter upload is not under
 # it: its files stream to disk under ADAPTER_MAX_BYTES.
-API_MAX_REQUEST_BYTES = env_int("API_MAX_REQUEST_BYTES", 4 * 1024 * 1024)
+API_MAX_REQUEST_BYTES = env.int("API_MAX_REQUEST_BYTES", 4 * 1024 * 1024)
 # Django refuses request data (not files) over this; the API's bodies must fit under it.
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_REQUEST_BYTES
 # Engine sequences one request may start: prompts x n (a 400 beyond).
-API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 256)
+API_MAX_SEQUENCES_PER_REQUEST = env.int("API_MAX_SEQUENCES_PER_REQUEST", 256)
 # A generous bound on the characters one token covers (English text averages about 4): a
 # prompt longer than max_model_len x this cannot fit, and is refused before it is tokenized.
-PROMPT_MAX_CHARS_PER_TOKEN = env_int("PROMPT_MAX_CHARS_PER_TOKEN", 32)
+PROMPT_MAX_CHARS_PER_TOKEN = env.int("PROMPT_MAX_CHARS_PER_TOKEN", 32)
 # Threads that render chat templates and tokenize, off the event loop: half the cores (at
 # most 4), so that the event loop keeps a core however many long prompts arrive at once.
-API_TOKENIZER_THREADS = env_int("API_TOKENIZER_THREADS", max(1, min(4, (os.cpu_count() or 2) // 2)))
+API_TOKENIZER_THREADS = env.int("API_TOKENIZER_THREADS", max(1, min(4, (os.cpu_count() or 2) // 2)))

@@ -6,24 +6,24 @@ boto3 must then be installed: ``pip install 'llm-platform[s3]'``; docs/batches.m
 """
 
 from controlplane.settings.core import VAR_DIR
-from controlplane.settings.env import env_float, env_int, env_str
+from controlplane.settings.env import env
 
-FILES_STORAGE = env_str("FILES_STORAGE", "local")  # "local" or "s3"
+FILES_STORAGE = env.str("FILES_STORAGE", "local")  # "local" or "s3"
 
 
 def _files_storage() -> dict:
     if FILES_STORAGE == "s3":
         # Credentials come from the usual AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY variables.
         options = {
-            "bucket_name": env_str("FILES_S3_BUCKET", ""),
-            "endpoint_url": env_str("FILES_S3_ENDPOINT_URL", "") or None,
-            "region_name": env_str("FILES_S3_REGION", "") or None,
-            "location": env_str("FILES_S3_PREFIX", "files"),
+            "bucket_name": env.str("FILES_S3_BUCKET", ""),
+            "endpoint_url": env.str("FILES_S3_ENDPOINT_URL", "") or None,
+            "region_name": env.str("FILES_S3_REGION", "") or None,
+            "location": env.str("FILES_S3_PREFIX", "files"),
             "file_overwrite": False,
             "default_acl": None,
         }
         return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}
-    location = env_str("FILES_DIR", str(VAR_DIR / "files"))
+    location = env.str("FILES_DIR", str(VAR_DIR / "files"))
     return {
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": location, "file_permissions_mode": 0o600},
@@ -38,21 +38,21 @@ STORAGES = {
 
 # The largest file POST /v1/files takes (OpenAI's limit for batch input: 200 MB). The upload
 # streams to a temporary file, never into memory (inference/body_limit.py lets it through).
-FILES_MAX_UPLOAD_BYTES = env_int("FILES_MAX_UPLOAD_BYTES", 200 * 1024 * 1024)
+FILES_MAX_UPLOAD_BYTES = env.int("FILES_MAX_UPLOAD_BYTES", 200 * 1024 * 1024)
 # Lines one batch may hold (OpenAI: 50,000).
-BATCH_MAX_LINES = env_int("BATCH_MAX_LINES", 50_000)
+BATCH_MAX_LINES = env.int("BATCH_MAX_LINES", 50_000)
 # Lines of one batch worker in flight at once: the bound that keeps interactive latency.
 # 4, not 8: on a 2-core CPU host, 8 batch lines in flight raised interactive TTFT p50 1.54x
 # (median of 3), 4 lines 1.21x, for a batch 30% slower (bench/batch_interference.py,
 # docs/benchmarks.md). Raise it on hosts with room to spare.
-BATCH_MAX_IN_FLIGHT = env_int("BATCH_MAX_IN_FLIGHT", 4)
+BATCH_MAX_IN_FLIGHT = env.int("BATCH_MAX_IN_FLIGHT", 4)
 # The engine priority of batch lines (lower runs first; interactive requests send 0), which
 # engines started with --scheduling-policy priority honour.
-BATCH_ENGINE_PRIORITY = env_int("BATCH_ENGINE_PRIORITY", 100)
+BATCH_ENGINE_PRIORITY = env.int("BATCH_ENGINE_PRIORITY", 100)
 # A running batch's lease: the worker renews it every second; beat re-queues a batch whose
 # lease ran out (the worker died) every BATCH_REQUEUE_INTERVAL seconds.
-BATCH_LEASE_SECONDS = env_float("BATCH_LEASE_SECONDS", 30.0)
-BATCH_REQUEUE_INTERVAL = env_float("BATCH_REQUEUE_INTERVAL", 10.0)
+BATCH_LEASE_SECONDS = env.float("BATCH_LEASE_SECONDS", 30.0)
+BATCH_REQUEUE_INTERVAL = env.float("BATCH_REQUEUE_INTERVAL", 10.0)
 # Batch tasks run on their own queue, served by a worker of their own (manage.py serve starts
 # it), so a long batch never delays the usage flush or the adapter tasks.
 CELERY_TASK_ROUTES = {"batches.run": {"queue": "batches"}}

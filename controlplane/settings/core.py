@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from controlplane.settings.env import env_str
+from controlplane.settings.env import env
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 # Everything the platform writes at run time (database, models, logs, Redis) lives here.
-VAR_DIR = Path(env_str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(env.str("PLATFORM_VAR_DIR", str(BASE_DIR / "var")))
 
 INSTALLED_APPS = [
     "daphne",
@@ -20,6 +20,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "axes",
     "controlplane.launcher",
     "controlplane.tenants",
     "controlplane.access",
@@ -45,6 +46,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
+    # Last, as axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

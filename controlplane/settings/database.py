@@ -3,13 +3,13 @@
 import dj_database_url
 
 from controlplane.settings.core import VAR_DIR
-from controlplane.settings.env import env_str
+from controlplane.settings.env import env
 
 _default_sqlite = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
 
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", _default_sqlite),
+        env.str("DATABASE_URL", _default_sqlite),
         conn_max_age=60,
         conn_health_checks=True,
     )

@@ -1,6 +1,6 @@
 """Logging: one line per record to stderr, level from the environment."""
 
-from controlplane.settings.env import env_str
+from controlplane.settings.env import env
 
 LOGGING = {
     "version": 1,
@@ -9,7 +9,7 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["stderr"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["stderr"], "level": env.str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},

@@ -9,16 +9,16 @@ import ipaddress
 from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.settings.core import VAR_DIR
-from controlplane.settings.env import env_int, env_list, env_str
+from controlplane.settings.env import env
 
 # Prometheus sends it as `Authorization: Bearer ...`. Unset: the API process generates one
 # into METRICS_TOKEN_FILE (mode 0600) when it starts, for a Prometheus on the same host.
-METRICS_BEARER_TOKEN = env_str("METRICS_BEARER_TOKEN", "")
+METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", "")
 METRICS_TOKEN_FILE = VAR_DIR / "metrics_token"
 
 
 def _networks(name: str, default: list[str]) -> list[str]:
-    values = env_list(name, default)
+    values = env.list(name, cast=str.strip, default=default)
     for value in values:
         try:
             ipaddress.ip_network(value, strict=False)
@@ -31,5 +31,5 @@ def _networks(name: str, default: list[str]) -> list[str]:
 METRICS_ALLOWED_NETWORKS = _networks("METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
 # Set: every API process also serves /metrics on this port (0: off), every series to the
 # allowed networks, since no public proxy leads there.
-METRICS_PORT = env_int("METRICS_PORT", 0)
-METRICS_ADDRESS = env_str("METRICS_ADDRESS", "127.0.0.1")
+METRICS_PORT = env.int("METRICS_PORT", 0)
+METRICS_ADDRESS = env.str("METRICS_ADDRESS", "127.0.0.1")

@@ -1,21 +1,19 @@
 """Redis, Celery, Channels and the engine fleet's shared names."""
 
-import os
-
 from controlplane.common.platform_location import find_running_platform
 from controlplane.settings.batches import BATCH_REQUEUE_INTERVAL
 from controlplane.settings.core import VAR_DIR
-from controlplane.settings.env import env_float, env_int, env_str
+from controlplane.settings.env import env
 
 # Only tests change it: they cannot own port 6379.
-DEFAULT_REDIS_URL = env_str("PLATFORM_DEFAULT_REDIS_URL", "redis://127.0.0.1:6379/0")
+DEFAULT_REDIS_URL = env.str("PLATFORM_DEFAULT_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def _redis_url() -> tuple[str, str]:
     """REDIS_URL; else the Redis of the `manage.py serve` running from this var dir (commands
     typed in a second shell must reach it, not whatever listens on 6379); else the default."""
-    if os.environ.get("REDIS_URL"):
-        return os.environ["REDIS_URL"], "environment"
+    if url := env.str("REDIS_URL", ""):
+        return url, "environment"
     running = find_running_platform(VAR_DIR)
     if running is not None:
         return running.redis_url, "serve"
@@ -25,10 +23,10 @@ def _redis_url() -> tuple[str, str]:
 # Where it came from: "environment", "serve" (VAR_DIR/run/redis.json) or "default".
 REDIS_URL, REDIS_URL_SOURCE = _redis_url()
 # Every key the platform writes starts with this, so deployments can share one Redis.
-PLATFORM_REDIS_PREFIX = env_str("PLATFORM_REDIS_PREFIX", "llmp")
+PLATFORM_REDIS_PREFIX = env.str("PLATFORM_REDIS_PREFIX", "llmp")
 
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", REDIS_URL)
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -46,9 +44,9 @@ CACHES = {
 
 # How long an API process waits for the engine's next output before it reports the engine
 # as silent (seconds).
-ENGINE_SILENCE_TIMEOUT = env_float("ENGINE_SILENCE_TIMEOUT", 30.0)
+ENGINE_SILENCE_TIMEOUT = env.float("ENGINE_SILENCE_TIMEOUT", 30.0)
 # Requests waiting for a model above which new ones are refused with 503.
-ENGINE_MAX_WAITING = env_int("ENGINE_MAX_WAITING", 1024)
+ENGINE_MAX_WAITING = env.int("ENGINE_MAX_WAITING", 1024)
 
 # Usage events queue in Redis on the request path; this drains them into the database. The
 # engines' adapter registry is rewritten from the database, so a lost write heals in a beat.

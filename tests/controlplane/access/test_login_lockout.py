@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from axes.handlers.proxy import AxesProxyHandler
 from django.contrib.auth import authenticate
+from django.core.cache.backends.redis import RedisCache
+from django.core.management import call_command
 from django.test import RequestFactory
 from django.urls import reverse
 
@@ -55,7 +59,7 @@ def test_wrong_passwords_from_one_address_lock_that_address_out(client, admins, 
 
 def test_the_lockout_ends_after_its_time(client, admins, settings):
     settings.ADMIN_LOGIN_FAILURES_PER_USERNAME = 2
-    settings.ADMIN_LOGIN_LOCKOUT_SECONDS = 1
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=1)
     _login(client, "root", "wrong")
     _login(client, "root", "wrong")
     assert not _signed_in(_login(client, "root", "right-pw-123"))
@@ -70,3 +74,24 @@ def test_every_authenticate_call_goes_through_the_lockout(admins, settings):
         assert authenticate(request, username="root", password="wrong") is None
     assert authenticate(request, username="root", password="right-pw-123") is None
     assert authenticate(request, username="ops", password="right-pw-123") is not None
+
+
+def test_an_operator_lifts_a_lockout_with_axes_reset_commands(client, admins, settings):
+    settings.ADMIN_LOGIN_FAILURES_PER_USERNAME = 2
+    settings.ADMIN_LOGIN_FAILURES_PER_ADDRESS = 3
+    for _ in range(3):
+        _login(client, "root", "wrong")
+    assert LOCKED in _login(client, "ops", "right-pw-123").content.decode()  # the address
+    call_command("axes_reset_ip", "10.0.0.1")
+    assert _signed_in(_login(client, "ops", "right-pw-123"))
+    assert LOCKED in _login(client, "root", "right-pw-123").content.decode()  # the username
+    call_command("axes_reset_username", "root")
+    assert _signed_in(_login(client, "root", "right-pw-123"))
+
+
+def test_sign_in_works_without_redis_as_before(client, admins, monkeypatch):
+    handler = AxesProxyHandler.get_implementation()
+    monkeypatch.setattr(handler, "cache", RedisCache("redis://127.0.0.1:1/0", {}))
+    response = _login(client, "root", "wrong")
+    assert response.status_code == 200 and LOCKED not in response.content.decode()
+    assert _signed_in(_login(client, "root", "right-pw-123"))

@@ -114,10 +114,11 @@ class Command(BaseCommand):
             st["note"] = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
 
         with progress.step("Connecting Redis") as st:
-            if os.environ.get("REDIS_URL"):
-                stack.use_redis(os.environ["REDIS_URL"])
-                st["note"] = f"using REDIS_URL {os.environ['REDIS_URL']}"
+            if settings.REDIS_URL_SOURCE == "environment":
+                stack.use_redis(settings.REDIS_URL)
+                st["note"] = f"using REDIS_URL {settings.REDIS_URL}"
             else:
+                # Process wiring, not configuration: the processes serve starts inherit it.
                 os.environ["REDIS_URL"] = stack.start_redis(persist=True)
                 st["note"] = f"started redis-server on port {stack.redis.port}"
         redis_url = stack.redis_url
