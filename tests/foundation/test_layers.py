@@ -154,3 +154,19 @@ def test_no_module_is_over_350_lines(package):
         if (n := len(p.read_text().splitlines())) > 350
     ]
     assert long == []
+
+
+def test_test_modules_take_helpers_from_tests_support_not_from_a_conftest():
+    """A conftest holds fixtures and hooks; helpers that test files share live in tests/support
+    (a conftest may still import another conftest's fixtures, as the fault tests' does)."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.name == "conftest.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").split(".")[-1] == "conftest"
+            ):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert found == []

@@ -10,7 +10,7 @@ from controlplane.batches import services
 from controlplane.batches.representation import batch_object, file_object
 from inference.schemas.batches import BatchObjectSerializer
 from inference.schemas.files import FileObjectSerializer
-from tests.controlplane.batches.conftest import chat_line, jsonl, upload
+from tests.support.batch_files import chat_line, jsonl, upload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
