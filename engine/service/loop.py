@@ -12,8 +12,12 @@ error event, delivered when Redis is back, rather than generating for clients th
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,12 +28,12 @@ import redis
 from engine import protocol
 from engine.lora.registry import AdapterRegistry
 from engine.outputs import RequestOutputDelta
-from engine.redis_streams import connect, ensure_group, withdraw_status
+from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
 from engine.service.cli import ServiceSettings
 from engine.service.recovery import DeadEngineReaper
-from engine.service.redis_output import OutputWriter, PublishJob, StatusPublisher
+from engine.service.redis_output import OutputWriter, PublishJob
 
 if TYPE_CHECKING:
     from engine.llm_engine import LLMEngine
@@ -42,6 +46,8 @@ OUTAGE_FAIL_S = 30.0
 # Aborts for requests this engine has not seen yet are remembered this long, for the race
 # in which the abort overtakes its request between the Redis threads.
 RECENT_ABORT_S = 60.0
+# The status record's throughput is averaged over this many seconds.
+RATE_WINDOW_S = 5.0
 
 
 @dataclass(slots=True)
@@ -67,37 +73,34 @@ class EngineService:
 
     def __init__(self, engine: LLMEngine, settings: ServiceSettings):
         self.engine, self.settings = engine, settings
+        model, me, url = settings.model_name, settings.engine_id, settings.redis_url
         self.keys = protocol.Keys(settings.prefix)
-        self.channels = inputs.Channels(self.keys, settings.model_name, settings.engine_id)
+        self.requests = self.keys.requests(model)
         self.inbox = inputs.Inbox()
         self.active: dict[str, ActiveRequest] = {}  # taken and not answered in full, by id
         self.job = PublishJob()  # what this iteration will publish
-        self.adapters = AdapterRegistry(engine, settings.model_name)
+        self.adapters = AdapterRegistry(engine, model)
         self.recent_aborts: dict[str, float] = {}  # request id -> time.monotonic()
         self.num_steps = 0
-        self.max_num_seqs = engine.config.max_num_seqs
+        self.max_queued = settings.max_queued or max(16, engine.config.max_num_seqs // 4)
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested = False
         self._drain_deadline = 0.0
         self._failed_for_outage = False
-        self._paused = False  # backpressure: the writer's backlog is full
         # Read by the heartbeat; replaced whole on the loop thread after each step.
         self.stats = engine.stats()
         self.lora_info = engine.lora_requests_info()
+        self.started_at = time.time()
+        self._rate_samples: collections.deque[tuple[float, int]] = collections.deque()
 
-        url, channels, inbox = settings.redis_url, self.channels, self.inbox
         self.redis = connect(url)  # the heartbeat's: status, dead engines, adapter registry
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
-        self.writer = OutputWriter(connect(url, retries=0), channels)
-        bound, waiting = settings.queued_bound(self.max_num_seqs), lambda: self.stats.num_waiting
-        self.reader = inputs.RequestReader(
-            connect(url), channels, inbox, bound=bound, waiting=waiting
-        )
-        self.broadcast = inputs.BroadcastReader(connect(url), channels, inbox)
-        self.status = StatusPublisher(self.redis, self)
+        self.writer = OutputWriter(connect(url, retries=0), self.keys, model, me)
+        self.reader = inputs.RequestReader(connect(url), self)
+        self.broadcast = inputs.BroadcastReader(connect(url), self)
         grace_s = 2 * settings.status_interval + 0.5
-        self.reaper = DeadEngineReaper(self.redis, channels, self.reader, grace_s=grace_s)
+        self.reaper = DeadEngineReaper(self.redis, self, grace_s=grace_s)
         self._registry_logged: set[bytes] = set()  # unreadable records, logged once each
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
@@ -108,13 +111,13 @@ class EngineService:
         snapshot = self.read_registry()
         self.adapters.reconcile(snapshot.refs, snapshot.read_at)
         self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
-        self.status.publish()
-        ensure_group(self.redis, self.channels.requests)
-        self.reaper.recover_own()
+        self.publish_status()
+        ensure_group(self.redis, self.requests)
+        self.reaper.take_over(self.settings.engine_id)  # an earlier life of this engine id
         for thread in (self.writer, self.reader, self.broadcast, self.heartbeat):
             thread.start()
         me, model = self.settings.engine_id, self.settings.model_name
-        logger.info("engine %s serving %r from %s", me, model, self.channels.requests)
+        logger.info("engine %s serving %r from %s", me, model, self.requests)
 
     def read_registry(self) -> inputs.RegistrySnapshot:
         key = self.keys.adapters(self.settings.model_name)
@@ -124,13 +127,46 @@ class EngineService:
         """The heartbeat thread's tick: this engine's status record, then dead engines, then
         the adapter registry once its interval is up."""
         try:
-            self.status.publish()
+            self.publish_status()
         except redis.RedisError as exc:
             logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
         self.reaper.check()
         if time.monotonic() >= self._next_registry_read:
             self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
             self.inbox.put(self.read_registry())
+
+    def publish_status(self) -> None:
+        """SET the status record (with a TTL, so that a crash leaves it to expire)."""
+        now, samples = time.time(), self._rate_samples
+        # Only the loop thread changes these; each is replaced whole, so safe to read here.
+        stats, adapters = self.stats, self.adapters.versions
+        samples.append((now, stats.generation_tokens_total))
+        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
+            samples.popleft()
+        rate = (samples[-1][1] - samples[0][1]) / max(now - samples[0][0], 1e-9)
+        status = protocol.EngineStatus(
+            **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
+            **self.lora_info,  # so have LLMEngine.lora_requests_info's keys
+            engine_id=self.settings.engine_id,
+            model=self.settings.model_name,
+            adapters=sorted(adapters),
+            adapter_checksums=dict(adapters),
+            tokens_per_s=round(rate, 2),
+            started_at=self.started_at,
+            updated_at=now,
+            draining=self.draining,
+            max_num_seqs=self.engine.config.max_num_seqs,
+            num_steps=self.num_steps,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        status.num_waiting += self.inbox.num_requests
+        publish_status(self.redis, self.keys, status, self.settings.status_ttl)
+
+    def room(self) -> int:
+        """How many requests the reader may take now: what this engine cannot schedule soon
+        stays in the stream for other replicas (backpressure)."""
+        return self.max_queued - self.stats.num_waiting - self.inbox.num_requests
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
@@ -162,14 +198,8 @@ class EngineService:
             self._failed_for_outage = False
         elif outage_s > OUTAGE_FAIL_S and not self._failed_for_outage:
             self.fail_for_outage()
-        if self.writer.congested():
-            # Redis is not taking outputs: produce no more until it does; nothing is dropped.
-            if not self._paused:
-                logger.warning("%d output writes wait for Redis: steps paused", self.writer.backlog)
-            self._paused = True
-            if not self.writer.wait_for_room(IDLE_WAIT_S):
-                return
-        self._paused = False
+        if self.writer.congested() and not self.writer.wait_for_room(IDLE_WAIT_S):
+            return  # Redis is not taking outputs: produce no more until it does
         idle = not self.engine.has_unfinished_requests()
         self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0)
         self.publish(self.step())
