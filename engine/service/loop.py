@@ -20,7 +20,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import redis
@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05
 # A Redis outage longer than the API's silence timeout (30 s): its clients have given up.
 OUTAGE_FAIL_S = 30.0
+OUTAGE_ERROR = "Redis was unreachable too long while running this request"
 # Aborts for requests this engine has not seen yet are remembered this long, for the race
 # in which the abort overtakes its request between the Redis threads.
 RECENT_ABORT_S = 60.0
@@ -59,9 +60,6 @@ class ActiveRequest:
     open_indexes: set[int]
     # Once it produced output, draining can no longer hand it to another engine.
     started: bool = False
-    # Tokens sent per sample: each delta carries the running count, so the frontend can
-    # tell a stream that lost outputs in transit from a complete one.
-    num_sent: dict[int, int] = field(default_factory=dict)
 
 
 class EngineService:
@@ -168,9 +166,9 @@ class EngineService:
         stays in the stream for other replicas (backpressure)."""
         return self.max_queued - self.stats.num_waiting - self.inbox.num_requests
 
-    def run(self, *, install_signal_handlers: bool = True) -> None:
+    def run(self) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self.request_drain())
             signal.signal(signal.SIGINT, lambda *_: self.request_drain())
         self.start()
@@ -240,10 +238,7 @@ class EngineService:
                 active.started = True
                 record = protocol.StartedRecord(delta.request_id, active.request.frontend_id)
                 self.job.started[active.entry_id] = record
-            message = delta.to_message()
-            sent = active.num_sent.get(delta.index, 0) + len(message.new_token_ids)
-            active.num_sent[delta.index] = message.num_output_tokens = sent
-            self.job.add(active.request.frontend_id, message)
+            self.job.add(active.request.frontend_id, delta.to_message())
             if delta.finished:
                 active.open_indexes.discard(delta.index)
                 if not active.open_indexes:
@@ -294,17 +289,14 @@ class EngineService:
 
     def _answer_without_running(self, entry_id, request, *, error: str = "") -> None:
         """Answer a request that never reached the engine (refused, or aborted first)."""
-        num_prompt_tokens = len(request.prompt_token_ids)
-        indexes = range(max(1, request.sampling.n))
-        self.job.abort(entry_id, request, indexes, error=error, num_prompt_tokens=num_prompt_tokens)
+        indexes, num_prompt = range(max(1, request.sampling.n)), len(request.prompt_token_ids)
+        self.job.abort(entry_id, request, indexes, error=error, num_prompt_tokens=num_prompt)
 
     def _end(self, request_ids: list[str], *, error: str = "") -> None:
         """Abort the requests in the engine and answer each sample still open as aborted."""
         self.engine.abort_request(request_ids)
-        for active in map(self.active.pop, request_ids):
-            self.job.abort(
-                active.entry_id, active.request, sorted(active.open_indexes), error=error
-            )
+        for a in map(self.active.pop, request_ids):
+            self.job.abort(a.entry_id, a.request, sorted(a.open_indexes), error=error)
 
     def _hand_back_unstarted(self) -> int:
         """Put every request that has produced nothing yet back on the stream."""
@@ -317,14 +309,11 @@ class EngineService:
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
         self.draining = True
-        self._drain_deadline = time.monotonic() + self.settings.drain_timeout
+        timeout = self.settings.drain_timeout
+        self._drain_deadline = time.monotonic() + timeout
         self.reader.stop()
-        logger.info(
-            "draining: %d requests handed back, %d running ones get %.0fs to finish",
-            self._hand_back_unstarted(),
-            len(self.active),
-            self.settings.drain_timeout,
-        )
+        message = "draining: %d requests handed back, %d running ones get %.0fs to finish"
+        logger.info(message, self._hand_back_unstarted(), len(self.active), timeout)
 
     def fail_for_outage(self) -> None:
         """Redis has been unreachable for OUTAGE_FAIL_S: end started requests with an error
@@ -334,9 +323,7 @@ class EngineService:
         if not self.active:
             return
         self._hand_back_unstarted()
-        self._end(
-            list(self.active), error="Redis was unreachable too long while running this request"
-        )
+        self._end(list(self.active), error=OUTAGE_ERROR)
         logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)
         self.publish([])
 
