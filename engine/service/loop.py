@@ -1,14 +1,10 @@
 """EngineService: the engine-core loop that connects an LLMEngine to Redis streams.
 
-Each iteration has three named phases, and none of them waits on Redis: ``drain_inputs()``
-(requests, aborts, control commands and adapter registry snapshots from the Inbox the reader
-threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob for the writer
-thread: one output entry per frontend for everything this step produced).
-
-When Redis stops taking outputs the writer keeps them and retries; past its bound the loop
-stops stepping (backpressure), and after OUTAGE_FAIL_S it ends the started requests with an
-error event, delivered when Redis is back, rather than generating for clients that gave up.
-"""
+Each iteration has three named phases, none of which waits on Redis: ``drain_inputs()`` (the
+Inbox the reader threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob
+for the writer thread). While Redis takes no outputs the loop stops stepping past the writer's
+bound, and after OUTAGE_FAIL_S ends the started requests with an error event, delivered when
+Redis is back, rather than generating for clients that gave up."""
 
 from __future__ import annotations
 
@@ -63,11 +59,8 @@ class ActiveRequest:
 
 
 class EngineService:
-    """Runs ``engine`` for one served model until drained or stopped.
-
-    Redis is reached only from its threads: the request reader, the broadcast reader, the
-    output writer, and the heartbeat (status record, dead engines, adapter registry).
-    """
+    """Runs ``engine`` for one served model until drained or stopped. Redis is reached only
+    from its threads: the two readers, the writer and the heartbeat."""
 
     def __init__(self, engine: LLMEngine, settings: ServiceSettings):
         self.engine, self.settings = engine, settings

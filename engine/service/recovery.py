@@ -1,18 +1,11 @@
-"""Taking over from dead engines: an engine is dead when its status key has expired.
+"""Taking over from dead engines (docs/protocol.md, Liveness and failure).
 
-Requests a dead engine had started (they are in its ``started`` hash) end with an error event
-to their frontend, since tokens were already delivered; requests it had claimed but not
-started are claimed by a survivor and run there. One survivor does this per dead engine,
-under a short lock.
-
-"Expired" must mean dead, not "Redis was away": after an outage (or a restart that reloaded
-already-expired keys) every status key may be missing for a moment while the live engines
-publish theirs again. So an engine counts as dead only once its key has been missing for
-``grace_s``, counted from the first check that reached Redis after an outage.
-
-An engine restarted under the same ``--engine-id`` (a Kubernetes container restart) first
-takes over from its own earlier life: what it had started fails with an error event, what it
-had claimed and not started runs again. Nobody else would: its status key is alive.
+An engine is dead when its status key has expired: one survivor, under a short lock, ends the
+requests it had started (its ``started`` hash) with an error event and runs those it had
+claimed but not started. "Expired" must mean dead, not "Redis was away": after an outage every
+status key may be missing until the live engines publish theirs again, so the grace counts
+from the first check that reached Redis. An engine restarted under the same ``--engine-id``
+takes over from its earlier life itself: its status key is alive, nobody else would.
 """
 
 from __future__ import annotations

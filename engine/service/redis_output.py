@@ -1,15 +1,10 @@
 """The loop -> Redis: the output writer thread applies PublishJobs in order, never dropping one.
 
-While Redis is unreachable the jobs wait here and the write is retried with backoff until
-Redis answers again. Dropping a job would lose tokens in the middle of a stream and let the
-client see a normal finish with text missing (issue 15.2), so the only relief valve is
-backpressure: past ``max_backlog`` queued jobs the loop stops stepping (``congested``) until
-the writer catches up.
-
-A connection that breaks after EXEC was sent leaves it unknown whether the transaction ran.
-Every write also sets this engine's write marker to the write's sequence number inside the
-same MULTI, so a retry first reads the marker and skips a write Redis already applied:
-outputs are never written twice either.
+While Redis is unreachable the write is retried with backoff: a dropped job would let a client
+see a normal finish with tokens missing, so the only relief is backpressure (``congested``).
+A connection that breaks after EXEC leaves it unknown whether the MULTI ran, so each write also
+sets this engine's write marker (Keys.written) to its sequence number, and a retry skips a
+write Redis already applied: outputs are never written twice either.
 """
 
 from __future__ import annotations
