@@ -95,7 +95,7 @@ class DeadEngineReaper:
                 pass
             self.client.srem(self.keys.engines(), protocol.engine_member(self.model, engine_id))
         if num_failed or num_claimed or not restarted:
-            message = "%s: %d started requests failed, %d unstarted ones taken over"
+            message = "%s: %d started requests failed, %d unstarted ones taken up again here"
             logger.warning(message, why, num_failed, num_claimed)
 
     def _fail_started(self, engine_id: str, *, why: str) -> int:
