@@ -90,8 +90,7 @@ class EngineService:
         self.writer = OutputWriter(connect(url, retries=0), self.keys, model, me)
         self.reader = inputs.RequestReader(connect(url), self)
         self.broadcast = inputs.BroadcastReader(connect(url), self)
-        grace_s = 2 * settings.status_interval + 0.5
-        self.reaper = DeadEngineReaper(self.redis, self, grace_s=grace_s)
+        self.reaper = DeadEngineReaper(self.redis, self)
         self._registry_logged: set[bytes] = set()  # unreadable records, logged once each
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)

@@ -30,8 +30,10 @@ CLAIM_BATCH = 256
 
 
 class DeadEngineReaper:
-    def __init__(self, client: redis.Redis, service: EngineService, *, grace_s: float):
-        self.client, self.keys, self.grace_s = client, service.keys, grace_s
+    def __init__(self, client: redis.Redis, service: EngineService):
+        self.client, self.keys = client, service.keys
+        # Two missed status beats, and half a second for a slow one.
+        self.grace_s = 2 * service.settings.status_interval + 0.5
         self.model, self.me = service.settings.model_name, service.settings.engine_id
         self.requests, self.accept = service.requests, service.reader.accept
         self._missing_since: dict[str, float] = {}  # engine id -> time.monotonic()
