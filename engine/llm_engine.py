@@ -292,6 +292,7 @@ class LLMEngine:
             num_cached_tokens=max(request.num_cached_tokens, 0),
             timestamps=copy.copy(request.timestamps),
             error=request.error,
+            num_sent_tokens=request.num_delivered_tokens - request.num_resumed_tokens,
         )
 
     # -- introspection ---------------------------------------------------------------------------

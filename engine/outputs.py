@@ -56,6 +56,8 @@ class RequestOutputDelta:
     num_cached_tokens: int
     timestamps: RequestTimestamps
     error: str = ""  # set when the engine ended the request itself (a grammar that failed)
+    # Tokens of this sample delivered so far, this delta's included (resumed ones excepted).
+    num_sent_tokens: int = 0
 
     def to_message(self) -> protocol.RequestDelta:
         """The delta as it crosses Redis; the engine's timings go on the last one only."""
@@ -74,6 +76,7 @@ class RequestOutputDelta:
             num_prompt_tokens=self.num_prompt_tokens,
             num_cached_tokens=self.num_cached_tokens,
             error=self.error,
+            num_output_tokens=self.num_sent_tokens,
             queue_time=_interval(ts.queued, ts.scheduled) if done else None,
             prefill_time=_interval(ts.scheduled, ts.first_token) if done else None,
             decode_time=_interval(ts.first_token, ts.last_token) if done else None,

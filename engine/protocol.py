@@ -69,6 +69,10 @@ class Keys:
         """Lock held by the one survivor that recovers a dead engine's requests."""
         return f"{self.prefix}:reaping:{model}:{engine_id}"
 
+    def written(self, model: str, engine_id: str) -> str:
+        """The sequence number of the engine's last output write (engine/service/redis_output.py)."""
+        return f"{self.prefix}:written:{model}:{engine_id}"
+
     def adapters(self, model: str) -> str:
         """Hash: adapter name -> AdapterRef, the adapters engines of a model should serve."""
         return f"{self.prefix}:adapters:{model}"

@@ -46,8 +46,8 @@ def publish_status(
     """SET the record with a TTL, so a crash leaves it to expire, and register the engine in
     the engines set frontends find live engines through."""
     pipe = client.pipeline(transaction=False)
-    pipe.set(keys.status(status.model, status.engine_id), protocol.encode_status(status),
-             px=int(ttl_s * 1000))  # fmt: skip
+    key = keys.status(status.model, status.engine_id)
+    pipe.set(key, protocol.encode_status(status), px=int(ttl_s * 1000))
     pipe.sadd(keys.engines(), protocol.engine_member(status.model, status.engine_id))
     pipe.execute()
 

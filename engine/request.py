@@ -59,6 +59,7 @@ class Request:
         "num_computed_tokens",
         "num_delivered_tokens",
         "num_prompt_tokens",
+        "num_resumed_tokens",
         "output_token_ids",
         "pending_logprobs",
         "priority",
@@ -100,6 +101,7 @@ class Request:
         # -1 until first scheduled: then the prompt tokens found in the prefix cache.
         self.num_cached_tokens = -1
         self.num_delivered_tokens = 0
+        self.num_resumed_tokens = 0  # delivered by an engine that died (engine/resume.py)
         self.status = RequestStatus.WAITING
         self.stop_reason: int | None = None
         self.block_hashes: list[bytes] = []

@@ -45,7 +45,7 @@ def mark_resumed(request: Request, num_resumed: int) -> None:
     request.num_prompt_tokens -= num_resumed
     request.output_token_ids = request.all_token_ids[request.num_prompt_tokens :]
     # Already delivered by the engine that died.
-    request.num_delivered_tokens = num_resumed
+    request.num_delivered_tokens = request.num_resumed_tokens = num_resumed
     # The API sent the budget left; counted from the original start of the output again.
     request.max_tokens += num_resumed
     params = request.sampling_params

@@ -1,9 +1,6 @@
-"""The engine as a service: reads requests from Redis streams, runs the busy loop, publishes.
-
-``python -m engine`` and ``python manage.py run_engine`` both start ``EngineService``
-(loop.py), fed and drained by the Redis threads (redis_input.py, redis_output.py), taking over
-from dead engines (recovery.py). docs/protocol.md describes the Redis contract.
-"""
+"""The engine as a service (``python -m engine``, ``manage.py run_engine``): ``EngineService``
+(loop.py) fed and drained by the Redis threads (redis_input.py, redis_output.py), taking over
+from dead engines (recovery.py). docs/protocol.md describes the Redis contract."""
 
 from engine.service.cli import ServiceSettings
 from engine.service.loop import EngineService

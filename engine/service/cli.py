@@ -18,11 +18,8 @@ logger = logging.getLogger("engine.service")
 
 @dataclass(slots=True)
 class ServiceSettings:
-    """Where to read and write, and how the service paces itself.
-
-    ``max_queued`` is the backpressure bound: the service reads more requests from Redis only
-    while fewer than this many wait in its scheduler (or its inbox), so the rest stay in the
-    stream for other replicas. None: a quarter of ``max_num_seqs``, at least 16.
+    """Where to read and write, and how the service paces itself. ``max_queued``: the
+    backpressure bound (EngineService.room); None: a quarter of ``max_num_seqs``, at least 16.
     """
 
     model_name: str
@@ -41,17 +38,16 @@ class ServiceSettings:
         if not self.model_name or ":" in self.engine_id:
             raise ValueError("model_name must be set and engine_id must not contain ':'")
         if self.status_interval <= 0 or self.status_ttl <= self.status_interval:
-            raise ValueError(f"status_ttl ({self.status_ttl}) must exceed status_interval "
-                             f"({self.status_interval}), both positive")  # fmt: skip
+            raise ValueError(
+                f"status_ttl ({self.status_ttl}) must exceed status_interval "
+                f"({self.status_interval}), both positive"
+            )
         if self.drain_timeout < 0:
             raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
         if self.max_queued is not None and self.max_queued < 1:
             raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
         if self.adapter_sync_interval <= 0:
             raise ValueError(f"adapter_sync_interval must be > 0, got {self.adapter_sync_interval}")
-
-    def queued_bound(self, max_num_seqs: int) -> int:
-        return self.max_queued if self.max_queued is not None else max(16, max_num_seqs // 4)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model_name: str) -> ServiceSettings:
@@ -76,15 +72,13 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine's options and the service's; shared with ``manage.py run_engine``. The
     service's defaults are ServiceSettings' (an option left out stays None)."""
     add_engine_arguments(parser)
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
+    parser.add_argument("--redis-url", help="default: $REDIS_URL, else redis://127.0.0.1:6379/0")
     parser.add_argument("--engine-id", help="default: host-pid-random")
     parser.add_argument("--max-queued", type=int, help="read requests only while fewer wait here")
     parser.add_argument("--status-interval", type=float, help="default 1 s")
     parser.add_argument("--status-ttl", type=float, help="default 5 s")
     parser.add_argument("--drain-timeout", type=float, help="default 30 s")
-    parser.add_argument(
-        "--adapter-sync-interval", type=float, help="registry reconciles, default 2 s"
-    )
+    parser.add_argument("--adapter-sync-interval", type=float, help="default 2 s")
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
 
 
@@ -107,8 +101,6 @@ def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=args.log_level.upper(), format=log_format)
     return serve(args, model_path=args.model_path, model_name=args.model_name)

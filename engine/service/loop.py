@@ -1,22 +1,22 @@
 """EngineService: the engine-core loop that connects an LLMEngine to Redis streams.
 
-Each iteration has three named phases, and none of them waits on Redis: ``drain_inputs()``
-(requests, aborts, control commands and adapter registry snapshots from the Inbox the reader
-threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob for the writer
-thread: one output entry per frontend for everything this step produced).
-
-When Redis stops taking outputs the writer keeps them and retries; past its bound the loop
-stops stepping (backpressure), and after OUTAGE_FAIL_S it ends the started requests with an
-error event, delivered when Redis is back, rather than generating for clients that gave up.
-"""
+Each iteration has three named phases, none of which waits on Redis: ``drain_inputs()`` (the
+Inbox the reader threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob
+for the writer thread). While Redis takes no outputs the loop stops stepping past the writer's
+bound, and after OUTAGE_FAIL_S ends the started requests with an error event, delivered when
+Redis is back, rather than generating for clients that gave up."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import logging
+import os
 import signal
+import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import redis
@@ -24,12 +24,12 @@ import redis
 from engine import protocol
 from engine.lora.registry import AdapterRegistry
 from engine.outputs import RequestOutputDelta
-from engine.redis_streams import connect, ensure_group, withdraw_status
+from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
 from engine.service.cli import ServiceSettings
 from engine.service.recovery import DeadEngineReaper
-from engine.service.redis_output import OutputWriter, PublishJob, StatusPublisher
+from engine.service.redis_output import OutputWriter, PublishJob
 
 if TYPE_CHECKING:
     from engine.llm_engine import LLMEngine
@@ -39,9 +39,12 @@ logger = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05
 # A Redis outage longer than the API's silence timeout (30 s): its clients have given up.
 OUTAGE_FAIL_S = 30.0
+OUTAGE_ERROR = "Redis was unreachable too long while running this request"
 # Aborts for requests this engine has not seen yet are remembered this long, for the race
 # in which the abort overtakes its request between the Redis threads.
 RECENT_ABORT_S = 60.0
+# The status record's throughput is averaged over this many seconds.
+RATE_WINDOW_S = 5.0
 
 
 @dataclass(slots=True)
@@ -53,51 +56,41 @@ class ActiveRequest:
     open_indexes: set[int]
     # Once it produced output, draining can no longer hand it to another engine.
     started: bool = False
-    # Tokens sent per sample: each delta carries the running count, so the frontend can
-    # tell a stream that lost outputs in transit from a complete one.
-    num_sent: dict[int, int] = field(default_factory=dict)
 
 
 class EngineService:
-    """Runs ``engine`` for one served model until drained or stopped.
-
-    Redis is reached only from its threads: the request reader, the broadcast reader, the
-    output writer, and the heartbeat (status record, dead engines, adapter registry).
-    """
+    """Runs ``engine`` for one served model until drained or stopped. Redis is reached only
+    from its threads: the two readers, the writer and the heartbeat."""
 
     def __init__(self, engine: LLMEngine, settings: ServiceSettings):
         self.engine, self.settings = engine, settings
+        model, me, url = settings.model_name, settings.engine_id, settings.redis_url
         self.keys = protocol.Keys(settings.prefix)
-        self.channels = inputs.Channels(self.keys, settings.model_name, settings.engine_id)
+        self.requests = self.keys.requests(model)
         self.inbox = inputs.Inbox()
         self.active: dict[str, ActiveRequest] = {}  # taken and not answered in full, by id
         self.job = PublishJob()  # what this iteration will publish
-        self.adapters = AdapterRegistry(engine, settings.model_name)
+        self.adapters = AdapterRegistry(engine, model)
         self.recent_aborts: dict[str, float] = {}  # request id -> time.monotonic()
         self.num_steps = 0
-        self.max_num_seqs = engine.config.max_num_seqs
+        self.max_queued = settings.max_queued or max(16, engine.config.max_num_seqs // 4)
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested = False
         self._drain_deadline = 0.0
         self._failed_for_outage = False
-        self._paused = False  # backpressure: the writer's backlog is full
         # Read by the heartbeat; replaced whole on the loop thread after each step.
         self.stats = engine.stats()
         self.lora_info = engine.lora_requests_info()
+        self.started_at = time.time()
+        self._rate_samples: collections.deque[tuple[float, int]] = collections.deque()
 
-        url, channels, inbox = settings.redis_url, self.channels, self.inbox
         self.redis = connect(url)  # the heartbeat's: status, dead engines, adapter registry
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
-        self.writer = OutputWriter(connect(url, retries=0), channels)
-        bound, waiting = settings.queued_bound(self.max_num_seqs), lambda: self.stats.num_waiting
-        self.reader = inputs.RequestReader(
-            connect(url), channels, inbox, bound=bound, waiting=waiting
-        )
-        self.broadcast = inputs.BroadcastReader(connect(url), channels, inbox)
-        self.status = StatusPublisher(self.redis, self)
-        grace_s = 2 * settings.status_interval + 0.5
-        self.reaper = DeadEngineReaper(self.redis, channels, self.reader, grace_s=grace_s)
+        self.writer = OutputWriter(connect(url, retries=0), self.keys, model, me)
+        self.reader = inputs.RequestReader(connect(url), self)
+        self.broadcast = inputs.BroadcastReader(connect(url), self)
+        self.reaper = DeadEngineReaper(self.redis, self)
         self._registry_logged: set[bytes] = set()  # unreadable records, logged once each
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
@@ -108,13 +101,13 @@ class EngineService:
         snapshot = self.read_registry()
         self.adapters.reconcile(snapshot.refs, snapshot.read_at)
         self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
-        self.status.publish()
-        ensure_group(self.redis, self.channels.requests)
-        self.reaper.recover_own()
+        self.publish_status()
+        ensure_group(self.redis, self.requests)
+        self.reaper.take_over(self.settings.engine_id)  # an earlier life of this engine id
         for thread in (self.writer, self.reader, self.broadcast, self.heartbeat):
             thread.start()
         me, model = self.settings.engine_id, self.settings.model_name
-        logger.info("engine %s serving %r from %s", me, model, self.channels.requests)
+        logger.info("engine %s serving %r from %s", me, model, self.requests)
 
     def read_registry(self) -> inputs.RegistrySnapshot:
         key = self.keys.adapters(self.settings.model_name)
@@ -124,7 +117,7 @@ class EngineService:
         """The heartbeat thread's tick: this engine's status record, then dead engines, then
         the adapter registry once its interval is up."""
         try:
-            self.status.publish()
+            self.publish_status()
         except redis.RedisError as exc:
             logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
         self.reaper.check()
@@ -132,9 +125,42 @@ class EngineService:
             self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
             self.inbox.put(self.read_registry())
 
-    def run(self, *, install_signal_handlers: bool = True) -> None:
+    def publish_status(self) -> None:
+        """SET the status record (with a TTL, so that a crash leaves it to expire)."""
+        now, samples = time.time(), self._rate_samples
+        # Only the loop thread changes these; each is replaced whole, so safe to read here.
+        stats, adapters = self.stats, self.adapters.versions
+        samples.append((now, stats.generation_tokens_total))
+        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
+            samples.popleft()
+        rate = (samples[-1][1] - samples[0][1]) / max(now - samples[0][0], 1e-9)
+        status = protocol.EngineStatus(
+            **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
+            **self.lora_info,  # so have LLMEngine.lora_requests_info's keys
+            engine_id=self.settings.engine_id,
+            model=self.settings.model_name,
+            adapters=sorted(adapters),
+            adapter_checksums=dict(adapters),
+            tokens_per_s=round(rate, 2),
+            started_at=self.started_at,
+            updated_at=now,
+            draining=self.draining,
+            max_num_seqs=self.engine.config.max_num_seqs,
+            num_steps=self.num_steps,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+        )
+        status.num_waiting += self.inbox.num_requests
+        publish_status(self.redis, self.keys, status, self.settings.status_ttl)
+
+    def room(self) -> int:
+        """How many requests the reader may take now: what this engine cannot schedule soon
+        stays in the stream for other replicas (backpressure)."""
+        return self.max_queued - self.stats.num_waiting - self.inbox.num_requests
+
+    def run(self) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self.request_drain())
             signal.signal(signal.SIGINT, lambda *_: self.request_drain())
         self.start()
@@ -162,14 +188,8 @@ class EngineService:
             self._failed_for_outage = False
         elif outage_s > OUTAGE_FAIL_S and not self._failed_for_outage:
             self.fail_for_outage()
-        if self.writer.congested():
-            # Redis is not taking outputs: produce no more until it does; nothing is dropped.
-            if not self._paused:
-                logger.warning("%d output writes wait for Redis: steps paused", self.writer.backlog)
-            self._paused = True
-            if not self.writer.wait_for_room(IDLE_WAIT_S):
-                return
-        self._paused = False
+        if self.writer.congested() and not self.writer.wait_for_room(IDLE_WAIT_S):
+            return  # Redis is not taking outputs: produce no more until it does
         idle = not self.engine.has_unfinished_requests()
         self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0)
         self.publish(self.step())
@@ -210,10 +230,7 @@ class EngineService:
                 active.started = True
                 record = protocol.StartedRecord(delta.request_id, active.request.frontend_id)
                 self.job.started[active.entry_id] = record
-            message = delta.to_message()
-            sent = active.num_sent.get(delta.index, 0) + len(message.new_token_ids)
-            active.num_sent[delta.index] = message.num_output_tokens = sent
-            self.job.add(active.request.frontend_id, message)
+            self.job.add(active.request.frontend_id, delta.to_message())
             if delta.finished:
                 active.open_indexes.discard(delta.index)
                 if not active.open_indexes:
@@ -264,17 +281,14 @@ class EngineService:
 
     def _answer_without_running(self, entry_id, request, *, error: str = "") -> None:
         """Answer a request that never reached the engine (refused, or aborted first)."""
-        num_prompt_tokens = len(request.prompt_token_ids)
-        indexes = range(max(1, request.sampling.n))
-        self.job.abort(entry_id, request, indexes, error=error, num_prompt_tokens=num_prompt_tokens)
+        indexes, num_prompt = range(max(1, request.sampling.n)), len(request.prompt_token_ids)
+        self.job.abort(entry_id, request, indexes, error=error, num_prompt_tokens=num_prompt)
 
     def _end(self, request_ids: list[str], *, error: str = "") -> None:
         """Abort the requests in the engine and answer each sample still open as aborted."""
         self.engine.abort_request(request_ids)
-        for active in map(self.active.pop, request_ids):
-            self.job.abort(
-                active.entry_id, active.request, sorted(active.open_indexes), error=error
-            )
+        for a in map(self.active.pop, request_ids):
+            self.job.abort(a.entry_id, a.request, sorted(a.open_indexes), error=error)
 
     def _hand_back_unstarted(self) -> int:
         """Put every request that has produced nothing yet back on the stream."""
@@ -287,14 +301,11 @@ class EngineService:
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
         self.draining = True
-        self._drain_deadline = time.monotonic() + self.settings.drain_timeout
+        timeout = self.settings.drain_timeout
+        self._drain_deadline = time.monotonic() + timeout
         self.reader.stop()
-        logger.info(
-            "draining: %d requests handed back, %d running ones get %.0fs to finish",
-            self._hand_back_unstarted(),
-            len(self.active),
-            self.settings.drain_timeout,
-        )
+        message = "draining: %d requests handed back, %d running ones get %.0fs to finish"
+        logger.info(message, self._hand_back_unstarted(), len(self.active), timeout)
 
     def fail_for_outage(self) -> None:
         """Redis has been unreachable for OUTAGE_FAIL_S: end started requests with an error
@@ -304,9 +315,7 @@ class EngineService:
         if not self.active:
             return
         self._hand_back_unstarted()
-        self._end(
-            list(self.active), error="Redis was unreachable too long while running this request"
-        )
+        self._end(list(self.active), error=OUTAGE_ERROR)
         logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)
         self.publish([])
 

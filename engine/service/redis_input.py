@@ -1,9 +1,6 @@
 """Redis -> the loop: the request reader and the broadcast reader (aborts, control messages)
-fill the Inbox; the heartbeat adds adapter registry snapshots.
-
-The loop never waits on Redis. Each thread has its own connection, so a blocking read never
-delays a write (redis_output.py).
-"""
+fill the Inbox; the heartbeat adds adapter registry snapshots. Each thread has its own
+connection, so a blocking read never delays a write."""
 
 from __future__ import annotations
 
@@ -13,26 +10,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 
 from engine import protocol
-from engine.protocol import ENGINE_GROUP, FIELD, Keys
+from engine.protocol import ENGINE_GROUP, FIELD
 from engine.redis_streams import as_str, ensure_group
+
+if TYPE_CHECKING:
+    from engine.service.loop import EngineService
 
 logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
 RETRY_AFTER_S = 0.5  # a worker's pause after a failed tick (Redis away)
-
-
-class Channels:
-    """The keys this engine reads from and writes to."""
-
-    def __init__(self, keys: Keys, model: str, engine_id: str):
-        self.keys, self.model, self.engine_id = keys, model, engine_id
-        self.requests = keys.requests(model)
-        self.started = keys.started(model, engine_id)
 
 
 @dataclass(slots=True)
@@ -64,6 +56,7 @@ def read_registry(
 ) -> dict[str, protocol.AdapterRef]:
     """The adapter registry hash as name -> AdapterRef. Unreadable records are left out (as
     if withdrawn) and logged, once each when ``logged`` remembers them across reads."""
+    logged = set() if logged is None else logged
     refs: dict[str, protocol.AdapterRef] = {}
     for raw_name, raw in client.hgetall(key).items():
         name = as_str(raw_name)
@@ -73,10 +66,9 @@ def read_registry(
                 raise ValueError(f"record names {ref.name!r}")
             refs[name] = ref
         except Exception as exc:
-            if logged is None or raw not in logged:
+            if raw not in logged:
                 logger.error("unreadable adapter record %r in %s skipped: %s", name, key, exc)
-                if logged is not None:
-                    logged.add(raw)
+                logged.add(raw)
     return refs
 
 
@@ -93,19 +85,17 @@ class Inbox:
         self._lock = threading.Lock()
         self.num_requests = 0
 
-    def _count(self, events: list[Event], sign: int) -> None:
-        if num := sum(isinstance(e, NewRequest) for e in events):
-            with self._lock:
-                self.num_requests += sign * num
-
     def put(self, event: Event) -> None:
-        self._count([event], 1)
+        if isinstance(event, NewRequest):
+            with self._lock:
+                self.num_requests += 1
         self._queue.put(event)
 
     def take_all(self, timeout: float = 0.0) -> list[Event]:
         """Everything queued now; waits up to ``timeout`` for the first event if empty."""
         events = take_all(self._queue, timeout)
-        self._count(events, -1)
+        with self._lock:
+            self.num_requests -= sum(isinstance(e, NewRequest) for e in events)
         return events
 
 
@@ -150,15 +140,13 @@ class Worker(threading.Thread):
 
 class RequestReader(Worker):
     """Reads the model's request stream through the consumer group, with backpressure: only
-    while fewer than ``bound`` requests wait in the engine (``waiting()``) and the inbox
-    together, so what this engine cannot schedule soon stays in the stream for other replicas.
-    """
+    while the service has room (``EngineService.room``), so what this engine cannot schedule
+    soon stays in the stream for other replicas."""
 
-    def __init__(self, client: redis.Redis, channels: Channels, inbox: Inbox, *, bound: int,
-                 waiting: Callable[[], int]):  # fmt: skip
+    def __init__(self, client: redis.Redis, service: EngineService):
         super().__init__("engine-request-reader", self.read)
-        self.client, self.channels, self.inbox = client, channels, inbox
-        self.bound, self.waiting = bound, waiting
+        self.client, self.service, self.keys = client, service, service.keys
+        self.me, self.stream = service.settings.engine_id, service.requests
         self.room_changed = threading.Event()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -166,20 +154,19 @@ class RequestReader(Worker):
         super().stop(timeout)
 
     def read(self) -> None:
-        room = self.bound - self.waiting() - self.inbox.num_requests
+        room = self.service.room()
         if room <= 0:
             self.room_changed.wait(0.05)
             self.room_changed.clear()
             return
-        me, stream = self.channels.engine_id, self.channels.requests
         try:
             response = self.client.xreadgroup(
-                ENGINE_GROUP, me, {stream: ">"}, count=room, block=READ_BLOCK_MS
+                ENGINE_GROUP, self.me, {self.stream: ">"}, count=room, block=READ_BLOCK_MS
             )
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            return ensure_group(self.client, stream)  # stream or group deleted under us
+            return ensure_group(self.client, self.stream)  # stream or group deleted under us
         for _stream, entries in response or []:
             self.accept(entries)
 
@@ -196,14 +183,14 @@ class RequestReader(Worker):
                 bad.append(entry_id)
         if bad:
             try:
-                self.client.xack(self.channels.requests, ENGINE_GROUP, *bad)
+                self.client.xack(self.stream, ENGINE_GROUP, *bad)
             except redis.RedisError:  # still pending: acknowledged when this id restarts
                 logger.warning("could not acknowledge malformed entries %s", bad)
         aborted = [0] * len(requests)
         try:
             pipe = self.client.pipeline(transaction=False)
             for new in requests:
-                pipe.exists(self.channels.keys.aborted(new.request.request_id))
+                pipe.exists(self.keys.aborted(new.request.request_id))
             aborted = pipe.execute()
         except redis.RedisError:
             # The entries are already ours (pending under this consumer): run them rather
@@ -211,21 +198,21 @@ class RequestReader(Worker):
             logger.warning("could not check abort markers; running the requests anyway")
         for new, was_aborted in zip(requests, aborted, strict=True):
             if was_aborted:  # aborted before any engine picked it up: it never runs
-                self.inbox.put(AbortEvent(new.request.request_id))
-            self.inbox.put(new)
+                self.service.inbox.put(AbortEvent(new.request.request_id))
+            self.service.inbox.put(new)
         self.room_changed.clear()
 
 
 class BroadcastReader(Worker):
     """Reads the abort stream and this model's control stream; every engine sees every entry."""
 
-    def __init__(self, client: redis.Redis, channels: Channels, inbox: Inbox):
+    def __init__(self, client: redis.Redis, service: EngineService):
         super().__init__("engine-broadcast-reader", self.read)
-        self.client, self.inbox = client, inbox
+        self.client, self.inbox, keys = client, service.inbox, service.keys
         # A few seconds back: an abort sent while this engine started is not missed; the
         # aborted markers cover anything older.
         start = f"{int(time.time() * 1000) - 5000}-0"
-        self.last = {channels.keys.aborts(): start, channels.keys.control(channels.model): start}
+        self.last = {keys.aborts(): start, keys.control(service.settings.model_name): start}
 
     def read(self) -> None:
         response = self.client.xread(self.last, count=256, block=READ_BLOCK_MS)

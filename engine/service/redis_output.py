@@ -1,41 +1,26 @@
-"""The loop -> Redis: the output writer thread, and the status record.
+"""The loop -> Redis: the output writer thread applies PublishJobs in order, never dropping one.
 
-The writer applies PublishJobs in order and never drops one.
-
-While Redis is unreachable the jobs wait here and the write is retried with backoff until
-Redis answers again. Dropping a job would lose tokens in the middle of a stream and let the
-client see a normal finish with text missing (issue 15.2), so the only relief valve is
-backpressure: past ``max_backlog`` queued jobs the loop stops stepping (``congested``) until
-the writer catches up.
-
-A connection that breaks after EXEC was sent leaves it unknown whether the transaction ran.
-Every write also sets this engine's write marker to the write's sequence number inside the
-same MULTI, so a retry first reads the marker and skips a write Redis already applied:
-outputs are never written twice either.
+While Redis is unreachable the write is retried with backoff: a dropped job would let a client
+see a normal finish with tokens missing, so the only relief is backpressure (``congested``).
+A connection that breaks after EXEC leaves it unknown whether the MULTI ran, so each write also
+sets this engine's write marker (Keys.written) to its sequence number, and a retry skips a
+write Redis already applied: outputs are never written twice either.
 """
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import logging
 import os
 import queue
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import redis
 
 from engine import protocol
-from engine.protocol import ENGINE_GROUP, FIELD
-from engine.redis_streams import publish_status
-from engine.service.redis_input import Channels, take_all
-
-if TYPE_CHECKING:
-    from engine.service.loop import EngineService
+from engine.protocol import ENGINE_GROUP, FIELD, Keys
+from engine.service.redis_input import take_all
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +31,6 @@ RETRY_MAX_S = 1.0
 MARKER_TTL_S = 3600
 # Output streams of frontends that went away expire instead of lingering.
 OUTPUT_STREAM_TTL_S = 3600
-# The status record's throughput is averaged over this many seconds.
-RATE_WINDOW_S = 5.0
 
 
 @dataclass(slots=True)
@@ -89,18 +72,18 @@ class PublishJob:
 class OutputWriter(threading.Thread):
     """Applies PublishJobs in order; jobs queued while a write is in flight share a round trip."""
 
-    def __init__(self, client: redis.Redis, channels: Channels, *, max_backlog=MAX_BACKLOG_JOBS):
+    def __init__(self, client: redis.Redis, keys: Keys, model: str, engine_id: str):
         super().__init__(name="engine-output-writer", daemon=True)
-        self.client = client
-        self.channels = channels
-        self.max_backlog = max_backlog
+        self.client, self.keys, self.engine_id = client, keys, engine_id
+        self.requests, self.started = keys.requests(model), keys.started(model, engine_id)
+        self.max_backlog = MAX_BACKLOG_JOBS
         self._jobs: queue.SimpleQueue[PublishJob | None] = queue.SimpleQueue()
         self.backlog = 0  # jobs submitted and not yet written
         self._room = threading.Condition()
         self._sequence = 0
         # Marker values from an earlier life of this engine id must never match this one's.
         self._boot = os.urandom(6).hex()
-        self._marker = f"{channels.keys.prefix}:written:{channels.model}:{channels.engine_id}"
+        self._marker = keys.written(model, engine_id)
         # time.monotonic() of the first failed write of the current outage; None when healthy.
         self.failing_since: float | None = None
         self._closing = False
@@ -122,6 +105,8 @@ class OutputWriter(threading.Thread):
         if job:
             with self._room:
                 self.backlog += 1
+                if self.backlog == self.max_backlog:
+                    logger.warning("%d output writes wait for Redis: steps paused", self.backlog)
             self._jobs.put(job)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -146,19 +131,19 @@ class OutputWriter(threading.Thread):
                 self._room.notify_all()
 
     def _apply(self, pipe, job: PublishJob) -> None:
-        ch = self.channels
         for frontend_id, deltas in job.outputs.items():
-            key = ch.keys.outputs(frontend_id)
-            batch = protocol.OutputBatch(engine_id=ch.engine_id, deltas=deltas, step=job.step)
+            key = self.keys.outputs(frontend_id)
+            batch = protocol.OutputBatch(engine_id=self.engine_id, deltas=deltas, step=job.step)
             pipe.xadd(key, {FIELD: protocol.encode(batch)})
             pipe.expire(key, OUTPUT_STREAM_TTL_S)
         if job.started:
-            pipe.hset(ch.started, mapping={k: protocol.encode(v) for k, v in job.started.items()})
+            started = {k: protocol.encode(v) for k, v in job.started.items()}
+            pipe.hset(self.started, mapping=started)
         if job.done:
-            pipe.xack(ch.requests, ENGINE_GROUP, *job.done)
-            pipe.hdel(ch.started, *job.done)
+            pipe.xack(self.requests, ENGINE_GROUP, *job.done)
+            pipe.hdel(self.started, *job.done)
         for request in job.requeue:
-            pipe.xadd(ch.requests, {FIELD: protocol.encode(request)})
+            pipe.xadd(self.requests, {FIELD: protocol.encode(request)})
 
     def _write(self, jobs: list[PublishJob]) -> None:
         if not jobs:
@@ -198,44 +183,3 @@ class OutputWriter(threading.Thread):
             # with a Redis that restarted empty): the outputs around it were written.
             if isinstance(result, Exception):
                 logger.warning("a command of an output write failed: %s", result)
-
-
-class StatusPublisher:
-    """This engine's status record, published on every heartbeat with a TTL so that a crash
-    leaves it to expire (recovery.py)."""
-
-    def __init__(self, client: redis.Redis, service: EngineService):
-        self.client, self.service, self.started_at = client, service, time.time()
-        # (time, generated tokens total) samples for the throughput.
-        self._samples: collections.deque[tuple[float, int]] = collections.deque()
-
-    def record(self) -> protocol.EngineStatus:
-        svc, now, samples = self.service, time.time(), self._samples
-        # Only the loop thread changes these; each is replaced whole, so safe to read here.
-        stats, adapters = svc.stats, svc.adapters.versions
-        samples.append((now, stats.generation_tokens_total))
-        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
-            samples.popleft()
-        rate = (samples[-1][1] - samples[0][1]) / max(now - samples[0][0], 1e-9)
-        status = protocol.EngineStatus(
-            **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
-            **svc.lora_info,  # so have LLMEngine.lora_requests_info's keys
-            engine_id=svc.settings.engine_id,
-            model=svc.settings.model_name,
-            adapters=sorted(adapters),
-            adapter_checksums=dict(adapters),
-            tokens_per_s=round(rate, 2),
-            started_at=self.started_at,
-            updated_at=now,
-            draining=svc.draining,
-            max_num_seqs=svc.max_num_seqs,
-            num_steps=svc.num_steps,
-            pid=os.getpid(),
-            hostname=socket.gethostname(),
-        )
-        status.num_waiting += svc.inbox.num_requests
-        return status
-
-    def publish(self) -> None:
-        svc = self.service
-        publish_status(self.client, svc.keys, self.record(), svc.settings.status_ttl)

@@ -17,7 +17,7 @@ from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
 from engine.redis_streams import connect
 from engine.service import EngineService, ServiceSettings, loop
-from engine.service.redis_input import Channels, NewRequest
+from engine.service.redis_input import NewRequest
 from engine.service.redis_output import OutputWriter, PublishJob
 from tests.engine.service.support import wait_for
 
@@ -41,9 +41,8 @@ def _job(step: int) -> PublishJob:
 
 def test_jobs_wait_out_a_redis_kill_in_order_and_the_loop_is_held_back(server):
     keys = Keys("w")
-    writer = OutputWriter(
-        connect(server.url, retries=0), Channels(keys, "m", "e1"), max_backlog=BOUND
-    )
+    writer = OutputWriter(connect(server.url, retries=0), keys, "m", "e1")
+    writer.max_backlog = BOUND
     writer.start()
     writer.submit(_job(0))
     client = connect(server.url)
