@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "controlplane.tenants",
     "controlplane.access",
     "controlplane.deployments",
+    "controlplane.fleet",
     "controlplane.adapters",
     "controlplane.usage",
     "controlplane.audit",
