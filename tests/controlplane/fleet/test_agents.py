@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 PREFIX = "fleettest"
 AGENT_OPTIONS = (
-    *("--heartbeat", "0.5", "--node-ttl", "3", "--max-restarts", "1"),
+    *("--heartbeat", "0.5", "--node-ttl", "2", "--max-restarts", "1"),
     *("--backoff", "0.2", "--drain-timeout", "2", "--memory-gb", "8"),
 )
 ENGINE_OPTIONS = ("--kv-cache-gb", "0.25", "--cpu-threads", "1", "--max-model-len", "256")
