@@ -145,8 +145,9 @@ class NodeAgent:
             while not stop.is_set():
                 try:
                     self.step()
-                except (DatabaseError, redis.RedisError):  # away or locked: next beat retries
-                    logger.warning("agent step failed; retrying", exc_info=True)
+                except Exception:  # the database or Redis away, a log folder unwritable:
+                    # the agent keeps its engines and tries again next beat.
+                    logger.exception("agent step failed; retrying")
                 stop.wait(self.config.heartbeat_s)
         finally:
             stop.set()
@@ -175,14 +176,16 @@ class NodeAgent:
         self.sync()
 
     def shutdown(self) -> None:
+        """SIGTERM every engine (all drain at once), leave (the replicas stopped: the
+        reconciler places them elsewhere while these drain), then wait for the engines."""
         for engine in self.engines.values():
             if engine.child is not None:
-                self.supervisor.terminate(engine.child)  # all drain at once
-        self.supervisor.stop_all()
+                self.supervisor.terminate(engine.child)
         try:
             node_leave(self.client, self.node)
         except (DatabaseError, redis.RedisError):  # its heartbeat expires all the same
             logger.warning("node %s could not record leaving", self.config.name, exc_info=True)
+        self.supervisor.stop_all()
         logger.info("node %s left", self.config.name)
 
     # ------------------------------------------------------------------ engines
