@@ -95,6 +95,12 @@ class Supervisor:
         self._stop(child)
         self.children = [c for c in self.children if c is not child]
 
+    def terminate(self, child: Child) -> None:
+        """SIGTERM the child's group now and return (an engine drains meanwhile); the caller
+        polls ``child.running()`` and calls ``stop`` to sweep and forget it."""
+        if child.running():
+            self._signal_group(child, signal.SIGTERM)
+
     @staticmethod
     def _signal_group(child: Child, sig: int) -> None:
         try:

@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "controlplane.tenants",
     "controlplane.access",
     "controlplane.deployments",
+    "controlplane.fleet",
     "controlplane.adapters",
     "controlplane.usage",
     "controlplane.audit",

@@ -24,6 +24,7 @@ CONTROLPLANE_LAYERS = (
     "common",
     "audit",
     "deployments",
+    "fleet",
     "tenants",
     "adapters",
     "catalog",

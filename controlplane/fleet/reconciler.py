@@ -1,0 +1,146 @@
+"""The reconciler: makes the replica records match what deployments want on the live nodes.
+
+One pass (``reconcile``):
+1. nodes whose heartbeat expired are marked lost, and their active replicas too;
+2. replicas still waiting for a node (none fitted before) are placed if one fits now;
+3. a deployment short of replicas gets new pending ones, placed (``placement.place``);
+4. a deployment with too many retires the surplus: failed and unplaced ones are stopped,
+   placed ones set draining (their agent drains and stops the engine).
+
+A failed replica keeps its slot until the next deploy, so a broken checkpoint ends in
+``failed`` rather than in new replicas crashing forever.
+
+Agents run a pass in their loop, so any live agent keeps the fleet reconciled. Two passes
+at once could both see a replica missing and both create one; ``reconcile_once`` therefore
+runs a pass only under a Redis lock (``liveness.under_fleet_lock``), and an agent that finds
+it held skips its pass. A Redis lock rather than a database row lock: SQLite, the default
+database, has no SELECT ... FOR UPDATE (Django ignores it there), every agent already shares
+the Redis, and the lock's TTL frees it if its holder dies mid-pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import redis
+from django.db import transaction
+
+from controlplane.fleet import selectors
+from controlplane.fleet.liveness import live_node_names, under_fleet_lock
+from controlplane.fleet.models import ACTIVE_STATES, RUNNING_STATES, Deployment, Node, Replica
+from controlplane.fleet.placement import NodeRoom, place
+
+logger = logging.getLogger(__name__)
+
+State = Replica.State
+
+
+@dataclass
+class ReconcileReport:
+    lost_nodes: list[str] = field(default_factory=list)
+    num_lost: int = 0
+    num_created: int = 0
+    num_placed: int = 0
+    num_unplaced: int = 0
+    num_retired: int = 0
+
+
+def reconcile_once(client: redis.Redis) -> ReconcileReport | None:
+    """One pass under the fleet lock; None when another process holds it."""
+    return under_fleet_lock(client, lambda: reconcile(client))
+
+
+@transaction.atomic
+def reconcile(client: redis.Redis) -> ReconcileReport:
+    """One pass (see the module's docstring). Call it through ``reconcile_once``."""
+    report = ReconcileReport()
+    live = live_node_names(client)
+    _mark_lost(live, report)
+    nodes = list(Node.objects.filter(name__in=live))
+    rooms = selectors.node_rooms(nodes)
+    node_ids = {node.name: node.pk for node in nodes}
+    for deployment in selectors.deployment_list():
+        _reconcile_deployment(deployment, rooms, node_ids, report)
+    if report.num_lost or report.num_created or report.num_retired or report.num_placed:
+        logger.info("fleet reconciled: %s", report)
+    return report
+
+
+def _mark_lost(live: set[str], report: ReconcileReport) -> None:
+    dead = Node.objects.filter(state=Node.State.READY).exclude(name__in=live)
+    report.lost_nodes = list(dead.values_list("name", flat=True))
+    dead.update(state=Node.State.LOST)
+    stranded = Replica.objects.filter(state__in=ACTIVE_STATES, node__isnull=False).exclude(
+        node__name__in=live
+    )
+    for replica in stranded.select_related("node"):
+        replica.state = State.LOST
+        replica.reason = f"node {replica.node.name} stopped heartbeating"
+        replica.save(update_fields=["state", "reason", "updated_at"])
+        report.num_lost += 1
+
+
+def _reconcile_deployment(
+    deployment: Deployment,
+    rooms: dict[str, NodeRoom],
+    node_ids: dict[str, int],
+    report: ReconcileReport,
+) -> None:
+    holding = list(deployment.replicas_set.filter(state__in=(*RUNNING_STATES, State.FAILED)))
+    need = selectors.replica_need(deployment)
+    counts = Counter(r.node.name for r in holding if r.node_id is not None)
+    for room in rooms.values():
+        room.num_replicas = counts[room.name]
+    surplus = len(holding) - deployment.replicas
+    if surplus > 0:
+        _retire(holding, surplus, report)
+        return
+    waiting = [r for r in holding if r.node_id is None]
+    for replica, node in zip(waiting, place(need, len(waiting), [*rooms.values()]), strict=True):
+        if node is not None:
+            replica.node_id = node_ids[node]
+            replica.reason = ""
+            replica.save(update_fields=["node", "reason", "updated_at"])
+            report.num_placed += 1
+    for node in place(need, -surplus, list(rooms.values())):
+        Replica.objects.create(
+            deployment=deployment,
+            node_id=node_ids[node] if node is not None else None,
+            memory_bytes=need.memory_bytes,
+            reason="" if node is not None else _no_fit_reason(need, rooms),
+        )
+        report.num_created += 1
+        report.num_unplaced += node is None
+
+
+def _no_fit_reason(need, rooms: dict[str, NodeRoom]) -> str:
+    where = "GPU" if need.gpu else "memory"
+    labels = f" with labels {need.selector}" if need.selector else ""
+    return (
+        f"no live node{labels} has {need.memory_bytes / 2**30:.1f} GiB {where} free "
+        f"({len(rooms)} live)"
+    )
+
+
+# Retired first: failed, then not yet placed, then the least far along, newest first.
+_RETIRE_ORDER = {
+    State.FAILED: 0,
+    State.PENDING: 1,
+    State.STARTING: 2,
+    State.LOADING: 3,
+    State.READY: 4,
+}
+
+
+def _retire(holding: list[Replica], surplus: int, report: ReconcileReport) -> None:
+    victims = sorted(holding, key=lambda r: (_RETIRE_ORDER[r.state], r.node_id is not None, -r.pk))[
+        :surplus
+    ]
+    for replica in victims:
+        placed_and_live = replica.node_id is not None and replica.state != State.FAILED
+        replica.state = State.DRAINING if placed_and_live else State.STOPPED
+        replica.reason = "scaled down"
+        replica.save(update_fields=["state", "reason", "updated_at"])
+        report.num_retired += 1

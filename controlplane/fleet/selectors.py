@@ -1,0 +1,75 @@
+"""Reads on the fleet: deployments, what one replica needs, and what each live node has left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controlplane.fleet.models import ACTIVE_STATES, Deployment, Node, Replica
+from controlplane.fleet.placement import GIB, Need, NodeRoom, replica_memory_bytes
+
+
+def deployment_get(*, name: str) -> Deployment | None:
+    return Deployment.objects.select_related("served_model").filter(name=name).first()
+
+
+def deployment_list() -> list[Deployment]:
+    return list(Deployment.objects.select_related("served_model"))
+
+
+def _checkpoint_bytes(path: str) -> int:
+    """The weights' size on disk (for a model registered without a parameter count)."""
+    root = Path(path)
+    files = [root] if root.is_file() else [*root.glob("*.safetensors"), *root.glob("*.bin")]
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def replica_need(deployment: Deployment) -> Need:
+    """What one engine of ``deployment`` needs (placement.py says how it is estimated)."""
+    model = deployment.served_model
+    kv_cache_bytes = int(deployment.kv_cache_gb * GIB)
+    if model.num_parameters:
+        memory = replica_memory_bytes(
+            num_parameters=model.num_parameters,
+            dtype=deployment.dtype or model.dtype,
+            quantization=deployment.quantization or model.quantization,
+            kv_cache_bytes=kv_cache_bytes,
+        )
+    else:
+        memory = replica_memory_bytes(
+            num_parameters=_checkpoint_bytes(model.path),
+            dtype="int8",
+            kv_cache_bytes=kv_cache_bytes,
+        )
+    return Need(
+        memory_bytes=memory,
+        gpu=deployment.device == "cuda",
+        selector=dict(deployment.node_selector or {}),
+    )
+
+
+def node_rooms(nodes: list[Node]) -> dict[str, NodeRoom]:
+    """Each node's capacity less what its active replicas hold (by the estimate each was
+    placed with)."""
+    rooms = {
+        node.name: NodeRoom(
+            name=node.name,
+            free_bytes=node.memory_bytes,
+            labels=dict(node.labels or {}),
+            gpu_free_bytes=[int(gpu.get("memory_bytes", 0)) for gpu in node.gpus or []],
+        )
+        for node in nodes
+    }
+    placed = Replica.objects.filter(node__in=nodes, state__in=ACTIVE_STATES).select_related(
+        "node", "deployment"
+    )
+    for replica in placed:
+        gpu = replica.deployment.device == "cuda"
+        rooms[replica.node.name].occupy(Need(memory_bytes=replica.memory_bytes, gpu=gpu))
+    return rooms
+
+
+def node_replicas(*, node: Node) -> list[Replica]:
+    """The replicas an agent must act on: those placed on its node with a process to run or
+    stop."""
+    qs = Replica.objects.filter(node=node, state__in=ACTIVE_STATES)
+    return list(qs.select_related("deployment", "deployment__served_model"))
