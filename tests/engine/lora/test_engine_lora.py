@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from engine.config import EngineConfig
@@ -16,7 +17,6 @@ from engine.lora.request import LoRARequest
 from engine.sampling_params import SamplingParams
 from engine.tooling.random_lora import make_random_adapter
 from tests.support.engine_runs import run_to_completion
-from tests.support.peft_reference import peft
 
 MAX_TOKENS = 10
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -35,7 +35,7 @@ def adapters(base_path, tmp_path_factory):
 def hf_greedy(base_path, prompt, adapter_path=None, max_new_tokens=MAX_TOKENS):
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).eval()
     if adapter_path is not None:
-        model = peft().PeftModel.from_pretrained(model, adapter_path).eval()
+        model = PeftModel.from_pretrained(model, adapter_path).eval()
     with torch.no_grad():
         out = model.generate(
             torch.tensor([prompt]),
