@@ -30,8 +30,7 @@ from controlplane.deployments.services import (
     served_model_update,
 )
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
-from controlplane.tenants.models import Tenant
-from controlplane.tenants.selectors import key_record_load
+from controlplane.tenants.selectors import key_record_load, tenant_get
 from controlplane.tenants.services import api_key_create, tenant_create
 
 DEMO_TENANT = "demo"
@@ -73,7 +72,7 @@ def ensure_first_run_setup(*, credentials_path: Path, served_model_names: list[s
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser(ADMIN_USERNAME, email="", password=password)
         creds.admin_username, creds.admin_password = ADMIN_USERNAME, password
-    tenant = Tenant.objects.filter(name=DEMO_TENANT).first()
+    tenant = tenant_get(name_or_slug=DEMO_TENANT)
     if tenant is None:
         tenant = tenant_create(name=DEMO_TENANT)
         creds.demo_api_key = api_key_create(tenant=tenant, name="demo key").secret

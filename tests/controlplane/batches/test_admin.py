@@ -4,6 +4,7 @@ their files, and a cancel action that goes through the same service as the API."
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from controlplane.batches import services
@@ -48,7 +49,10 @@ def test_the_list_shows_tenant_status_and_progress_and_the_page_downloads_files(
     page = staff_client.get(reverse("admin:batches_batch_changelist")).content.decode()
     row = next(r for r in page.split("<tr") if batch.id in r)
     assert "Acme" in row and "In Progress" in row and "1/2" in row
-    detail = staff_client.get(reverse("admin:batches_batch_change", args=[batch.id]))
+    # The batch's own link, as a user would click it: the admin quotes the id in its URLs
+    # ("batch_" + hex may read as one of its escapes, such as "_23" for "#").
+    detail = staff_client.get(reverse("admin:batches_batch_change", args=[quote(batch.id)]))
+    assert detail.status_code == 200
     download = reverse("admin:batches_storedfile_download", args=[stored.id])
     assert download in detail.content.decode()
     response = staff_client.get(download)
