@@ -7,18 +7,12 @@ and every Django setting that points at Redis is redirected to it.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
 from controlplane.launcher.redis_server import RedisServer
 from tests.support.checkpoints import CheckpointCache
-from tests.support.group_durations import (
-    GroupDurationRecorder,
-    expected_seconds,
-    recorded_seconds,
-)
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
 # Engines the tests start keep a 1 GiB CPU KV cache (the automatic size, a tenth of available
@@ -175,38 +169,14 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    recorded = recorded_seconds()
+    groups: dict[Path, str] = {}
 
     class StackGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _group_of_nodeid(nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            # The longest groups first (tests/support/group_durations.py says why).
-            if not getattr(self, "_longest_first", False):
-                self._longest_first = True
-                order = sorted(
-                    self.workqueue.items(),
-                    key=lambda item: -expected_seconds(item[0], len(item[1]), recorded),
-                )
-                self.workqueue = OrderedDict(order)
-            super()._assign_work_unit(node)
+            path = nodeid.split("::", 1)[0].split("@", 1)[0]
+            return _xdist_group(TESTS.parent / path, groups)
 
     return StackGroupScheduling(config, log)
-
-
-_groups_by_folder: dict[Path, str] = {}
-
-
-def _group_of_nodeid(nodeid: str) -> str:
-    path = nodeid.split("::", 1)[0].split("@", 1)[0]
-    return _xdist_group(TESTS.parent / path, _groups_by_folder)
-
-
-def pytest_configure(config):
-    recorder = GroupDurationRecorder.from_environment(_group_of_nodeid)
-    if recorder is not None:
-        config.pluginmanager.register(recorder, "group-duration-recorder")
 
 
 def _skip_gpu_tests_without_cuda(items) -> None:

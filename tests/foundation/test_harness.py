@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -73,14 +72,3 @@ def test_torch_uuid_redis_import_from_repo_root():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Linux"
-
-
-def test_the_recorded_group_durations_name_groups_that_exist():
-    """The scheduler hands out the longest groups first by tests/group_durations.json; a group
-    renamed or removed since it was recorded would quietly lose its place."""
-    from tests.support.group_durations import recorded_seconds
-
-    tests = Path(__file__).resolve().parents[1]
-    recorded = recorded_seconds()
-    assert len(recorded) >= 20
-    assert [group for group in recorded if not (tests / group).exists()] == []
