@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 import uuid
 
 import pytest
@@ -98,7 +99,17 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
         pending = r.xpending_range(keys.requests(MODEL), ENGINE_GROUP, "-", "+", 100, "victim")
         return started >= 1 and len(pending) > started
 
-    await asyncio.to_thread(wait_for, victim_mid_work, 60, "the victim to hold work")
+    def victim_frozen_mid_work():
+        # Judged with the victim stopped (SIGSTOP), so the state seen is the state it dies in:
+        # checked while it ran, it could start its last claimed request before the kill landed.
+        victim.process.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)  # let whatever it wrote just before the stop reach Redis
+        if victim_mid_work():
+            return True
+        victim.process.send_signal(signal.SIGCONT)
+        return False
+
+    await asyncio.to_thread(wait_for, victim_frozen_mid_work, 60, "the victim to hold work")
     victim.process.send_signal(signal.SIGKILL)
     victim.process.wait()
     # What the victim had claimed at its death, and which of those it had started.
