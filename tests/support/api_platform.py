@@ -13,6 +13,7 @@ from pathlib import Path
 from controlplane.launcher.process_commands import manage_command
 from tests.support.platform_services import engine_status_records
 from tests.support.processes import REPO
+from tests.support.sdk_clients import SdkClients
 
 CHAT_MODEL = "tiny-llama"
 EMBED_MODEL = "minilm"
@@ -43,7 +44,7 @@ print(json.dumps(out))
 
 
 @dataclass
-class Platform:
+class Platform(SdkClients):
     base_url: str
     redis_url: str
     api_key: str
@@ -99,20 +100,6 @@ class Platform:
         while not any(name in s.get("adapters", ()) for s in self.engine_status()):
             assert time.monotonic() < deadline, f"no engine loaded adapter {name} in {timeout}s"
             time.sleep(0.1)
-
-    def sdk(self, **kwargs):
-        import openai
-
-        return openai.OpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )
-
-    def async_sdk(self, **kwargs):
-        import openai
-
-        return openai.AsyncOpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )
 
 
 def counter_growth(before: dict, after: dict, name: str) -> int:

@@ -29,10 +29,11 @@ from tests.support.api_platform import CHAT_MODEL, Platform
 from tests.support.fresh_daphne import isolated_env
 from tests.support.operator_commands import manage
 from tests.support.processes import wait_for
+from tests.support.sdk_clients import SdkClients
 
 
 @dataclass
-class PrivateStack:
+class PrivateStack(SdkClients):
     launcher: Stack  # the processes, as the launcher starts them
     checkpoint: Path
     api_key: str
@@ -57,13 +58,6 @@ class PrivateStack:
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis.url, socket_timeout=5)
-
-    def sdk(self, **kwargs):
-        import openai
-
-        return openai.OpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )
 
     # ------------------------------------------------------------------ engines
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tests.support.sdk_clients import SdkClients
 from tests.support.shared_database import FileDatabase
 
 PREFIX = "sotools"
@@ -13,21 +14,7 @@ RANDOM = "tiny-random"
 
 
 @dataclass
-class ToolsStack:
+class ToolsStack(SdkClients):
     base_url: str
     api_key: str
     db: FileDatabase
-
-    def sdk(self, **kwargs):
-        import openai
-
-        return openai.OpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )
-
-    def async_sdk(self, **kwargs):
-        import openai
-
-        return openai.AsyncOpenAI(
-            base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, **kwargs
-        )

@@ -1,0 +1,27 @@
+"""The official openai SDK pointed at a platform a test started: a mixin for the handles
+fixtures yield, which carry ``base_url`` and ``api_key``."""
+
+from __future__ import annotations
+
+
+class SdkClients:
+    base_url: str
+    api_key: str
+
+    def sdk(self, **kwargs):
+        import openai
+
+        return openai.OpenAI(**self._sdk_options(kwargs))
+
+    def async_sdk(self, **kwargs):
+        import openai
+
+        return openai.AsyncOpenAI(**self._sdk_options(kwargs))
+
+    def _sdk_options(self, kwargs: dict) -> dict:
+        # No retries: a test must see the first answer, not a retried one.
+        return {
+            "base_url": f"{self.base_url}/v1",
+            "api_key": self.api_key,
+            "max_retries": 0,
+        } | kwargs
