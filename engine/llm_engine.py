@@ -314,4 +314,6 @@ class LLMEngine:
             num_preemptions=s.num_preemptions,
             prompt_tokens_total=s.prompt_tokens_total,
             generation_tokens_total=s.generation_tokens_total,
+            max_num_seqs=self.config.max_num_seqs,
+            **self.lora_requests_info(),
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,6 +97,9 @@ def _interval(start: float | None, end: float | None) -> float | None:
 
 @dataclass(slots=True)
 class EngineStats:
+    """What an engine reports of itself; the fields have EngineStatus's names, so the service's
+    status record takes them as they are."""
+
     num_running: int
     num_waiting: int
     kv_cache_usage: float
@@ -105,6 +110,29 @@ class EngineStats:
     num_preemptions: int
     prompt_tokens_total: int
     generation_tokens_total: int
+    max_num_seqs: int
+    # Adapters of running and waiting requests, and the adapter slots: what vLLM exports as
+    # vllm:lora_requests_info (LLMEngine.lora_requests_info).
+    running_lora_adapters: list[str]
+    waiting_lora_adapters: list[str]
+    max_lora: int
+
+
+class Throughput:
+    """Generated tokens per second over the last ``window_s`` seconds, from the running total
+    (``EngineStats.generation_tokens_total``) sampled at each call: an idle engine's rate falls
+    to zero as the window passes, steps or no steps."""
+
+    def __init__(self, window_s: float = 5.0):
+        self.window_s = window_s
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def rate(self, total: int) -> float:
+        now, samples = time.monotonic(), self._samples
+        samples.append((now, total))
+        while len(samples) > 2 and now - samples[0][0] > self.window_s:
+            samples.popleft()
+        return (samples[-1][1] - samples[0][1]) / max(now - samples[0][0], 1e-9)
 
 
 @dataclass(slots=True)

@@ -1,13 +1,22 @@
 """Redis plumbing shared by the engine service and the pooling engine: the client options,
-consumer groups, and the status record every engine keeps alive (protocol.Keys.status)."""
+consumer groups, decoding the entries their readers take, and the status record every engine
+keeps alive (protocol.Keys.status)."""
 
 from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from engine import protocol
+
+M = TypeVar("M")
 
 
 def connect(url: str, *, retries: int = 3) -> redis.Redis:
@@ -40,11 +49,29 @@ def ensure_group(client: redis.Redis, stream: str, group: str = protocol.ENGINE_
             raise
 
 
+def decode_entries(
+    entries: Iterable[tuple[bytes, dict | None]], decode: Callable[[bytes], M]
+) -> tuple[list[tuple[str, M]], dict[str, str]]:
+    """Stream entries as (entry id, message) pairs, and the malformed ones as entry id -> why
+    (no ``protocol.FIELD``, or not such a message: msgspec's errors are ValueErrors) for the
+    reader to log and acknowledge. A claimed entry deleted meanwhile comes without fields."""
+    decoded: list[tuple[str, M]] = []
+    malformed: dict[str, str] = {}
+    for raw_id, fields in entries:
+        try:
+            decoded.append((as_str(raw_id), decode(fields[protocol.FIELD])))
+        except (KeyError, TypeError, ValueError) as exc:
+            malformed[as_str(raw_id)] = repr(exc)
+    return decoded, malformed
+
+
 def publish_status(
     client: redis.Redis, keys: protocol.Keys, status: protocol.EngineStatus, ttl_s: float
 ) -> None:
     """SET the record with a TTL, so a crash leaves it to expire, and register the engine in
-    the engines set frontends find live engines through."""
+    the engines set frontends find live engines through. The record is stamped here with
+    where and when it was written."""
+    status.pid, status.hostname, status.updated_at = os.getpid(), socket.gethostname(), time.time()
     pipe = client.pipeline(transaction=False)
     key = keys.status(status.model, status.engine_id)
     pipe.set(key, protocol.encode_status(status), px=int(ttl_s * 1000))

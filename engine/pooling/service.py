@@ -8,8 +8,6 @@ engine's status record fresh, so /ready and the dashboard see it like a generati
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 
@@ -19,7 +17,7 @@ import redis
 from engine import protocol
 from engine.pooling import messages
 from engine.pooling.runner import PoolingRunner
-from engine.redis_streams import ensure_group, publish_status, withdraw_status
+from engine.redis_streams import decode_entries, ensure_group, publish_status, withdraw_status
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +57,7 @@ class PoolingService:
                 self._serve(entries)
         withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
 
-    def _read(self) -> list[tuple[bytes, bytes]]:
+    def _read(self) -> list[tuple[bytes, dict]]:
         reply = self.redis.xreadgroup(
             messages.POOLING_GROUP,
             self.engine_id,
@@ -67,19 +65,13 @@ class PoolingService:
             count=MAX_REQUESTS_PER_BATCH,
             block=self.block_ms,
         )
-        return [
-            (entry_id, fields.get(messages.FIELD, b""))
-            for _s, items in reply or []
-            for entry_id, fields in items
-        ]
+        return [entry for _s, items in reply or [] for entry in items]
 
-    def _serve(self, entries: list[tuple[bytes, bytes]]) -> None:
-        requests = []
-        for entry_id, data in entries:
-            try:
-                requests.append(messages.decode_request(data))
-            except Exception:  # malformed: log and drop, never stop the engine
-                logger.warning("dropping malformed embedding request %s", entry_id)
+    def _serve(self, entries: list[tuple[bytes, dict]]) -> None:
+        decoded, malformed = decode_entries(entries, messages.decode_request)
+        for entry_id in malformed:  # dropped (and acknowledged below), never stop the engine
+            logger.warning("dropping malformed embedding request %s", entry_id)
+        requests = [request for _, request in decoded]
         inputs = [ids for request in requests for ids in request.inputs]
         try:
             vectors = self.runner.embed(inputs).numpy().astype("<f4")
@@ -119,9 +111,6 @@ class PoolingService:
             model=self.model_name,
             prompt_tokens_total=self.num_tokens_total,
             started_at=self.started_at,
-            updated_at=time.time(),
-            pid=os.getpid(),
-            hostname=socket.gethostname(),
         )
         try:
             publish_status(self.status_redis, self.keys, status, STATUS_TTL_S)

@@ -8,12 +8,9 @@ Redis is back, rather than generating for clients that gave up."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -23,7 +20,7 @@ import redis
 
 from engine import protocol
 from engine.lora.registry import AdapterRegistry
-from engine.outputs import RequestOutputDelta
+from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
@@ -43,8 +40,6 @@ OUTAGE_ERROR = "Redis was unreachable too long while running this request"
 # Aborts for requests this engine has not seen yet are remembered this long, for the race
 # in which the abort overtakes its request between the Redis threads.
 RECENT_ABORT_S = 60.0
-# The status record's throughput is averaged over this many seconds.
-RATE_WINDOW_S = 5.0
 
 
 @dataclass(slots=True)
@@ -79,11 +74,9 @@ class EngineService:
         self._drain_requested = False
         self._drain_deadline = 0.0
         self._failed_for_outage = False
-        # Read by the heartbeat; replaced whole on the loop thread after each step.
-        self.stats = engine.stats()
-        self.lora_info = engine.lora_requests_info()
+        self.stats = engine.stats()  # read by the heartbeat; replaced whole after each step
+        self.throughput = Throughput()  # the heartbeat's
         self.started_at = time.time()
-        self._rate_samples: collections.deque[tuple[float, int]] = collections.deque()
 
         self.redis = connect(url)  # the heartbeat's: status, dead engines, adapter registry
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
@@ -110,8 +103,10 @@ class EngineService:
         logger.info("engine %s serving %r from %s", me, model, self.requests)
 
     def read_registry(self) -> inputs.RegistrySnapshot:
+        read_at = time.monotonic()  # before the read: what changes during it is newer
         key = self.keys.adapters(self.settings.model_name)
-        return inputs.RegistrySnapshot.read(self.redis, key, self._registry_logged)
+        refs = inputs.read_registry(self.redis, key, self._registry_logged)
+        return inputs.RegistrySnapshot(refs, read_at)
 
     def beat(self) -> None:
         """The heartbeat thread's tick: this engine's status record, then dead engines, then
@@ -127,28 +122,18 @@ class EngineService:
 
     def publish_status(self) -> None:
         """SET the status record (with a TTL, so that a crash leaves it to expire)."""
-        now, samples = time.time(), self._rate_samples
         # Only the loop thread changes these; each is replaced whole, so safe to read here.
         stats, adapters = self.stats, self.adapters.versions
-        samples.append((now, stats.generation_tokens_total))
-        while len(samples) > 2 and now - samples[0][0] > RATE_WINDOW_S:
-            samples.popleft()
-        rate = (samples[-1][1] - samples[0][1]) / max(now - samples[0][0], 1e-9)
         status = protocol.EngineStatus(
             **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
-            **self.lora_info,  # so have LLMEngine.lora_requests_info's keys
             engine_id=self.settings.engine_id,
             model=self.settings.model_name,
             adapters=sorted(adapters),
             adapter_checksums=dict(adapters),
-            tokens_per_s=round(rate, 2),
+            tokens_per_s=round(self.throughput.rate(stats.generation_tokens_total), 2),
             started_at=self.started_at,
-            updated_at=now,
             draining=self.draining,
-            max_num_seqs=self.engine.config.max_num_seqs,
             num_steps=self.num_steps,
-            pid=os.getpid(),
-            hostname=socket.gethostname(),
         )
         status.num_waiting += self.inbox.num_requests
         publish_status(self.redis, self.keys, status, self.settings.status_ttl)
@@ -199,9 +184,9 @@ class EngineService:
             match event:
                 case inputs.NewRequest():
                     self._admit(event.entry_id, event.request)
-                case inputs.AbortEvent() if event.request_id in self.active:
+                case protocol.AbortRequest() if event.request_id in self.active:
                     self._end([event.request_id])
-                case inputs.AbortEvent():
+                case protocol.AbortRequest():
                     self.recent_aborts[event.request_id] = time.monotonic()
                 case inputs.RegistrySnapshot():
                     self.adapters.reconcile(event.refs, event.read_at)
@@ -237,7 +222,6 @@ class EngineService:
                     del self.active[delta.request_id]
                     self.job.done.append(active.entry_id)
         self.stats = self.engine.stats()
-        self.lora_info = self.engine.lora_requests_info()
         if self.job:
             self.job.step = self.num_steps
             self.writer.submit(self.job)
@@ -247,19 +231,18 @@ class EngineService:
 
     def _admit(self, entry_id: str, request: protocol.GenerateRequest) -> None:
         """Add the request to the engine, or answer it at once if it cannot run here."""
-        request_id, error = request.request_id, ""
+        request_id = request.request_id
         if self.recent_aborts.pop(request_id, None) is not None:
             return self._answer_without_running(entry_id, request)
         if self.draining:
             return self.job.hand_back(entry_id, request)
-        if request_id in self.active:
-            if self.active[request_id].request.frontend_id == request.frontend_id:
-                # The same submission twice (a client's retry after a dropped connection):
-                # the running copy answers it; this entry is only acknowledged.
-                logger.warning("duplicate entry %s of request %s", entry_id, request_id)
-                return self.job.done.append(entry_id)
-            error = f"request id {request_id!r} is already running"
-            return self._answer_without_running(entry_id, request, error=error)
+        running = self.active.get(request_id)
+        if running is not None and running.request.frontend_id == request.frontend_id:
+            # The same submission twice (a client's retry after a dropped connection): the
+            # running copy answers it; this entry is only acknowledged. Another frontend's
+            # request under a running id is refused by the engine below (the id is in use).
+            logger.warning("duplicate entry %s of request %s", entry_id, request_id)
+            return self.job.done.append(entry_id)
         # The engine orders by its monotonic clock; carry over the time spent queued.
         queued_for = max(0.0, time.time() - request.arrival_time)
         try:

@@ -107,12 +107,8 @@ class DeadEngineReaper:
         started = self.client.hgetall(started_key)
         failed: dict[str, list[protocol.RequestDelta]] = {}
         error = f"{why} while running this request; retry it"
-        for entry_id, raw in started.items():
-            try:
-                record = protocol.decode_started(raw)
-            except Exception:
-                logger.error("unreadable started record %s of %s", entry_id, engine_id)
-                continue
+        for raw in started.values():
+            record = protocol.decode_started(raw)  # written only by an OutputWriter
             # engine_lost: a frontend may resume it elsewhere (inference/transport/failover.py).
             delta = protocol.RequestDelta(
                 request_id=record.request_id, finish_reason="abort", engine_lost=True, error=error

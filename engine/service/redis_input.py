@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import redis
 
 from engine import protocol
-from engine.protocol import ENGINE_GROUP, FIELD
-from engine.redis_streams import as_str, ensure_group
+from engine.protocol import ENGINE_GROUP
+from engine.redis_streams import as_str, decode_entries, ensure_group
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
@@ -34,21 +34,11 @@ class NewRequest:
 
 
 @dataclass(slots=True)
-class AbortEvent:
-    request_id: str
-
-
-@dataclass(slots=True)
 class RegistrySnapshot:
     """The model's adapter registry hash as read at ``read_at`` (time.monotonic())."""
 
     refs: dict[str, protocol.AdapterRef]
     read_at: float
-
-    @classmethod
-    def read(cls, client: redis.Redis, key: str, logged: set[bytes] | None = None):
-        read_at = time.monotonic()  # before the read: what changes during it is newer
-        return cls(read_registry(client, key, logged), read_at)
 
 
 def read_registry(
@@ -72,8 +62,9 @@ def read_registry(
     return refs
 
 
-# Control messages (LoadAdapter, UnloadAdapter, Drain) go into the inbox as they arrive.
-Event = NewRequest | AbortEvent | RegistrySnapshot | protocol.ControlMessage
+# Control messages (AbortRequest, LoadAdapter, UnloadAdapter, Drain) go into the inbox as they
+# arrive; the request reader adds an AbortRequest before a request whose abort marker is set.
+Event = NewRequest | RegistrySnapshot | protocol.ControlMessage
 
 
 class Inbox:
@@ -172,34 +163,28 @@ class RequestReader(Worker):
 
     def accept(self, entries: list[tuple[bytes, dict | None]]) -> None:
         """Decode entries; malformed ones are logged and acknowledged, aborted ones answered."""
-        requests: list[NewRequest] = []
-        bad: list[str] = []
-        for raw_id, fields in entries:
-            entry_id = as_str(raw_id)
+        requests, malformed = decode_entries(entries, protocol.decode_request)
+        for entry_id, why in malformed.items():
+            logger.error("malformed request entry %s acknowledged: %s", entry_id, why)
+        if malformed:
             try:
-                requests.append(NewRequest(entry_id, protocol.decode_request(fields[FIELD])))
-            except (KeyError, TypeError, ValueError) as exc:  # msgspec's errors are ValueErrors
-                logger.error("malformed request entry %s acknowledged: %r", entry_id, exc)
-                bad.append(entry_id)
-        if bad:
-            try:
-                self.client.xack(self.stream, ENGINE_GROUP, *bad)
+                self.client.xack(self.stream, ENGINE_GROUP, *malformed)
             except redis.RedisError:  # still pending: acknowledged when this id restarts
-                logger.warning("could not acknowledge malformed entries %s", bad)
+                logger.warning("could not acknowledge malformed entries %s", list(malformed))
         aborted = [0] * len(requests)
         try:
             pipe = self.client.pipeline(transaction=False)
-            for new in requests:
-                pipe.exists(self.keys.aborted(new.request.request_id))
+            for _, request in requests:
+                pipe.exists(self.keys.aborted(request.request_id))
             aborted = pipe.execute()
         except redis.RedisError:
             # The entries are already ours (pending under this consumer): run them rather
             # than lose them; an abort sent meanwhile still arrives on the abort stream.
             logger.warning("could not check abort markers; running the requests anyway")
-        for new, was_aborted in zip(requests, aborted, strict=True):
+        for (entry_id, request), was_aborted in zip(requests, aborted, strict=True):
             if was_aborted:  # aborted before any engine picked it up: it never runs
-                self.service.inbox.put(AbortEvent(new.request.request_id))
-            self.service.inbox.put(new)
+                self.service.inbox.put(protocol.AbortRequest(request_id=request.request_id))
+            self.service.inbox.put(NewRequest(entry_id, request))
         self.room_changed.clear()
 
 
@@ -217,12 +202,9 @@ class BroadcastReader(Worker):
     def read(self) -> None:
         response = self.client.xread(self.last, count=256, block=READ_BLOCK_MS)
         for raw_stream, entries in response or []:
-            for raw_id, fields in entries:
-                self.last[as_str(raw_stream)] = as_str(raw_id)
-                try:
-                    message = protocol.decode_control(fields[FIELD])
-                except (KeyError, ValueError) as exc:
-                    logger.error("malformed control entry %s ignored: %s", raw_id, exc)
-                    continue
-                is_abort = isinstance(message, protocol.AbortRequest)
-                self.inbox.put(AbortEvent(message.request_id) if is_abort else message)
+            self.last[as_str(raw_stream)] = as_str(entries[-1][0])
+            messages, malformed = decode_entries(entries, protocol.decode_control)
+            for entry_id, why in malformed.items():
+                logger.error("malformed control entry %s ignored: %s", entry_id, why)
+            for _, message in messages:
+                self.inbox.put(message)

@@ -4,6 +4,7 @@ adapters that fail to load, never let a stale snapshot undo a newer control mess
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -129,7 +130,9 @@ def test_the_watcher_hands_snapshots_to_the_inbox(redis_client):
     redis_client.hset(key, "a", protocol.encode(ref("a")))
     inbox = Inbox()
     watcher = Worker(
-        "w", lambda: inbox.put(RegistrySnapshot.read(redis_client, key)), interval=0.05
+        "w",
+        lambda: inbox.put(RegistrySnapshot(read_registry(redis_client, key), time.monotonic())),
+        interval=0.05,
     )
     watcher.start()
     try:

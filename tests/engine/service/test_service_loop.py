@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
 from engine.service import EngineService, ServiceSettings
-from engine.service.redis_input import AbortEvent, NewRequest
+from engine.service.redis_input import NewRequest
 from inference.transport.engine_client import EngineClient
 from tests.engine.service.support import wait_for
 
@@ -63,7 +63,7 @@ def test_abort_of_a_running_request_frees_its_blocks_in_the_next_iteration(servi
         service.run_once()
     before = engine.stats()
     assert before.num_running == 2
-    service.inbox.put(AbortEvent("a"))
+    service.inbox.put(protocol.AbortRequest(request_id="a"))
     service.run_once()  # one iteration: drain_inputs (abort), step, publish
     after = engine.stats()
     assert after.num_running == 1
@@ -75,7 +75,7 @@ def test_abort_of_a_running_request_frees_its_blocks_in_the_next_iteration(servi
 
 
 def test_abort_overtaking_its_request_means_it_never_runs(service):
-    service.inbox.put(AbortEvent("late"))
+    service.inbox.put(protocol.AbortRequest(request_id="late"))
     service.inbox.put(new_request("late"))
     service.run_once()
     assert service.engine.stats().prompt_tokens_total == 0
