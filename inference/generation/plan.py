@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from controlplane.adapters.selectors import AdapterRoute
 from engine.protocol import AdapterRef, SamplingOptions
 from inference.tools import ToolSetup
-from inference.transport import EngineRequest, GenerationChunk
+from inference.transport import EngineRequest, GenerationChunk, OutputOptions
 
 if TYPE_CHECKING:
     from inference.responses.context import ResponseContext
@@ -26,15 +26,14 @@ class GenerationPlan:
     request_id: str
     prompts: list[tuple[str, list[int]]]
     sampling: SamplingOptions
-    stop: list[str]
     cache_salt: str
     tenant: str
     # The base model whose engines run the request ("" : ``model`` itself) and, for a LoRA
     # adapter, its route (name, checksum, path).
     engine_model: str = ""
     adapter: AdapterRoute | None = None
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
+    # Stop strings and how text shows: what the API applies to the engines' tokens.
+    output: OutputOptions = field(default_factory=OutputOptions)
     priority: int = 0
     logprobs: bool = False
     echo: bool = False
@@ -76,9 +75,7 @@ class GenerationPlan:
                 cache_salt=self.cache_salt,
                 tenant=self.tenant,
                 priority=self.priority,
-                stop=self.stop,
-                include_stop_str_in_output=self.include_stop_str_in_output,
-                skip_special_tokens=self.skip_special_tokens,
+                output=self.output,
             )
             for index, (_text, token_ids) in enumerate(self.prompts)
         ]

@@ -34,6 +34,7 @@ from inference.schemas.completions import CompletionRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.structured_outputs import structured_output_for
 from inference.tools import ToolSetup, template_input
+from inference.transport import OutputOptions
 
 SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": CompletionRequestSerializer}
 # OpenAI's default max_tokens for /v1/completions. Chat defaults to what the context leaves,
@@ -55,11 +56,13 @@ async def load_generation_model(
 def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
     stream_options = body.get("stream_options") or {}
     return {
-        "stop": body.get("stop") or [],
+        "output": OutputOptions(
+            stop=tuple(body.get("stop") or ()),
+            include_stop_str_in_output=body.get("include_stop_str_in_output", False),
+            skip_special_tokens=body.get("skip_special_tokens", True),
+        ),
         "cache_salt": engine_cache_salt(principal, body.get("cache_salt")),
         "tenant": principal.tenant_slug,
-        "include_stop_str_in_output": body.get("include_stop_str_in_output", False),
-        "skip_special_tokens": body.get("skip_special_tokens", True),
         "priority": body.get("priority", 0),
         "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),

@@ -1,7 +1,7 @@
 """The engine transport: how API processes reach engines over Redis.
 
 What the rest of the API uses is exported here: the clients (generation and embeddings), the
-engine request they send, the chunks that come back and the errors that end a request. The
+engine request they send (with its OutputOptions), the chunks that come back and the errors that end a request. The
 modules behind it are the transport's own: backpressure (engine_capacity), mid-stream failover
 (failover), lost-output detection (output_continuity) and per-sample output processing
 (output_processor).
@@ -14,7 +14,7 @@ from inference.transport.engine_capacity import (
     EngineUnavailable,
 )
 from inference.transport.engine_client import EngineClient, EngineError, EngineTimeout
-from inference.transport.engine_request import EngineRequest
+from inference.transport.engine_request import EngineRequest, OutputOptions
 from inference.transport.output_processor import GenerationChunk, TokenLogprob
 
 __all__ = [
@@ -28,5 +28,6 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "GenerationChunk",
+    "OutputOptions",
     "TokenLogprob",
 ]

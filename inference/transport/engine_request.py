@@ -1,8 +1,8 @@
 """EngineRequest: one engine request as the API sends it, built once by the generation plan.
 
 It carries the protocol message itself (``engine.protocol.GenerateRequest``), the served model
-whose request stream takes it, and what only the API needs to turn its outputs into text:
-stop strings and how they and special tokens show. ``EngineClient.generate`` sends it and
+whose request stream takes it, and what only the API needs to turn its outputs into text
+(``OutputOptions``: stop strings and how they and special tokens show). ``EngineClient.generate`` sends it and
 builds the request's output processor from it; failover re-submits derived copies.
 """
 
@@ -16,6 +16,17 @@ from engine.protocol import AdapterRef, SamplingOptions
 
 
 @dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """How the API turns a request's tokens into text; the engines never see these. The
+    planner builds them once from the body; the output processor hands them to each sample's
+    detokenizer (``engine.text.sample_output.SampleOutputProcessor``)."""
+
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class EngineRequest:
     """The message for the engines and how the API processes what comes back."""
 
@@ -23,9 +34,7 @@ class EngineRequest:
     model: str
     # ``frontend_id`` and ``arrival_time`` are stamped by the client as it sends it.
     message: protocol.GenerateRequest
-    stop: list[str] = field(default_factory=list)
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
+    output: OutputOptions = field(default_factory=OutputOptions)
 
     @classmethod
     def build(
@@ -39,9 +48,7 @@ class EngineRequest:
         cache_salt: str = "",
         tenant: str = "",
         priority: int = 0,
-        stop: list[str] | None = None,
-        include_stop_str_in_output: bool = False,
-        skip_special_tokens: bool = True,
+        output: OutputOptions | None = None,
     ) -> EngineRequest:
         message = protocol.GenerateRequest(
             request_id=request_id or uuid.uuid4().hex,
@@ -53,13 +60,7 @@ class EngineRequest:
             tenant=tenant,
             priority=priority,
         )
-        return cls(
-            model=model,
-            message=message,
-            stop=list(stop or ()),
-            include_stop_str_in_output=include_stop_str_in_output,
-            skip_special_tokens=skip_special_tokens,
-        )
+        return cls(model=model, message=message, output=output or OutputOptions())
 
     @property
     def request_id(self) -> str:

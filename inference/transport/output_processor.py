@@ -76,11 +76,12 @@ class _SampleOutput:
     def __init__(self, index: int, request: RequestOutputProcessor):
         self.index = index
         self.request = request
+        output = request.output
         self.processor = SampleOutputProcessor(
             request.tokenizer,
-            stop=request.stop,
-            include_stop_str_in_output=request.include_stop_str_in_output,
-            skip_special_tokens=request.skip_special_tokens,
+            stop=list(output.stop),
+            include_stop_str_in_output=output.include_stop_str_in_output,
+            skip_special_tokens=output.skip_special_tokens,
             min_tokens=request.min_tokens,
             prompt_token_ids=request.prompt_token_ids,
         )
@@ -124,7 +125,7 @@ class _SampleOutput:
 
 class RequestOutputProcessor:
     """Turns one engine request's deltas into GenerationChunks, one sample per index (as
-    many as the request's ``sampling.n``), with the request's stop strings.
+    many as the request's ``sampling.n``), with the request's OutputOptions (stop strings).
 
     ``process`` returns None for a delta that adds nothing (a sample already ended by a stop
     string keeps receiving tokens until the engine sees the abort).
@@ -142,9 +143,7 @@ class RequestOutputProcessor:
         self.tokenizer = tokenizer
         self.prompt_token_ids = prompt_token_ids
         self.min_tokens = sampling.min_tokens
-        self.stop = request.stop
-        self.include_stop_str_in_output = request.include_stop_str_in_output
-        self.skip_special_tokens = request.skip_special_tokens
+        self.output = request.output
         self.token_texts = token_texts or TokenTexts(tokenizer)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_cached_tokens = 0

@@ -64,7 +64,7 @@ class _Decoder:
 
 
 def _processor(n: int):
-    from inference.transport.engine_request import EngineRequest
+    from inference.transport.engine_request import EngineRequest, OutputOptions
     from inference.transport.output_processor import RequestOutputProcessor
 
     return RequestOutputProcessor(
@@ -72,9 +72,9 @@ def _processor(n: int):
             model="m",
             prompt_token_ids=[1, 2, 3],
             sampling=SamplingOptions(n=n, min_tokens=0),
-            stop=None,
-            include_stop_str_in_output=False,
-            skip_special_tokens=True,
+            output=OutputOptions(
+                stop=(), include_stop_str_in_output=False, skip_special_tokens=True
+            ),
         ),
         _Decoder(),
     )

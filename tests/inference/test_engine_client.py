@@ -21,6 +21,7 @@ from inference.transport.engine_client import (
     EngineUnavailable,
     SamplingOptions,
 )
+from inference.transport.engine_request import OutputOptions
 
 MODEL = "scripted"
 
@@ -189,7 +190,7 @@ async def test_stop_string_across_tokens_is_cut_and_aborts_engine(client, tokeni
                     model=MODEL,
                     prompt_token_ids=[5],
                     sampling=SamplingOptions(max_tokens=50),
-                    stop=["ta<|st"],
+                    output=OutputOptions(stop=("ta<|st",)),
                     request_id="stop-1",
                 ),
                 tokenizer,
@@ -214,8 +215,7 @@ async def test_stop_string_kept_when_asked(client, tokenizer):
                     model=MODEL,
                     prompt_token_ids=[5],
                     sampling=SamplingOptions(),
-                    stop=["o thr"],
-                    include_stop_str_in_output=True,
+                    output=OutputOptions(stop=("o thr",), include_stop_str_in_output=True),
                 ),
                 tokenizer,
             )

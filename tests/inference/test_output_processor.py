@@ -7,7 +7,7 @@ import pytest
 from engine import protocol
 from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
-from inference.transport.engine_request import EngineRequest
+from inference.transport.engine_request import EngineRequest, OutputOptions
 from inference.transport.output_processor import RequestOutputProcessor, TokenLogprob
 
 PROMPT = [44, 402, 351]  # "Hello"
@@ -27,9 +27,11 @@ def processor(tokenizer):
                 model="m",
                 prompt_token_ids=PROMPT,
                 sampling=SamplingOptions(n=num_samples, min_tokens=min_tokens),
-                stop=stop,
-                include_stop_str_in_output=include_stop,
-                skip_special_tokens=skip_special,
+                output=OutputOptions(
+                    stop=tuple(stop or ()),
+                    include_stop_str_in_output=include_stop,
+                    skip_special_tokens=skip_special,
+                ),
             ),
             tokenizer,
         )

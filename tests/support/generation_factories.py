@@ -53,7 +53,6 @@ def make_plan(
         "request_id": f"{prefix}-test",
         "prompts": prompts or [("Say hi", [11, 12, 13])],
         "sampling": SamplingOptions(n=n, max_tokens=max_tokens),
-        "stop": [],
         "cache_salt": "salt",
         "tenant": "acme",
         "created": 1_700_000_000,

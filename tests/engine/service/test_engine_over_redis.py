@@ -20,6 +20,7 @@ from engine.text.tokenizer import ChatTokenizer
 from engine.tooling.demo.tokenizer import CORPUS_PATH
 from inference.transport.engine_capacity import ADMISSION_CACHE_S
 from inference.transport.engine_client import EngineClient, EngineRequest, SamplingOptions
+from inference.transport.engine_request import OutputOptions
 from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
 
 MODEL = "tiny-llama"
@@ -192,12 +193,18 @@ async def test_stop_strings_across_tokens_through_the_engine(engine, client, tok
     end = len(pieces[13]) + 1
     stop = full[start:end]
     assert len(stop) >= 3 and full.find(stop) == start
-    cut = await run(client, tokenizer, prompt, sampling=sampling, stop=[stop])
+    cut = await run(
+        client, tokenizer, prompt, sampling=sampling, output=OutputOptions(stop=(stop,))
+    )
     assert "".join(c.text for c in cut) == full[:start]
     assert (cut[-1].finish_reason, cut[-1].stop_reason) == ("stop", stop)
     assert cut[-1].completion_tokens < 40
     kept = await run(
-        client, tokenizer, prompt, sampling=sampling, stop=[stop], include_stop_str_in_output=True
+        client,
+        tokenizer,
+        prompt,
+        sampling=sampling,
+        output=OutputOptions(stop=(stop,), include_stop_str_in_output=True),
     )
     assert "".join(c.text for c in kept) == full[:end]
 

@@ -125,10 +125,10 @@ def test_completion_choices_are_n_per_prompt(plan, tokenizer):
     assert completion.prompt_tokens == expected
 
 
-def test_stop_is_always_a_list(plan):
-    assert plan("chat", messages=USER, stop="\n").stop == ["\n"]
-    assert plan("chat", messages=USER, stop=["END", "", "###"]).stop == ["END", "###"]
-    assert plan("completion", prompt="x").stop == []
+def test_stop_is_always_a_tuple_of_strings(plan):
+    assert plan("chat", messages=USER, stop="\n").output.stop == ("\n",)
+    assert plan("chat", messages=USER, stop=["END", "", "###"]).output.stop == ("END", "###")
+    assert plan("completion", prompt="x").output.stop == ()
 
 
 # Cache salt and request identity ------------------------------------------------------------
@@ -249,8 +249,8 @@ def test_stream_options_and_output_flags(plan):
         True,
         True,
     )
-    assert (streamed.echo, streamed.include_stop_str_in_output) == (True, True)
-    assert (streamed.skip_special_tokens, streamed.priority) == (False, -3)
+    assert (streamed.echo, streamed.output.include_stop_str_in_output) == (True, True)
+    assert (streamed.output.skip_special_tokens, streamed.priority) == (False, -3)
     plain = plan("chat", messages=USER)
     assert (plain.stream, plain.include_usage, plain.continuous_usage, plain.echo) == (
         False,
@@ -258,7 +258,7 @@ def test_stream_options_and_output_flags(plan):
         False,
         False,
     )
-    assert (plain.skip_special_tokens, plain.priority) == (True, 0)
+    assert (plain.output.skip_special_tokens, plain.priority) == (True, 0)
 
 
 # From the raw body, with the model looked up ------------------------------------------------
