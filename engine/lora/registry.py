@@ -5,8 +5,8 @@ a model should hold. LoadAdapter / UnloadAdapter messages bring changes at once,
 service reads the registry again every few seconds (``reconcile``): load what is missing or
 of another version, unload what is gone. A lost control message, or a Redis restart the
 control plane has since healed, costs at most one beat. An adapter that fails to load is
-logged and retried with backoff, and never stops the engine. No Redis here: the service's
-threads read the registry and hand it over.
+logged and retried with backoff, and never stops the engine; so is an unreadable record, once.
+No Redis here: the service's heartbeat reads the registry hash and hands its records over.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class AdapterRegistry:
         # When a control message last named an adapter: a registry snapshot read before that
         # may predate the change, so the reconcile leaves that name alone.
         self._announced_at: dict[str, float] = {}
+        self._unreadable: set[bytes] = set()  # records logged as unreadable
 
     def names(self) -> list[str]:
         return sorted(self.identities)
@@ -72,6 +73,26 @@ class AdapterRegistry:
         self.unload(name)
 
     # ------------------------------------------------------------------ reconcile
+
+    def readable(self, records: Mapping[bytes, bytes]) -> dict[str, protocol.AdapterRef]:
+        """The registry hash's records (name -> encoded AdapterRef) as name -> AdapterRef. An
+        unreadable record, or one naming another adapter, is left out (as if withdrawn) and
+        logged once."""
+        refs: dict[str, protocol.AdapterRef] = {}
+        for raw_name, raw in records.items():
+            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+            try:
+                ref = protocol.decode_adapter(raw)
+                if ref.name != name:
+                    raise ValueError(f"record names {ref.name!r}")
+                refs[name] = ref
+            except ValueError as exc:  # msgspec's errors are ValueErrors
+                if raw not in self._unreadable:
+                    logger.error(
+                        "unreadable adapter record %r of %r skipped: %s", name, self.model_name, exc
+                    )
+                    self._unreadable.add(raw)
+        return refs
 
     def reconcile(self, published: Mapping[str, protocol.AdapterRef], read_at: float) -> None:
         """Make the loaded adapters those of the registry as read at ``read_at``."""

@@ -84,7 +84,6 @@ class EngineService:
         self.reader = inputs.RequestReader(connect(url), self)
         self.broadcast = inputs.BroadcastReader(connect(url), self)
         self.reaper = DeadEngineReaper(self.redis, self)
-        self._registry_logged: set[bytes] = set()  # unreadable records, logged once each
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
@@ -92,7 +91,7 @@ class EngineService:
     def start(self) -> None:
         """Announce this engine (status first, so it is alive before it joins the group)."""
         snapshot = self.read_registry()
-        self.adapters.reconcile(snapshot.refs, snapshot.read_at)
+        self.adapters.reconcile(self.adapters.readable(snapshot.records), snapshot.read_at)
         self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
         self.publish_status()
         ensure_group(self.redis, self.requests)
@@ -104,9 +103,8 @@ class EngineService:
 
     def read_registry(self) -> inputs.RegistrySnapshot:
         read_at = time.monotonic()  # before the read: what changes during it is newer
-        key = self.keys.adapters(self.settings.model_name)
-        refs = inputs.read_registry(self.redis, key, self._registry_logged)
-        return inputs.RegistrySnapshot(refs, read_at)
+        records = self.redis.hgetall(self.keys.adapters(self.settings.model_name))
+        return inputs.RegistrySnapshot(records, read_at)
 
     def beat(self) -> None:
         """The heartbeat thread's tick: this engine's status record, then dead engines, then
@@ -189,7 +187,7 @@ class EngineService:
                 case protocol.AbortRequest():
                     self.recent_aborts[event.request_id] = time.monotonic()
                 case inputs.RegistrySnapshot():
-                    self.adapters.reconcile(event.refs, event.read_at)
+                    self.adapters.reconcile(self.adapters.readable(event.records), event.read_at)
                 case protocol.LoadAdapter():
                     self.adapters.on_load_message(event.adapter)
                 case protocol.UnloadAdapter():

@@ -1,5 +1,6 @@
 """Redis -> the loop: the request reader and the broadcast reader (aborts, control messages)
-fill the Inbox; the heartbeat adds adapter registry snapshots. Each thread has its own
+fill the Inbox; the heartbeat adds adapter registry snapshots (the hash's records, decoded by
+the loop's AdapterRegistry). Each thread has its own
 connection, so a blocking read never delays a write."""
 
 from __future__ import annotations
@@ -35,31 +36,11 @@ class NewRequest:
 
 @dataclass(slots=True)
 class RegistrySnapshot:
-    """The model's adapter registry hash as read at ``read_at`` (time.monotonic())."""
+    """The model's adapter registry hash (name -> encoded AdapterRef) as read at ``read_at``
+    (time.monotonic())."""
 
-    refs: dict[str, protocol.AdapterRef]
+    records: dict[bytes, bytes]
     read_at: float
-
-
-def read_registry(
-    client: redis.Redis, key: str, logged: set[bytes] | None = None
-) -> dict[str, protocol.AdapterRef]:
-    """The adapter registry hash as name -> AdapterRef. Unreadable records are left out (as
-    if withdrawn) and logged, once each when ``logged`` remembers them across reads."""
-    logged = set() if logged is None else logged
-    refs: dict[str, protocol.AdapterRef] = {}
-    for raw_name, raw in client.hgetall(key).items():
-        name = as_str(raw_name)
-        try:
-            ref = protocol.decode_adapter(raw)
-            if ref.name != name:
-                raise ValueError(f"record names {ref.name!r}")
-            refs[name] = ref
-        except Exception as exc:
-            if raw not in logged:
-                logger.error("unreadable adapter record %r in %s skipped: %s", name, key, exc)
-                logged.add(raw)
-    return refs
 
 
 # Control messages (AbortRequest, LoadAdapter, UnloadAdapter, Drain) go into the inbox as they

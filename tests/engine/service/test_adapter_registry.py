@@ -11,7 +11,7 @@ import pytest
 from engine import protocol
 from engine.adapters import AdapterIdentity
 from engine.lora.registry import RETRY_FIRST_S, AdapterRegistry
-from engine.service.redis_input import Inbox, RegistrySnapshot, Worker, read_registry
+from engine.service.redis_input import Inbox, RegistrySnapshot, Worker
 
 
 class FakeEngine:
@@ -112,15 +112,14 @@ def test_a_snapshot_read_before_a_control_message_does_not_undo_it(registry, clo
     assert registry.names() == []
 
 
-def test_read_registry_skips_unreadable_records_once_logged(redis_client, caplog):
+def test_unreadable_registry_records_are_skipped_and_logged_once(registry, redis_client, caplog):
     key = "regtest:adapters:m"
     redis_client.hset(key, "ok", protocol.encode(ref("ok")))
     redis_client.hset(key, "junk", b"\xff\x00 not msgpack")
     redis_client.hset(key, "liar", protocol.encode(ref("other")))
-    logged: set[bytes] = set()
     with caplog.at_level(logging.ERROR):
-        assert read_registry(redis_client, key, logged) == {"ok": ref("ok")}
-        assert read_registry(redis_client, key, logged) == {"ok": ref("ok")}
+        assert registry.readable(redis_client.hgetall(key)) == {"ok": ref("ok")}
+        assert registry.readable(redis_client.hgetall(key)) == {"ok": ref("ok")}
     assert caplog.text.count("unreadable adapter record 'junk'") == 1
     assert caplog.text.count("unreadable adapter record 'liar'") == 1
 
@@ -131,7 +130,7 @@ def test_the_watcher_hands_snapshots_to_the_inbox(redis_client):
     inbox = Inbox()
     watcher = Worker(
         "w",
-        lambda: inbox.put(RegistrySnapshot(read_registry(redis_client, key), time.monotonic())),
+        lambda: inbox.put(RegistrySnapshot(redis_client.hgetall(key), time.monotonic())),
         interval=0.05,
     )
     watcher.start()
@@ -139,4 +138,6 @@ def test_the_watcher_hands_snapshots_to_the_inbox(redis_client):
         (event, *_) = inbox.take_all(timeout=2.0)
     finally:
         watcher.stop()
-    assert isinstance(event, RegistrySnapshot) and event.refs == {"a": ref("a")}
+    assert isinstance(event, RegistrySnapshot) and event.records == {
+        b"a": protocol.encode(ref("a"))
+    }
