@@ -1,5 +1,6 @@
-"""``python -m engine`` (and ``manage.py run_engine``): the command line and ServiceSettings,
-what an engine service needs beyond the engine's own EngineConfig."""
+"""What ``python -m engine`` (engine/__main__.py) and ``manage.py run_engine`` share: the
+service's options, ServiceSettings (what an engine service needs beyond the engine's own
+EngineConfig) and ``serve``."""
 
 from __future__ import annotations
 
@@ -57,17 +58,6 @@ class ServiceSettings:
         return cls(**{name: value for name, value in given.items() if value is not None})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m engine",
-        description="Serve a Hugging Face checkpoint from the platform's Redis request stream.",
-    )
-    parser.add_argument("--model-path", required=True, help="checkpoint directory")
-    parser.add_argument("--model-name", required=True, help="served model name (stream name)")
-    add_service_arguments(parser)
-    return parser
-
-
 def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine's options and the service's; shared with ``manage.py run_engine``. The
     service's defaults are ServiceSettings' (an option left out stays None)."""
@@ -97,10 +87,3 @@ def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
     logger.info("loading %s for %r", model_path, model_name)
     EngineService(LLMEngine(config), settings).run()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=args.log_level.upper(), format=log_format)
-    return serve(args, model_path=args.model_path, model_name=args.model_name)

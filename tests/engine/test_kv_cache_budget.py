@@ -8,11 +8,11 @@ import logging
 import pytest
 import torch
 
+from engine.__main__ import build_parser
 from engine.args import engine_config_from_args
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.model_config import ModelConfig
-from engine.service.cli import build_parser
 from engine.worker import kv_cache
 from engine.worker.kv_cache import (
     CPU_KVCACHE_SPACE_ENV,

@@ -41,7 +41,7 @@ def test_daphne_listens_with_a_backlog_for_connection_bursts():
 
 
 def test_engine_command_passes_service_options_as_flags():
-    from engine.service.cli import build_parser
+    from engine.__main__ import build_parser
 
     command = engine_command(
         "/ckpt", "tiny", redis_url="redis://r:1/0", max_queued=8, no_prefix_caching=True
