@@ -53,14 +53,13 @@ class DeadEngineReaper:
                 if model == self.model:
                     names.add(engine_id)
             names.discard(self.me)
-            self._missing_since = {k: t for k, t in self._missing_since.items() if k in names}
-            for engine_id in sorted(names):
-                if self.client.exists(self.keys.status(self.model, engine_id)):
-                    self._missing_since.pop(engine_id, None)
-                    continue
-                missing_for = now - self._missing_since.setdefault(engine_id, now)
+            missing = [
+                e for e in sorted(names) if not self.client.exists(self.keys.status(self.model, e))
+            ]
+            self._missing_since = {e: self._missing_since.get(e, now) for e in missing}
+            for engine_id in missing:
                 lock = self.keys.reaping(self.model, engine_id)
-                if missing_for >= self.grace_s and self.client.set(
+                if now - self._missing_since[engine_id] >= self.grace_s and self.client.set(
                     lock, self.me, nx=True, ex=REAP_LOCK_S
                 ):
                     self.take_over(engine_id)
@@ -90,11 +89,8 @@ class DeadEngineReaper:
         )
         num_failed = self._fail_started(engine_id, why=why)
         num_claimed = self._claim_pending(engine_id)
-        if not restarted:
-            try:
-                self.client.xgroup_delconsumer(self.requests, ENGINE_GROUP, engine_id)
-            except redis.ResponseError:
-                pass
+        if not restarted:  # (the group exists: _claim_pending has just read its pending entries)
+            self.client.xgroup_delconsumer(self.requests, ENGINE_GROUP, engine_id)
             self.client.srem(self.keys.engines(), protocol.engine_member(self.model, engine_id))
         if num_failed or num_claimed or not restarted:
             message = "%s: %d started requests failed, %d unstarted ones taken up again here"

@@ -102,12 +102,12 @@ class OutputWriter(threading.Thread):
         return 0.0 if since is None else time.monotonic() - since
 
     def submit(self, job: PublishJob) -> None:
-        if job:
-            with self._room:
-                self.backlog += 1
-                if self.backlog == self.max_backlog:
-                    logger.warning("%d output writes wait for Redis: steps paused", self.backlog)
-            self._jobs.put(job)
+        """Queue a job to write (the loop submits only jobs with something in them)."""
+        with self._room:
+            self.backlog += 1
+            if self.backlog == self.max_backlog:
+                logger.warning("%d output writes wait for Redis: steps paused", self.backlog)
+        self._jobs.put(job)
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued (while Redis answers within ``timeout``), then stop."""
