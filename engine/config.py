@@ -1,8 +1,15 @@
-"""EngineConfig: the one configuration object of an engine, validated when it is built."""
+"""The configuration of an engine process, each object validated when it is built:
+EngineConfig (what the engine loads and how it sizes itself) and ServiceSettings (what the
+service that runs it on Redis streams needs beyond that, engine/service/)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from engine.protocol import new_engine_id, redis_prefix
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICES = ("auto", "cpu", "cuda")
@@ -93,3 +100,44 @@ class EngineConfig:
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(slots=True)
+class ServiceSettings:
+    """Where to read and write, and how the service paces itself. ``max_queued``: the
+    backpressure bound (EngineService.room); None: a quarter of ``max_num_seqs``, at least 16.
+    """
+
+    model_name: str
+    redis_url: str = field(
+        default_factory=lambda: os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
+    prefix: str = field(default_factory=redis_prefix)
+    engine_id: str = field(default_factory=new_engine_id)
+    status_interval: float = 1.0
+    status_ttl: float = 5.0
+    drain_timeout: float = 30.0
+    max_queued: int | None = None
+    adapter_sync_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.model_name or ":" in self.engine_id:
+            raise ValueError("model_name must be set and engine_id must not contain ':'")
+        if self.status_interval <= 0 or self.status_ttl <= self.status_interval:
+            raise ValueError(
+                f"status_ttl ({self.status_ttl}) must exceed status_interval "
+                f"({self.status_interval}), both positive"
+            )
+        if self.drain_timeout < 0:
+            raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
+        if self.max_queued is not None and self.max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
+        if self.adapter_sync_interval <= 0:
+            raise ValueError(f"adapter_sync_interval must be > 0, got {self.adapter_sync_interval}")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, model_name: str) -> ServiceSettings:
+        """The options given on the command line; the defaults above for the rest."""
+        given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)}
+        given["model_name"] = model_name
+        return cls(**{name: value for name, value in given.items() if value is not None})

@@ -2,7 +2,7 @@
 (loop.py) fed and drained by the Redis threads (redis_input.py, redis_output.py), taking over
 from dead engines (recovery.py). docs/protocol.md describes the Redis contract."""
 
-from engine.service.cli import ServiceSettings
+from engine.config import ServiceSettings
 from engine.service.loop import EngineService
 
 __all__ = ["EngineService", "ServiceSettings"]

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 import redis
 
 from engine import protocol
+from engine.config import ServiceSettings
 from engine.lora.registry import AdapterRegistry
 from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
-from engine.service.cli import ServiceSettings
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
 
@@ -73,7 +73,6 @@ class EngineService:
         self._stop_requested = threading.Event()
         self._drain_requested = False
         self._drain_deadline = 0.0
-        self._failed_for_outage = False
         self.stats = engine.stats()  # read by the heartbeat; replaced whole after each step
         self.throughput = Throughput()  # the heartbeat's
         self.started_at = time.time()
@@ -166,10 +165,7 @@ class EngineService:
     def run_once(self) -> None:
         if self._drain_requested and not self.draining:
             self.begin_drain()
-        outage_s = self.writer.outage_s()
-        if outage_s == 0.0:
-            self._failed_for_outage = False
-        elif outage_s > OUTAGE_FAIL_S and not self._failed_for_outage:
+        if self.active and self.writer.outage_s() > OUTAGE_FAIL_S:
             self.fail_for_outage()
         if self.writer.congested() and not self.writer.wait_for_room(IDLE_WAIT_S):
             return  # Redis is not taking outputs: produce no more until it does
@@ -291,10 +287,8 @@ class EngineService:
     def fail_for_outage(self) -> None:
         """Redis has been unreachable for OUTAGE_FAIL_S: end started requests with an error
         (their clients timed out) and hand unstarted ones back; both reach Redis when it
-        returns."""
-        self._failed_for_outage = True
-        if not self.active:
-            return
+        returns. Once, for the outage: no request is taken while Redis is away (the readers
+        and the reaper read it), so nothing is active again until it is back."""
         self._hand_back_unstarted()
         self._end(list(self.active), error=OUTAGE_ERROR)
         logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)
