@@ -1,7 +1,7 @@
 """Redis -> the loop: the request reader and the broadcast reader (aborts, control messages)
 fill the Inbox; the heartbeat adds adapter registry snapshots (the hash's records, decoded by
-the loop's AdapterRegistry). Each thread has its own
-connection, so a blocking read never delays a write."""
+the loop's AdapterRegistry). Each thread has its own connection, so a blocking read never
+delays a write."""
 
 from __future__ import annotations
 
