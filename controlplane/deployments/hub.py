@@ -10,7 +10,8 @@ ModelRegistrationError with a reason an operator can act on.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,25 +139,21 @@ def _bar_class(on_bytes: Callable[[int], None]) -> type:
     return _Bytes
 
 
-class _hub_errors:
+@contextmanager
+def _hub_errors(hub_id: HubId, endpoint: str) -> Iterator[None]:
     """Turns huggingface_hub's and the network's errors into ModelRegistrationError."""
-
-    def __init__(self, hub_id: HubId, endpoint: str):
-        self.hub_id, self.endpoint = hub_id, endpoint
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc is None or isinstance(exc, ModelRegistrationError):
-            return False
-        reason = _reason(exc, self.hub_id, self.endpoint)
+    try:
+        yield
+    except ModelRegistrationError:
+        raise
+    except Exception as exc:
+        reason = _reason(exc, hub_id, endpoint)
         if reason is None:
-            return False
+            raise
         raise ModelRegistrationError(reason) from exc
 
 
-def _reason(exc: BaseException, hub_id: HubId, endpoint: str) -> str | None:
+def _reason(exc: Exception, hub_id: HubId, endpoint: str) -> str | None:
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,

@@ -24,11 +24,19 @@ from urllib.parse import unquote, urlsplit
 
 
 class HubMirror:
-    """``with HubMirror({"org/tiny": folder}, token="hf_x") as hub:`` serves at ``hub.url``."""
+    """``with HubMirror({"org/tiny": folder}, token="hf_x") as hub:`` serves at ``hub.url``.
 
-    def __init__(self, repos: dict[str, Path], *, token: str | None = None):
+    ``hold_files`` holds every file download until ``release()``, so a test can look at a
+    registration while its download is under way."""
+
+    def __init__(
+        self, repos: dict[str, Path], *, token: str | None = None, hold_files: bool = False
+    ):
         self.repos = {repo: Path(folder) for repo, folder in repos.items()}
         self.token = token
+        self._released = threading.Event()
+        if not hold_files:
+            self._released.set()
         self.requests: list[tuple[str, str]] = []  # (method, path) in the order they came
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -47,6 +55,12 @@ class HubMirror:
             digest.update(file.read_bytes())
         return digest.hexdigest()
 
+    def release(self) -> None:
+        self._released.set()
+
+    def downloads_started(self) -> int:
+        return sum(1 for method, path in self.requests if method == "GET" and "/resolve/" in path)
+
     def files(self, repo: str) -> list[Path]:
         return sorted(p for p in self.repos[repo].rglob("*") if p.is_file())
 
@@ -55,6 +69,7 @@ class HubMirror:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -130,6 +145,9 @@ def _handler(hub: HubMirror) -> type[BaseHTTPRequestHandler]:
             target = hub.repos[repo] / file
             if ".." in file or not target.is_file():
                 self._send(404, b"Entry not found", error_code="EntryNotFound", body=body)
+                return
+            if body and not hub._released.wait(timeout=300):
+                self._send(503, b"held too long")
                 return
             data = target.read_bytes()
             headers = {
