@@ -44,7 +44,9 @@ class ServedModelAddForm(forms.ModelForm):
 def registration_status(model: ServedModel) -> str:
     """One line: ready; failed and why; or registering, its stage and how far along."""
     if model.state == ServedModel.State.FAILED:
-        return f"failed: {model.failure_reason}"
+        reason = model.failure_reason
+        # The list stays readable; the change page shows the whole reason.
+        return f"failed: {reason if len(reason) <= 200 else reason[:200] + '...'}"
     if model.state == ServedModel.State.READY:
         return "ready"
     line = f"registering: {model.stage}" if model.stage else "registering"
@@ -73,6 +75,7 @@ class ServedModelAdmin(admin.ModelAdmin):
     readonly_on_change = (
         "name",
         "registration",
+        "failure_reason",
         "source",
         "path",
         "architecture",

@@ -73,7 +73,8 @@ def hub_download(
         raise ModelRegistrationError(f"{hub_id} on {endpoint} holds no files")
     total = sum(size for _, size in files)
     target = _hub_dir(hub_id, info.sha)
-    progress(f"downloading {len(files)} files ({total / 2**20:.1f} MiB) to {target}")
+    progress(f"downloading into {target}")
+    progress(f"downloading {len(files)} files ({total / 2**20:.1f} MiB)")
     done = 0
     report = transfer or (lambda _done, _total: None)
     report(0, total)

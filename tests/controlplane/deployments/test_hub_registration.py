@@ -72,9 +72,10 @@ def test_a_hub_id_is_downloaded_with_progress_and_ends_ready(
     total = sum(f.stat().st_size for f in hub.files("org/tiny"))
     files = len(hub.files("org/tiny"))
     stages = [w["stage"] for w in recorded if "stage" in w]
-    assert stages[:2] == [
+    assert stages[:3] == [
         f"asking {hub.url} for org/tiny",
-        f"downloading {files} files ({total / 2**20:.1f} MiB) to {target}",
+        f"downloading into {target}",
+        f"downloading {files} files ({total / 2**20:.1f} MiB)",
     ]
     counts = [(w["progress_done"], w["progress_total"]) for w in recorded if "stage" not in w]
     assert counts[0] == (0, total) and counts[-1] == (total, total)

@@ -7,6 +7,7 @@ ready. Screenshots go to test-artifacts/controlplane/."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from controlplane.launcher.process_commands import celery_worker_command
 from tests.support.browser import chromium_page
@@ -70,15 +71,16 @@ def test_register_a_hub_model_in_the_admin_and_watch_it_become_ready(
     # The worker, not the web process, downloads: the mirror sees its requests, and the list
     # shows the stage and the bytes it records.
     wait_for(lambda: hub.downloads_started() > 0, timeout=60, what="the worker's download")
-    page.reload()
-    status = page.locator("#result_list tr", has_text="hub-tiny").inner_text()
-    assert "registering: downloading" in status and "MiB, 0%)" in status, status
+    # (expect retries while the page reloads itself.)
+    files = len(hub.files("org/tiny"))
+    expect(row).to_contain_text(f"registering: downloading {files} files", timeout=30_000)
+    expect(row).to_contain_text("MiB, 0%)")
     page.screenshot(path=str(ARTIFACTS / "model-registering.png"), full_page=True)
 
     hub.release()
     # The page reloads itself every 3 s while a model registers.
-    page.wait_for_selector("#result_list tr .registration-ready", timeout=120_000)
-    assert "LlamaForCausalLM" in page.locator("#result_list tr", has_text="hub-tiny").inner_text()
+    expect(row.locator(".registration-ready")).to_have_count(1, timeout=120_000)
+    expect(row).to_contain_text("LlamaForCausalLM")
     page.screenshot(path=str(ARTIFACTS / "model-ready.png"), full_page=True)
     page.goto(f"{base}/admin/deployments/servedmodel/?q=hub-tiny")
     page.click("#result_list a:text('hub-tiny')")
