@@ -1,4 +1,5 @@
-"""The Celery app: background jobs (adapter validation, usage rollups) on the platform's Redis."""
+"""The Celery app: background jobs (adapter validation, model registration, usage rollups) on
+the platform's Redis."""
 
 import os
 

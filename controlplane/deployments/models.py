@@ -11,10 +11,37 @@ POOLING_ARCHITECTURES = frozenset({"BertModel", "XLMRobertaModel", "MPNetModel"}
 
 
 class ServedModel(models.Model):
-    """A Hugging Face checkpoint the platform serves under ``name``."""
+    """A Hugging Face checkpoint the platform serves under ``name``.
+
+    Registering from the admin saves the row ``registering`` and a Celery task downloads (a hub
+    id), converts (a GGUF file) and validates it, recording its stage and progress here, then
+    marks it ``ready`` or ``failed``; only a ready, active model is served or deployed.
+    """
+
+    class State(models.TextChoices):
+        REGISTERING = "registering"
+        READY = "ready"
+        FAILED = "failed"
 
     name = models.CharField(max_length=200, unique=True)
+    # The checkpoint engines load; until a registration is ready, what the operator gave.
     path = models.CharField(max_length=1000)
+    source = models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        help_text="What was registered: a path on the server, or a Hugging Face hub id "
+        "(org/name, optionally @revision).",
+    )
+    # Rows made before registration ran in the background, and load_model's, are ready.
+    state = models.CharField(
+        max_length=20, choices=State.choices, default=State.READY, editable=False
+    )
+    stage = models.CharField(max_length=300, blank=True, default="", editable=False)
+    # Bytes (or steps) of the current stage done and expected; 0 of 0 when it has no measure.
+    progress_done = models.BigIntegerField(default=0, editable=False)
+    progress_total = models.BigIntegerField(default=0, editable=False)
+    failure_reason = models.TextField(blank=True, default="", editable=False)
     architecture = models.CharField(max_length=100)
     dtype = models.CharField(max_length=20, default="float32")
     num_parameters = models.BigIntegerField(default=0)
@@ -49,6 +76,16 @@ class ServedModel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state == self.State.READY
+
+    @property
+    def progress_percent(self) -> int | None:
+        if self.progress_total <= 0:
+            return None
+        return min(100, self.progress_done * 100 // self.progress_total)
 
     @property
     def effective_tool_parser(self) -> str:

@@ -7,16 +7,20 @@ from django.db.models import QuerySet
 from controlplane.deployments.models import ServedModel
 
 
+def _servable() -> QuerySet[ServedModel]:
+    """Active and ready: a model still registering (or failed) has no checkpoint to serve."""
+    return ServedModel.objects.filter(is_active=True, state=ServedModel.State.READY)
+
+
 def served_model_list(*, active_only: bool = True) -> list[ServedModel]:
-    qs = ServedModel.objects.all()
-    if active_only:
-        qs = qs.filter(is_active=True)
-    return list(qs)
+    """With ``active_only``, the models that are served: active and ready."""
+    return list(_servable() if active_only else ServedModel.objects.all())
 
 
 def served_models_by_name(*, active_only: bool = True) -> QuerySet[ServedModel]:
-    """The served models in name order (the database's collation), one query when read."""
-    qs = ServedModel.objects.filter(is_active=True) if active_only else ServedModel.objects.all()
+    """The served models (active and ready, unless not ``active_only``) in name order (the
+    database's collation), one query when read."""
+    qs = _servable() if active_only else ServedModel.objects.all()
     return qs.order_by("name")
 
 

@@ -23,26 +23,27 @@ from controlplane.deployments.checkpoints import (
     no_progress,
 )
 from controlplane.deployments.models import ServedModel
+from controlplane.deployments.registration import checkpoint_fetch, model_name_check
 
 
 def served_model_validate(
     *, path: str | Path, name: str, progress: Progress = no_progress
 ) -> Checkpoint:
-    """Check the name and the checkpoint as ``served_model_register`` does (converting a GGUF
-    file, once); returns the Checkpoint, or raises ModelRegistrationError."""
-    name = (name or "").strip()
-    if not name or any(c.isspace() for c in name) or ":" in name or len(name) > 200:
-        raise ModelRegistrationError(
-            f"model name {name!r} is invalid: use 1-200 characters, no spaces or ':'"
-        )
-    return checkpoint_inspect(path=path, progress=progress)
+    """Check the name and the checkpoint as ``served_model_register`` does (downloading a hub
+    id, converting a GGUF file, once); returns the Checkpoint, or raises
+    ModelRegistrationError."""
+    model_name_check(name)
+    local = checkpoint_fetch(source=str(path), progress=progress)
+    return checkpoint_inspect(path=local, progress=progress)
 
 
 def served_model_register(
     *, path: str | Path, name: str, progress: Progress = no_progress, quantization: str = ""
 ) -> ServedModel:
-    """Validate the checkpoint at ``path`` and register (or update) it as ``name``: a chat
-    model, a completions-only base model, an embeddings model, or a GGUF file's conversion.
+    """Validate the checkpoint at ``path`` and register (or update) it as ``name``, here and
+    now (``load_model``; the admin registers in the background, registration.py): a chat
+    model, a completions-only base model, an embeddings model, a GGUF file's conversion, or a
+    Hugging Face hub id's download.
     ``quantization`` ("int8", "int4"; "" for none) is what its engines quantize weights to.
 
     Raises ModelRegistrationError, and registers nothing, when the checkpoint is unusable.
@@ -50,7 +51,15 @@ def served_model_register(
     if quantization not in ("", "int8", "int4"):
         raise ModelRegistrationError(f"quantization must be int8 or int4, not {quantization!r}")
     checkpoint = served_model_validate(path=path, name=name, progress=progress)
-    fields = {**checkpoint.fields(), "is_active": True, "quantization": quantization}
+    fields = {
+        **checkpoint.fields(),
+        "source": str(path),
+        "state": ServedModel.State.READY,
+        "stage": "ready",
+        "failure_reason": "",
+        "is_active": True,
+        "quantization": quantization,
+    }
     if quantization and ServedModel(**fields).is_embedding:
         raise ModelRegistrationError("quantization applies to generation models, not embeddings")
     with transaction.atomic():

@@ -57,6 +57,8 @@ def deployment_deploy(
     served = served_model_get(name=model or name)
     if served is None:
         raise DeploymentError(f"no served model named {model or name!r}; load_model it first")
+    if not served.is_ready:
+        raise DeploymentError(f"{served.name} is {served.state}, not ready: it cannot be deployed")
     if served.is_embedding:
         raise DeploymentError(f"{served.name} is an embeddings model; the fleet runs generation")
     fields = {"served_model": served, "replicas": _replicas_checked(replicas), **settings}

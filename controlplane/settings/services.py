@@ -56,3 +56,8 @@ CELERY_BEAT_SCHEDULE = {
     # Batches whose worker died (lease run out) go back on the batch queue.
     "batches-requeue-stale": {"task": "batches.requeue_stale", "schedule": BATCH_REQUEUE_INTERVAL},
 }
+
+# Registering a Hugging Face hub id downloads it from here (a mirror, when set) with this
+# token (gated and private repos); huggingface_hub's own variable names.
+HF_ENDPOINT = env.str("HF_ENDPOINT", "https://huggingface.co")
+HF_TOKEN = env.str("HF_TOKEN", "")

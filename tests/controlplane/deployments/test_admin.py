@@ -1,4 +1,5 @@
-"""The served-model admin: adding validates the checkpoint, changes and deletions go through
+"""The served-model admin: adding registers the checkpoint (in the background, by the task
+tests/controlplane/deployments/test_registration.py covers), changes and deletions go through
 the services (audited, and seen by every API process's catalog)."""
 
 from __future__ import annotations
@@ -10,29 +11,45 @@ from controlplane.audit.models import AuditEvent
 from controlplane.catalog.cache import catalog_snapshot
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import ModelRegistrationError, served_model_delete
+from controlplane.deployments.tasks import register_model
 
 pytestmark = pytest.mark.django_db
 
 
-def test_adding_validates_the_checkpoint_and_registers_it(admin_client, tiny_llama, tmp_path):
+@pytest.fixture
+def add_model(admin_client, django_capture_on_commit_callbacks):
+    """Add a model in the admin and run its registration task, as the Celery worker would."""
+
+    def add(name: str, path) -> ServedModel:
+        with django_capture_on_commit_callbacks():
+            response = admin_client.post(
+                reverse("admin:deployments_servedmodel_add"), {"name": name, "path": str(path)}
+            )
+        assert response.status_code == 302, response.content[:3000]
+        model = ServedModel.objects.get(name=name)
+        register_model(model.pk)
+        model.refresh_from_db()
+        return model
+
+    return add
+
+
+def test_adding_registers_the_checkpoint(admin_client, add_model, tiny_llama, tmp_path):
     url = reverse("admin:deployments_servedmodel_add")
-    response = admin_client.post(url, {"name": "broken", "path": str(tmp_path)})
+    response = admin_client.post(url, {"name": "broken", "path": str(tmp_path / "nothing")})
     assert response.status_code == 200
-    assert "config.json" in response.content.decode()
+    assert "is not a file or folder on the server" in response.content.decode()
     assert not ServedModel.objects.exists()
 
-    response = admin_client.post(url, {"name": "tiny", "path": str(tiny_llama)})
-    assert response.status_code == 302, response.content[:3000]
-    model = ServedModel.objects.get(name="tiny")
+    model = add_model("tiny", tiny_llama)
     assert model.architecture == "LlamaForCausalLM" and model.num_parameters > 0
     assert "tiny" in catalog_snapshot().models
+    response = admin_client.post(url, {"name": "tiny", "path": str(tiny_llama)})
+    assert "already exists" in response.content.decode()
 
 
-def test_deactivating_goes_through_the_service(admin_client, tiny_llama):
-    admin_client.post(
-        reverse("admin:deployments_servedmodel_add"), {"name": "tiny", "path": str(tiny_llama)}
-    )
-    model = ServedModel.objects.get(name="tiny")
+def test_deactivating_goes_through_the_service(admin_client, add_model, tiny_llama):
+    model = add_model("tiny", tiny_llama)
     assert "tiny" in catalog_snapshot().models
 
     response = admin_client.post(
@@ -54,12 +71,11 @@ def test_deactivating_goes_through_the_service(admin_client, tiny_llama):
     assert AuditEvent.objects.filter(action="model.delete").exists()
 
 
-def test_a_tenants_only_granted_model_cannot_be_deleted(admin_client, tiny_llama, make_tenant):
+def test_a_tenants_only_granted_model_cannot_be_deleted(
+    admin_client, add_model, tiny_llama, make_tenant
+):
     """An empty grant list means every model: deleting a tenant's only grant would widen it."""
-    admin_client.post(
-        reverse("admin:deployments_servedmodel_add"), {"name": "tiny", "path": str(tiny_llama)}
-    )
-    model = ServedModel.objects.get(name="tiny")
+    model = add_model("tiny", tiny_llama)
     tenant = make_tenant("Narrow")
     tenant.allowed_models.add(model)
     url = reverse("admin:deployments_servedmodel_delete", args=[model.pk])

@@ -98,7 +98,7 @@ def test_load_model_exit_code_on_a_missing_directory(tmp_path):
         env={**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"},
     )
     assert result.returncode != 0
-    assert "is not a directory" in result.stderr
+    assert "is not a file or folder on the server, nor a Hugging Face hub id" in result.stderr
 
 
 @pytest.mark.slow

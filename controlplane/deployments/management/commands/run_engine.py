@@ -38,6 +38,8 @@ class Command(BaseCommand):
             )
         if not model.is_active:
             raise CommandError(f"served model {model.name!r} is deactivated")
+        if not model.is_ready:
+            raise CommandError(f"served model {model.name!r} is {model.state}, not ready")
         # The service reads its key prefix from the environment, as python -m engine does.
         os.environ["PLATFORM_REDIS_PREFIX"] = settings.PLATFORM_REDIS_PREFIX
         redis_url = opts.get("redis_url") or settings.REDIS_URL
