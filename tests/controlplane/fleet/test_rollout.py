@@ -120,3 +120,18 @@ def test_an_agent_started_again_leaves_its_old_replicas_lost(model, nodes, redis
     reconcile(redis_client)
     states = sorted(r.state for r in deployment.replicas_set.all())
     assert states == [State.LOST, State.PENDING]
+
+
+def test_restart_deployment_command_starts_a_new_generation(model, nodes, redis_client):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    services.deployment_deploy(name="tiny", replicas=2)
+    out = StringIO()
+    call_command("restart_deployment", "tiny", stdout=out)
+    assert "generation 2" in out.getvalue()
+    event = AuditEvent.objects.get(action="deployment.restart")
+    assert event.actor_label.startswith("manage.py restart_deployment (")
+    with pytest.raises(CommandError, match="no deployment named 'nothing'"):
+        call_command("restart_deployment", "nothing")
