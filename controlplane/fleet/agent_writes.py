@@ -27,7 +27,17 @@ def node_register(
     gpus: list[dict] | None = None,
     labels: dict[str, str] | None = None,
 ) -> Node:
-    """Create or update the node ``name`` with its resources, mark it ready and beat once."""
+    """Create or update the node ``name`` with its resources, mark it ready and beat once.
+
+    An agent registers before it starts any engine, so replicas still recorded active on its
+    node belong to an earlier run of it (killed, or its host rebooted): they are marked lost,
+    and the reconciler places fresh ones, rather than the new agent taking over records whose
+    engine ids and restart counts describe processes that are gone."""
+    Replica.objects.filter(node__name=name, state__in=ACTIVE_STATES).update(
+        state=Replica.State.LOST,
+        reason=f"node agent {name} started again; its engines were gone",
+        updated_at=timezone.now(),
+    )
     node, _ = Node.objects.update_or_create(
         name=name,
         defaults={

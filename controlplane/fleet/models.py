@@ -40,6 +40,11 @@ class Deployment(models.Model):
     )
     scale_to_zero = models.BooleanField(default=False)
     idle_timeout_s = models.PositiveIntegerField(default=600)
+    generation = models.PositiveIntegerField(
+        default=1,
+        help_text="Bumped by a settings change or a restart; replicas of an older one are "
+        "rolled (fleet/rollout.py).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -103,6 +108,9 @@ class Replica(models.Model):
     log_tail = models.TextField(blank=True, default="")
     restarts = models.PositiveIntegerField(default=0)
     memory_bytes = models.BigIntegerField(default=0, help_text="The estimate it was placed by.")
+    generation = models.PositiveIntegerField(
+        default=1, help_text="The deployment's generation (settings) it was created for."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -5,7 +5,10 @@ One pass (``reconcile``):
 2. replicas still waiting for a node (none fitted before) are placed if one fits now;
 3. a deployment short of replicas gets new pending ones, placed (``placement.place``);
 4. a deployment with too many retires the surplus: failed and unplaced ones are stopped,
-   placed ones set draining (their agent drains and stops the engine).
+   placed ones set draining (their agent drains and stops the engine);
+5. a deployment with replicas of an older generation (settings changed, or restarted) is
+   rolled instead of 3 and 4: one new replica at a time, ready before an old one drains
+   (``rollout.py``).
 
 A failed replica keeps its slot until the next deploy, so a broken checkpoint ends in
 ``failed`` rather than in new replicas crashing forever.
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 import redis
 from django.db import transaction
 
-from controlplane.fleet import selectors
+from controlplane.fleet import rollout, selectors
 from controlplane.fleet.liveness import live_node_names, under_fleet_lock
 from controlplane.fleet.models import ACTIVE_STATES, RUNNING_STATES, Deployment, Node, Replica
 from controlplane.fleet.placement import NodeRoom, place
@@ -90,11 +93,19 @@ def _reconcile_deployment(
 ) -> None:
     holding = list(deployment.replicas_set.filter(state__in=(*RUNNING_STATES, State.FAILED)))
     need = selectors.replica_need(deployment)
-    counts = Counter(r.node.name for r in holding if r.node_id is not None)
+    step = rollout.plan(
+        generation=deployment.generation, replicas=deployment.replicas, holding=holding
+    )
+    # Spread: during a rollout, over the new generation's replicas (the old ones are leaving).
+    spread = holding if step is None else rollout.current(deployment.generation, holding)
+    counts = Counter(r.node.name for r in spread if r.node_id is not None)
     for room in rooms.values():
         room.num_replicas = counts[room.name]
     surplus = len(holding) - deployment.replicas
-    if surplus > 0:
+    if step is not None:  # a rollout under way does its steps instead of the count-keeping
+        surplus = -_roll(step, report)
+        holding = [r for r in holding if r not in step.stop]
+    elif surplus > 0:
         _retire(holding, surplus, report)
         return
     waiting = [r for r in holding if r.node_id is None]
@@ -109,6 +120,7 @@ def _reconcile_deployment(
             deployment=deployment,
             node_id=node_ids[node] if node is not None else None,
             memory_bytes=need.memory_bytes,
+            generation=deployment.generation,
             reason="" if node is not None else _no_fit_reason(need, rooms),
         )
         report.num_created += 1
@@ -132,6 +144,18 @@ _RETIRE_ORDER = {
     State.LOADING: 3,
     State.READY: 4,
 }
+
+
+def _roll(step: rollout.RolloutStep, report: ReconcileReport) -> int:
+    """Stop and drain what ``step`` says; the number of replicas it wants created."""
+    for replica, state in [(r, State.STOPPED) for r in step.stop] + [
+        (r, State.DRAINING) for r in step.drain
+    ]:
+        replica.state = state
+        replica.reason = "replaced by a rolling restart"
+        replica.save(update_fields=["state", "reason", "updated_at"])
+        report.num_retired += 1
+    return step.create
 
 
 def _retire(holding: list[Replica], surplus: int, report: ReconcileReport) -> None:

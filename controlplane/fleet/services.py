@@ -29,6 +29,14 @@ SETTINGS = (
 )
 
 
+# A change to any of these starts a new generation: running replicas are rolled onto it
+# (``rollout.py``). Scale-to-zero and idle settings change no engine, so they roll nothing.
+ROLLING_SETTINGS = (
+    *("device", "dtype", "quantization", "max_model_len", "max_num_seqs", "kv_cache_gb"),
+    *("cpu_threads", "node_selector", "served_model_id"),
+)
+
+
 class DeploymentError(ValueError):
     """A deploy, scale or undeploy that cannot be done; the message says why."""
 
@@ -62,11 +70,18 @@ def deployment_deploy(
     if served.is_embedding:
         raise DeploymentError(f"{served.name} is an embeddings model; the fleet runs generation")
     fields = {"served_model": served, "replicas": _replicas_checked(replicas), **settings}
+    before = Deployment.objects.filter(name=name).values(*ROLLING_SETTINGS).first()
     deployment, created = Deployment.objects.update_or_create(name=name, defaults=fields)
+    after = {field: getattr(deployment, field) for field in ROLLING_SETTINGS}
+    rolled = before is not None and before != after
+    if rolled:
+        _next_generation(deployment)
     retired = deployment.replicas_set.filter(state=Replica.State.FAILED).update(
         state=Replica.State.STOPPED, reason="retired by a new deploy"
     )
     details = {"model": served.name, "replicas": replicas, **settings, "retired_failed": retired}
+    if rolled:
+        details["generation"] = deployment.generation
     audit_record(
         actor=actor,
         actor_label=actor_label,
@@ -75,6 +90,11 @@ def deployment_deploy(
         details=details,
     )
     return deployment
+
+
+def _next_generation(deployment: Deployment) -> None:
+    deployment.generation += 1
+    deployment.save(update_fields=["generation", "updated_at"])
 
 
 def _existing(name: str) -> Deployment:
@@ -98,6 +118,24 @@ def deployment_scale(
         action="deployment.scale",
         target=deployment,
         details={"replicas": [before, replicas]},
+    )
+    return deployment
+
+
+@transaction.atomic
+def deployment_restart(
+    *, name: str, actor: Any = None, actor_label: str | None = None
+) -> Deployment:
+    """Restart every replica with the same settings, one at a time (a rolling restart: a new
+    replica is started and ready before an old one drains, ``rollout.py``)."""
+    deployment = _existing(name)
+    _next_generation(deployment)
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="deployment.restart",
+        target=deployment,
+        details={"generation": deployment.generation, "replicas": deployment.replicas},
     )
     return deployment
 

@@ -263,6 +263,16 @@ class Stack:
     def first_dead(self) -> Child | None:
         return self.supervisor.first_dead()
 
+    def check_alive(self) -> None:
+        """Raise :class:`StartupError`, with its log's last lines, if a child has exited."""
+        dead = self.first_dead()
+        if dead is not None:
+            code = dead.process.returncode if dead.process else None
+            raise StartupError(
+                f"{dead.name} exited with code {code}; last lines of {dead.log_path}:\n"
+                f"{dead.log_tail()}"
+            )
+
     def stop_child(self, child: Child) -> None:
         """Stop one child (SIGTERM, then SIGKILL after its stop timeout) and forget it."""
         self.supervisor.stop(child)

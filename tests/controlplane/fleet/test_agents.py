@@ -1,94 +1,35 @@
-"""The fleet against real processes: two node agents (distinct names and var dirs stand for two
-hosts) on one SQLite file and the session's Redis, running real engines of a tiny checkpoint.
+"""The fleet against real processes, the issue's acceptance points: two node agents (distinct
+names and var dirs stand for two hosts) on one SQLite file, the session's Redis and one Daphne,
+running real engines of a tiny random-weight checkpoint, with the official openai SDK as the
+client (tests/support/fleet_platform.py).
 
-One module-scoped pair of agents serves the three tests, in order, with two deployments made
-once both agents are up (`manage.py deploy`): two replicas of a tiny checkpoint spread over
-both agents; a broken checkpoint ends failed after bounded restarts; a SIGKILLed agent's
-replica comes back on the other one. Replica states are read from the database file directly.
+One module-scoped platform serves the tests, in order; each starts from where the last one
+left the fleet: ``tiny`` 1 -> 3 replicas, spread over both agents; a broken checkpoint ends
+failed after bounded restarts; 3 -> 1 under 16 concurrent streams; a rolling restart to a new
+``max_num_seqs`` (and 2 replicas) under the same load; an agent SIGKILLed with its engines.
 """
 
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import time
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
-import redis
-from django.test import override_settings
 
-from controlplane.common.engine_statuses import find_engine_statuses
-from controlplane.fleet.liveness import live_node_names
-from controlplane.launcher.process_commands import manage_command, platform_environment
-from controlplane.launcher.stack import Stack, run_manage
-from engine.protocol import Keys
+from tests.support.fleet_platform import ENGINE_OPTIONS, FleetPlatform
+from tests.support.stream_load import StreamLoad
 
 pytestmark = pytest.mark.slow
 
-PREFIX = "fleettest"
-AGENT_OPTIONS = (
-    *("--heartbeat", "0.5", "--node-ttl", "2", "--max-restarts", "1"),
-    *("--backoff", "0.2", "--drain-timeout", "2", "--memory-gb", "8"),
-)
-ENGINE_OPTIONS = ("--kv-cache-gb", "0.25", "--cpu-threads", "1", "--max-model-len", "256")
-
-
-class Fleet:
-    def __init__(self, workdir: Path, redis_url: str):
-        self.db_path = workdir / "db.sqlite3"
-        self.env = platform_environment(
-            redis_url=redis_url,
-            redis_prefix=PREFIX,
-            database_url=f"sqlite:///{self.db_path}",
-            var_dir=workdir / "var",
-        )
-        self.env["OMP_NUM_THREADS"] = "1"
-        self.stack = Stack(workdir, env=self.env)
-        self.stack.env = self.env
-        self.redis = redis.Redis.from_url(redis_url)
-        self.agents = {}
-
-    def manage(self, *args: str) -> str:
-        return run_manage(self.env, *args, timeout=120).stdout
-
-    def start_agent(self, name: str) -> None:
-        var_dir = self.stack.workdir / f"agent-{name}"
-        command = manage_command("run_agent", "--name", name, "--var-dir", str(var_dir))
-        self.agents[name] = self.stack.start(f"agent-{name}", [*command, *AGENT_OPTIONS])
-
-    def replicas(self, deployment: str) -> list[dict]:
-        with sqlite3.connect(self.db_path, timeout=20) as db:
-            db.row_factory = sqlite3.Row
-            rows = db.execute(
-                "SELECT r.state, r.engine_id, r.reason, r.log_tail, r.restarts, n.name AS node "
-                "FROM fleet_replica r JOIN fleet_deployment d ON r.deployment_id = d.id "
-                "LEFT JOIN fleet_node n ON r.node_id = n.id WHERE d.name = ? ORDER BY r.id",
-                (deployment,),
-            )
-            return [dict(row) for row in rows]
-
-    def ready(self, deployment: str) -> list[dict]:
-        return [r for r in self.replicas(deployment) if r["state"] == "ready"]
-
-    def wait(self, condition, *, timeout: float, what: str) -> None:
-        self.stack.wait_until(condition, timeout=timeout, what=what, children=[])
-
-    def live_nodes(self) -> set[str]:
-        with override_settings(PLATFORM_REDIS_PREFIX=PREFIX):
-            return live_node_names(self.redis)
-
-    def engine_live(self, model: str, engine_id: str) -> bool:
-        return bool(
-            find_engine_statuses(self.redis, Keys(PREFIX), model=model, engine_id=engine_id)
-        )
+LOAD_S = 90  # generous: engines load on 2 busy cores
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, redis_server, checkpoints):
     workdir = tmp_path_factory.mktemp("fleet")
     broken = shutil.copytree(checkpoints.get("llama"), workdir / "broken")
-    fleet = Fleet(workdir, redis_server.url)
+    fleet = FleetPlatform(workdir, redis_server.url)
     setup = (  # one process: migrate and register both models
         "from django.core.management import call_command; "
         "from controlplane.deployments.services import served_model_register as r; "
@@ -99,31 +40,42 @@ def fleet(tmp_path_factory, redis_server, checkpoints):
     fleet.manage("shell", "-c", setup)
     for weights in broken.glob("*.safetensors"):
         weights.write_bytes(b"not a safetensors file")
-    fleet.start_agent("a")
-    fleet.start_agent("b")
-    fleet.wait(lambda: fleet.live_nodes() == {"a", "b"}, timeout=60, what="both agents")
-    # Both deployments at once (one process): the broken one's restarts overlap the loads.
-    deploy = "from django.core.management import call_command as c; " + "; ".join(
-        f"c('deploy', {name!r}, '--replicas', '{n}', *{ENGINE_OPTIONS!r})"
-        for name, n in (("tiny", 2), ("broken", 1))
-    )
-    fleet.manage("shell", "-c", deploy)
-    yield fleet
-    fleet.stack.stop()
-    fleet.redis.close()
+    try:
+        fleet.start_daphne()
+        fleet.start_agent("a")
+        fleet.start_agent("b")
+        fleet.wait(lambda: fleet.live_nodes() == {"a", "b"}, timeout=60, what="both agents")
+        # Both deployments at once (one process): the broken one's restarts overlap the load.
+        deploy = "from django.core.management import call_command as c; " + "; ".join(
+            f"c('deploy', {name!r}, '--replicas', '1', *{ENGINE_OPTIONS!r})"
+            for name in ("tiny", "broken")
+        )
+        fleet.manage("shell", "-c", deploy)
+        yield fleet
+    finally:
+        fleet.stop()
 
 
-def test_two_replicas_run_one_ready_engine_on_each_agent(fleet):
-    fleet.wait(lambda: len(fleet.ready("tiny")) == 2, timeout=90, what="two ready replicas")
+def _assert_none_failed(load: StreamLoad) -> None:
+    assert load.outcomes, "no request ended"
+    assert load.failed == [], f"{len(load.failed)} of {len(load.outcomes)} requests failed"
+
+
+def test_scaling_to_three_runs_ready_replicas_on_both_agents(fleet):
+    fleet.wait(lambda: len(fleet.ready("tiny")) == 1, timeout=LOAD_S, what="the first replica")
+    fleet.manage("scale", "tiny", "3")
+    fleet.wait(lambda: fleet.settled("tiny", 3), timeout=2 * LOAD_S, what="three ready replicas")
     ready = fleet.ready("tiny")
-    assert sorted(r["node"] for r in ready) == ["a", "b"]
+    assert {r["node"] for r in ready} == {"a", "b"}
     assert all(fleet.engine_live("tiny", r["engine_id"]) for r in ready)
+    reply = fleet.sdk().completions.create(model="tiny", prompt="hello", max_tokens=4)
+    assert reply.choices[0].finish_reason in {"stop", "length"}
 
 
 def test_a_broken_checkpoint_ends_failed_after_bounded_restarts(fleet):
     fleet.wait(
         lambda: [r["state"] for r in fleet.replicas("broken")] == ["failed"],
-        timeout=90,
+        timeout=2 * LOAD_S,
         what="the broken replica to fail",
     )
     (replica,) = fleet.replicas("broken")
@@ -132,16 +84,61 @@ def test_a_broken_checkpoint_ends_failed_after_bounded_restarts(fleet):
     assert replica["log_tail"].strip()
 
 
-def test_a_killed_agents_replica_is_placed_on_the_other_agent(fleet):
-    victim = fleet.agents["b"]
-    victim.process.kill()  # its engines get SIGTERM from the parent-death signal
-    fleet.stack.forget(victim.process)
-    killed_at = time.monotonic()
-    fleet.wait(
-        lambda: [r["node"] for r in fleet.ready("tiny")] == ["a", "a"],
-        timeout=90,
-        what="the replacement replica on agent a",
-    )
-    assert time.monotonic() - killed_at < 30 + 30  # node TTL and reconcile, plus load time
-    states = {(r["node"], r["state"]) for r in fleet.replicas("tiny")}
-    assert ("b", "lost") in states
+def test_scaling_three_to_one_under_16_streams_fails_no_request(fleet):
+    with StreamLoad(fleet, "tiny", workers=16) as load:
+        load.wait_for(16)
+        fleet.manage("scale", "tiny", "1")
+        fleet.wait(lambda: fleet.settled("tiny", 1), timeout=LOAD_S, what="one replica left")
+        seen = len(load.outcomes)
+        load.wait_for(seen + 16)  # and it goes on serving on the one left
+    _assert_none_failed(load)
+    assert [r["state"] for r in fleet.replicas("tiny")].count("stopped") == 2
+
+
+def test_a_rolling_restart_under_16_streams_fails_no_request(fleet):
+    (old,) = fleet.ready("tiny")
+    assert fleet.engine_statuses("tiny")[0].max_num_seqs != 8
+    with StreamLoad(fleet, "tiny", workers=16) as load:
+        load.wait_for(16)
+        fleet.manage("deploy", "tiny", "--replicas", "2", "--max-num-seqs", "8")
+        fleet.wait(
+            lambda: (
+                fleet.settled("tiny", 2) and all(r["generation"] == 2 for r in fleet.ready("tiny"))
+            ),
+            timeout=3 * LOAD_S,
+            what="two ready replicas on the new settings",
+        )
+        seen = len(load.outcomes)
+        load.wait_for(seen + 16)
+    _assert_none_failed(load)
+    ready = fleet.ready("tiny")
+    assert {r["node"] for r in ready} == {"a", "b"}
+    assert old["id"] not in {r["id"] for r in ready}
+    statuses = fleet.engine_statuses("tiny")
+    assert sorted(s.engine_id for s in statuses) == sorted(r["engine_id"] for r in ready)
+    assert [s.max_num_seqs for s in statuses] == [8, 8]
+
+
+def test_a_killed_agent_and_its_engines_are_replaced_and_new_requests_see_no_5xx(fleet):
+    assert sorted(r["node"] for r in fleet.ready("tiny")) == ["a", "b"]
+    with StreamLoad(fleet, "tiny", workers=16) as load:
+        load.wait_for(16)
+        killed_at = time.time()
+        fleet.kill_agent_and_engines("b")
+        fleet.wait(
+            lambda: [r["node"] for r in fleet.ready("tiny")] == ["a", "a"],
+            timeout=30 + LOAD_S,
+            what="the replacement replica on agent a",
+        )
+        seen = len(load.outcomes)
+        load.wait_for(seen + 16)
+    replacement = fleet.replicas("tiny")[-1]
+    placed_at = datetime.fromisoformat(replacement["created_at"]).replace(tzinfo=UTC).timestamp()
+    # Noticed (node TTL), and placed on agent a, within 30 s; then it loads.
+    assert replacement["node"] == "a" and placed_at - killed_at < 30
+    assert ("b", "lost") in {(r["node"], r["state"]) for r in fleet.replicas("tiny")}
+    # Streams the killed engine had started end with the failover's error event; every
+    # request sent after the kill, and every one refused at all, shows no 5xx.
+    assert [o for o in load.outcomes if o.status is not None and o.status >= 500] == []
+    after = [o for o in load.outcomes if o.started_at > killed_at]
+    assert after and [o for o in after if not o.ok] == []

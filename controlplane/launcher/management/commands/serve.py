@@ -2,9 +2,11 @@
 
 Migrates the database, starts Redis (unless REDIS_URL is set), converts and registers the demo
 chat model (SmolLM2-135M-Instruct, once) when no chat model is configured, creates the admin
-user and a demo tenant with a key on the first run, starts one engine per served model, a
-Celery worker and Daphne, waits until they answer, and prints how to reach them. Ctrl-C or
-SIGTERM stops every child process. While it runs, var/run/redis.json says where its Redis
+user and a demo tenant with a key on the first run, starts the embeddings engine, a node agent
+for this host (generation models are fleet deployments of one replica, which the agent runs:
+local_fleet.py), a Celery worker and Daphne, waits until they answer, and prints how to reach
+them. Ctrl-C or SIGTERM stops every child process in reverse order: Daphne first, then Celery,
+then the agent (its engines drain), the embeddings engine, Redis. While it runs, var/run/redis.json says where its Redis
 is, so commands typed in another shell reach it.
 """
 
@@ -33,12 +35,17 @@ from controlplane.launcher.first_run import (
     ensure_demo_models,
     ensure_first_run_setup,
 )
+from controlplane.launcher.local_fleet import (
+    AGENT_STOP_TIMEOUT_S,
+    agent_command,
+    declare_deployments,
+    wait_until_ready,
+)
 from controlplane.launcher.process_commands import (
     celery_batch_worker_command,
     celery_worker_command,
     daphne_command,
     pooling_engine_command,
-    run_engine_command,
 )
 from controlplane.launcher.progress import Progress
 from controlplane.launcher.stack import Stack, StartupError, http_ok
@@ -140,16 +147,24 @@ class Command(BaseCommand):
                 credentials_path=var_dir / "credentials.json", served_model_names=names
             )
 
+        deployments = []
         with progress.step("Starting engines, Celery and Daphne") as st:
             registry_reconcile()  # engines start from the database's ready adapters
             if not opts["no_engine"]:
-                for model in models:
+                for model in [m for m in models if m.is_embedding]:
                     stack.start(
                         f"engine:{model.name}",
-                        self._engine_command(model),
+                        pooling_engine_command(model.name, model_path=model.path),
                         log=stack.log_dir / f"engine-{model.name}.log",
                         stop_timeout=20,  # engines drain on SIGTERM
                     )
+                # Generation engines run through the fleet: this host's agent starts them.
+                deployments = declare_deployments(models)
+                stack.start(
+                    "agent",
+                    agent_command(var_dir),
+                    stop_timeout=AGENT_STOP_TIMEOUT_S,  # it drains its engines first
+                )
             schedule = var_dir / "celerybeat-schedule"
             stack.start("celery", celery_worker_command(beat_schedule=schedule, loglevel="info"))
             stack.start("celery-batches", celery_batch_worker_command(loglevel="info"))
@@ -168,12 +183,19 @@ class Command(BaseCommand):
             if opts["no_engine"]:
                 st["note"] = "skipped (--no-engine)"
             else:
-                for name in names:
+                for model in [m for m in models if m.is_embedding]:
                     stack.wait_until(
-                        lambda n=name: stack.engine_live(n),
+                        lambda n=model.name: stack.engine_live(n),
                         timeout=deadline - time.monotonic(),
-                        what=f"the engine of {name}",
+                        what=f"the engine of {model.name}",
                     )
+                wait_until_ready(
+                    deployments,
+                    timeout=deadline - time.monotonic(),
+                    alive=stack.check_alive,
+                    say=progress.detail,
+                )
+                st["note"] = f"engine logs in {var_dir / 'agent' / 'log'}"
 
         self._banner(base, creds, names)
         while True:
@@ -184,12 +206,6 @@ class Command(BaseCommand):
                     f"{dead.log_path}:\n{dead.log_tail()}"
                 )
             time.sleep(0.5)
-
-    @staticmethod
-    def _engine_command(model) -> list[str]:
-        if model.is_embedding:
-            return pooling_engine_command(model.name, model_path=model.path)
-        return run_engine_command(model.name)
 
     def _banner(self, base: str, creds, names: list[str]) -> None:
         chat_model = next((n for n in names if n != EMBEDDING_MODEL), names[0])

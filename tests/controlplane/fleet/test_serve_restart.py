@@ -1,0 +1,125 @@
+"""bin/serve through the fleet, started twice on one var folder: each time its agent runs the
+model's deployment and the API answers; the second start finds one node (this host) and one
+running replica, the first run's replica stopped; Ctrl-C leaves no process behind.
+
+A tiny random-weight checkpoint is registered beforehand, so serve makes no demo model
+(tests/foundation/test_serve_command.py runs the demo model path).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from controlplane.launcher.process_commands import REPO, manage_command
+from controlplane.launcher.redis_server import free_port
+
+pytestmark = pytest.mark.slow
+
+NOBODY = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+
+
+def _pids_with_env(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _serve_until_up(env: dict[str, str], port: int) -> tuple[subprocess.Popen, str, str]:
+    """serve, up: the process, its output so far and the demo key."""
+    proc = subprocess.Popen(
+        manage_command("serve", "--port", str(port)),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
+        if "Press Ctrl-C" in line:
+            key = next(ln.split()[-1] for ln in lines if ln.strip().startswith("Demo API key"))
+            return proc, "".join(lines), key
+    proc.kill()
+    raise AssertionError("serve did not come up:\n" + "".join(lines))
+
+
+def _ctrl_c(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+def _completion(port: int, key: str) -> str:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+    reply = client.completions.create(model="tiny", prompt="hello", max_tokens=4)
+    return reply.choices[0].finish_reason
+
+
+def _fleet_rows(db: Path) -> tuple[list[tuple], list[tuple]]:
+    with sqlite3.connect(db, timeout=20) as conn:
+        nodes = conn.execute("SELECT name, state FROM fleet_node ORDER BY id").fetchall()
+        replicas = conn.execute(
+            "SELECT r.state, n.name FROM fleet_replica r LEFT JOIN fleet_node n "
+            "ON r.node_id = n.id ORDER BY r.id"
+        ).fetchall()
+    return nodes, replicas
+
+
+def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, tiny_llama):
+    var_dir = tmp_path / "var"
+    unset = {"REDIS_URL", "DATABASE_URL", "DJANGO_DEBUG"}
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(PLATFORM_VAR_DIR=str(var_dir), OMP_NUM_THREADS="1")
+    env["PLATFORM_CPU_KVCACHE_SPACE"] = "0.25"  # the tiny model needs little
+    marker = f"PLATFORM_VAR_DIR={var_dir}"
+    setup = {**env, "REDIS_URL": NOBODY}
+    for args in (("migrate", "-v0"), ("load_model", str(tiny_llama), "--name", "tiny")):
+        subprocess.run(manage_command(*args), cwd=REPO, env=setup, check=True, timeout=300)
+    host = socket.gethostname()
+
+    port = free_port()
+    serve, output, key = _serve_until_up(env, port)
+    try:
+        assert f"tiny: replica 1 ready on {host}" in output
+        assert _completion(port, key) in {"stop", "length"}
+    finally:
+        _ctrl_c(serve)
+
+    port = free_port()
+    serve, output, key = _serve_until_up(env, port)
+    try:
+        assert _completion(port, key) in {"stop", "length"}
+        nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
+        assert nodes == [(host, "ready")]
+        assert replicas == [("stopped", host), ("ready", host)]
+    finally:
+        _ctrl_c(serve)
+    time.sleep(0.5)
+    assert _pids_with_env(marker) == [], "processes of the platform were left running"
+    nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
+    assert nodes == [(host, "gone")]
+    assert replicas == [("stopped", host), ("stopped", host)]
