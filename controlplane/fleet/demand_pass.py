@@ -56,6 +56,15 @@ def _activities(client: redis.Redis, deployments: list[Deployment]) -> dict[str,
     used = last_used(client, models)
     statuses = read_engine_statuses(client, Keys(settings.PLATFORM_REDIS_PREFIX))
     busy = {s.model for s in statuses if s.num_running or s.num_waiting}
+    # A placed replica still coming up pauses the idle clock: it starts once the engine is
+    # ready, so an engine is never unloaded (or evicted) before it could serve anything.
+    coming_up = set(
+        Replica.objects.filter(
+            deployment__in=deployments,
+            node__isnull=False,
+            state__in=(State.PENDING, State.STARTING, State.LOADING),
+        ).values_list("deployment_id", flat=True)
+    )
     changed = dict(
         Replica.objects.filter(deployment__in=deployments, state__in=ACTIVE_STATES)
         .values_list("deployment_id")
@@ -66,7 +75,8 @@ def _activities(client: redis.Redis, deployments: list[Deployment]) -> dict[str,
         times = [used.get(d.served_model.name, 0.0), d.updated_at.timestamp()]
         if d.pk in changed:
             times.append(changed[d.pk].timestamp())
-        activities[d.name] = Activity(last_active=max(times), busy=d.served_model.name in busy)
+        active = d.served_model.name in busy or d.pk in coming_up
+        activities[d.name] = Activity(last_active=max(times), busy=active)
     return activities
 
 

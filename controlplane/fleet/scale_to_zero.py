@@ -3,8 +3,9 @@ when a deployment is idle, and which one to evict so that a replica no node fits
 
 A deployment's *activity* is the latest of: a request for its model (the API's last-use key),
 a change of its wanted count (a wake, a scale), a change of one of its replicas (the last one:
-becoming ready). Its engines running or queueing requests make it *busy*, whatever the time:
-a long stream keeps its engine. Idle unload needs ``idle_timeout_s`` without activity;
+becoming ready). Its engines running or queueing requests make it *busy*, whatever the time
+(a long stream keeps its engine), and so does a replica placed and still coming up (the idle
+clock starts when the engine is ready, not while it loads). Idle unload needs ``idle_timeout_s`` without activity;
 eviction only EVICTION_MIN_IDLE_S, since it happens only when another model needs the room.
 """
 

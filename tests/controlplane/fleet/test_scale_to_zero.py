@@ -222,3 +222,20 @@ def test_a_woken_deployment_that_becomes_ready_counts_one_cold_start(models, red
     assert tally.total_seconds == pytest.approx(event.details["seconds"], abs=0.01)
     assert event.details["node"] == "a" and event.details["replica"]
     assert tally.cumulative[-1] == (float("inf"), 1)
+
+
+@pytest.mark.django_db
+def test_the_idle_clock_starts_when_the_engine_is_ready(models, redis_client):
+    node_register(redis_client, name="a", ttl_s=30, memory_bytes=16 * GIB)
+    d1 = services.deployment_deploy(
+        name="d1", model="m1", replicas=1, scale_to_zero=True, idle_timeout_s=60
+    )
+    reconcile(redis_client)
+    d1.replicas_set.update(state=State.LOADING)  # a slow load, longer than the idle timeout
+    _set_back(d1, 61, redis_client)
+    reconcile(redis_client)
+    assert Deployment.objects.get(name="d1").replicas == 1
+    _ready(d1)
+    _set_back(d1, 61, redis_client)
+    reconcile(redis_client)
+    assert Deployment.objects.get(name="d1").replicas == 0
