@@ -1,14 +1,17 @@
-"""Scale to zero in-process: the pure rules (idle, which deployment to evict), and the wake,
-idle unload, eviction and cold-start count through the services and the reconciler on the
-test database and a real Redis, with no engine processes (test_scale_to_zero_platform.py
-runs them for real)."""
+"""Scale to zero in-process: the pure rules (idle, which deployment to evict); the wake, idle
+unload, eviction and cold-start count through the services and the reconciler; and the API's
+wait for a woken engine (``EngineCapacity.check``), on the test database and a real Redis with
+stand-in engine status records (test_scale_to_zero_platform.py runs real processes)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
 import pytest
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
@@ -17,7 +20,7 @@ from controlplane.deployments.models import ServedModel
 from controlplane.fleet import services
 from controlplane.fleet.agent_writes import node_register
 from controlplane.fleet.cold_starts import cold_start_tallies
-from controlplane.fleet.demand import deployment_wake, touch_used
+from controlplane.fleet.demand import deployment_wake, last_used_key, touch_used
 from controlplane.fleet.models import Deployment, Replica
 from controlplane.fleet.placement import GIB, Need
 from controlplane.fleet.reconciler import reconcile
@@ -30,6 +33,8 @@ from controlplane.fleet.scale_to_zero import (
     fits_after_drains,
     is_idle,
 )
+from engine.protocol import Keys
+from inference.transport.engine_capacity import EngineCapacity, EngineUnavailable
 from tests.support.engine_status import publish_engine_status
 
 State = Replica.State
@@ -239,3 +244,46 @@ def test_the_idle_clock_starts_when_the_engine_is_ready(models, redis_client):
     _set_back(d1, 61, redis_client)
     reconcile(redis_client)
     assert Deployment.objects.get(name="d1").replicas == 0
+
+
+# ---------------------------------------------------------------- the API's wait
+
+
+@pytest.fixture
+async def capacity(redis_server, redis_client):
+    client = aioredis.Redis.from_url(redis_server.url)
+    yield EngineCapacity(
+        client, Keys(settings.PLATFORM_REDIS_PREFIX), max_waiting=8, wake_timeout_s=20
+    )
+    await client.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_request_waits_for_the_engine_its_wake_starts(models, redis_client, capacity):
+    await sync_to_async(services.deployment_deploy)(
+        name="d1", model="m1", replicas=0, scale_to_zero=True
+    )
+    waiting = asyncio.create_task(capacity.check("m1"))
+    await asyncio.sleep(1.5)
+    assert not waiting.done()
+    assert (await sync_to_async(Deployment.objects.get)(name="d1")).replicas == 1
+    publish_engine_status(redis_client, prefix=settings.PLATFORM_REDIS_PREFIX, model="m1")
+    await asyncio.wait_for(waiting, timeout=10)  # admitted: the engine is live
+    assert redis_client.get(last_used_key("m1")) is not None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_wait_ends_on_disconnect_or_at_its_bound(models, redis_client, capacity):
+    await sync_to_async(services.deployment_deploy)(
+        name="d1", model="m1", replicas=0, scale_to_zero=True
+    )
+    waiting = asyncio.create_task(capacity.check("m1"))
+    await asyncio.sleep(1.0)
+    waiting.cancel()  # what Django does to the view's task when the client disconnects
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    capacity.cold_starts.timeout_s = 1.0
+    with pytest.raises(EngineUnavailable, match="not ready within 1 s"):
+        await capacity.check("m1")
+    with pytest.raises(EngineUnavailable, match="no engine is serving model 'm2'"):
+        await capacity.check("m2")  # no scale-to-zero deployment: refused at once, as before
