@@ -168,6 +168,8 @@ def evict_for_waiting(client: redis.Redis, nodes: list[Node]) -> Eviction | None
         details = {"for": requester, "node": choice.node}
         if _scale_to_zero(client, victim, "deployment.evict", details):
             _retire_all(victim, reason=f"evicted for {requester}")
+            replica.reason = f"waiting for {victim} (evicted) to drain on {choice.node}"
+            replica.save(update_fields=["reason", "updated_at"])
             logger.info("scale to zero: evicted %s from %s for %s", victim, choice.node, requester)
             return choice
     return None

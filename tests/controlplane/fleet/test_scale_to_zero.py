@@ -196,6 +196,7 @@ def test_a_model_that_fits_nowhere_evicts_the_idle_one_then_is_placed(models, re
     reconcile(redis_client)
     new = Deployment.objects.get(name="d2")
     assert [(r.state, r.node) for r in new.replicas_set.all()] == [(State.PENDING, None)]
+    assert new.replicas_set.get().reason == "waiting for d1 (evicted) to drain on small"
     evicted = old.replicas_set.get()
     assert (evicted.state, evicted.reason) == (State.DRAINING, "evicted for d2")
     assert Deployment.objects.get(name="d1").replicas == 0
