@@ -1,12 +1,13 @@
 """The reconciler's part for scale-to-zero deployments (rules in ``scale_to_zero.py``):
 
-1. ``unload_idle``, before replicas are placed: a scale-to-zero deployment idle for its
-   ``idle_timeout_s`` goes to 0 replicas; the same pass then drains its engines.
+1. ``before_placement``: woken deployments whose replica became ready are counted as cold
+   starts (``cold_starts.py``, and an audit event with the seconds); then a scale-to-zero
+   deployment idle for its ``idle_timeout_s`` goes to 0 replicas (``unload_idle``), and the
+   same pass drains its engines.
 2. ``after_placement``: a replica that fit no live node gets room by unloading the least
    recently active idle scale-to-zero deployment on a node where it then fits (one per pass:
    the freed memory counts once the evicted engines have drained and stopped, so later passes
-   place the replica instead of evicting more); and woken deployments whose replica became
-   ready are counted as cold starts (``cold_starts.py``, and an audit event with the seconds).
+   place the replica instead of evicting more).
 
 Every write is conditional on what the pass read (a deployment's ``replicas`` and
 ``updated_at``), so a request's wake that lands mid-pass is never undone by it.
@@ -121,10 +122,16 @@ def unload_idle(client: redis.Redis) -> list[str]:
     return unloaded
 
 
-def after_placement(client: redis.Redis, nodes: list[Node]) -> None:
-    """Evict for a replica left waiting, then count finished cold starts."""
-    evict_for_waiting(client, nodes)
+def before_placement(client: redis.Redis) -> None:
+    """Count finished cold starts first, while their ready replicas are still ready (a scale
+    to 0 since the last pass retires them in this one), then unload idle deployments."""
     record_cold_starts(client)
+    unload_idle(client)
+
+
+def after_placement(client: redis.Redis, nodes: list[Node]) -> None:
+    """Evict for a replica left waiting."""
+    evict_for_waiting(client, nodes)
 
 
 def _node_loads(nodes: list[Node]) -> list[NodeLoad]:
@@ -199,8 +206,12 @@ def record_cold_starts(client: redis.Redis) -> None:
             continue
         ready = deployment.replicas_set.filter(state=State.READY).order_by("updated_at")
         replica = ready.select_related("node").first()
-        if replica is None or not client.delete(wake_key(deployment.name)):
-            continue  # still loading (or another pass counted it)
+        if replica is None:
+            if deployment.replicas == 0:  # scaled back to 0 before it was ready: none
+                client.delete(wake_key(deployment.name))
+            continue  # still loading
+        if not client.delete(wake_key(deployment.name)):
+            continue  # another pass counted it
         seconds = max(0.0, replica.updated_at.timestamp() - float(marker))
         model = deployment.served_model.name
         cold_start_record(client, model, seconds)

@@ -7,8 +7,9 @@ One pass (``reconcile``):
 4. a deployment with too many retires the surplus: failed and unplaced ones are stopped,
    placed ones set draining (their agent drains and stops the engine).
 
-Scale to zero hooks in around steps 2-4 (``demand_pass.py``): idle scale-to-zero deployments
-go to 0 before them, and after them a replica still waiting for a node may evict an idle one.
+Scale to zero hooks in around steps 2-4 (``demand_pass.py``): before them cold starts are
+counted and idle scale-to-zero deployments go to 0; after them a replica still waiting for a
+node may evict an idle one.
 
 A failed replica keeps its slot until the next deploy, so a broken checkpoint ends in
 ``failed`` rather than in new replicas crashing forever.
@@ -61,13 +62,13 @@ def reconcile(client: redis.Redis) -> ReconcileReport:
     report = ReconcileReport()
     live = live_node_names(client)
     _mark_lost(live, report)
-    demand_pass.unload_idle(client)  # scale to zero first: this pass then drains them
+    demand_pass.before_placement(client)  # cold starts counted, idle ones to 0 (then drained)
     nodes = list(Node.objects.filter(name__in=live))
     rooms = selectors.node_rooms(nodes)
     node_ids = {node.name: node.pk for node in nodes}
     for deployment in selectors.deployment_list():
         _reconcile_deployment(deployment, rooms, node_ids, report)
-    demand_pass.after_placement(client, nodes)  # evict for what still waits; cold starts
+    demand_pass.after_placement(client, nodes)  # evict for what still waits
     if report.num_lost or report.num_created or report.num_retired or report.num_placed:
         logger.info("fleet reconciled: %s", report)
     return report

@@ -288,3 +288,19 @@ async def test_the_wait_ends_on_disconnect_or_at_its_bound(models, redis_client,
         await capacity.check("m1")
     with pytest.raises(EngineUnavailable, match="no engine is serving model 'm2'"):
         await capacity.check("m2")  # no scale-to-zero deployment: refused at once, as before
+
+
+@pytest.mark.django_db
+def test_a_cold_start_counts_once_ready_and_a_wake_undone_before_counts_none(models, redis_client):
+    node_register(redis_client, name="a", ttl_s=30, memory_bytes=16 * GIB)
+    services.deployment_deploy(name="d1", model="m1", replicas=0, scale_to_zero=True)
+    services.deployment_deploy(name="d2", model="m2", replicas=0, scale_to_zero=True)
+    deployment_wake(model="m1"), deployment_wake(model="m2")
+    reconcile(redis_client)
+    _ready(Deployment.objects.get(name="d1"))
+    services.deployment_scale(name="d1", replicas=0)  # ready, then scaled down at once
+    services.deployment_scale(name="d2", replicas=0)  # scaled down while still loading
+    reconcile(redis_client)
+    _ready(Deployment.objects.get(name="d2"))  # a late ready of the undone wake
+    reconcile(redis_client)
+    assert [(t.model, t.count) for t in cold_start_tallies(redis_client)] == [("m1", 1)]
