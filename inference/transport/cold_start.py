@@ -20,11 +20,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 
-from controlplane.fleet.demand import Wake, atouch_used, deployment_wake
+if TYPE_CHECKING:
+    from controlplane.fleet.demand import Wake
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class ColdStarts:
         if now - self._touched.get(model, -TOUCH_EVERY_S) < TOUCH_EVERY_S:
             return
         self._touched[model] = now
+        from controlplane.fleet.demand import atouch_used  # lazily: see _wake
+
         try:
             await atouch_used(self.redis, model)
         except Exception:  # the idle clock is not worth failing a request over
@@ -84,6 +88,10 @@ class ColdStarts:
     async def _wake(self, model: str) -> Wake | None:
         """``deployment_wake``, asked at most every WAKE_EVERY_S per model by this process
         (a burst of requests makes one database write, not one each)."""
+        # Imported here, not at the top: the fleet's models need Django's apps loaded, and
+        # the transport is also used without Django (benches, engine tests).
+        from controlplane.fleet.demand import deployment_wake
+
         lock = self._locks.setdefault(model, asyncio.Lock())
         async with lock:
             cached = self._wakes.get(model)
