@@ -53,8 +53,11 @@ class EngineCapacity:
         self.redis = redis
         self.keys = keys
         self.max_waiting = max_waiting
-        # Load on demand (cold_start.py), when the process's client turns it on.
-        self.cold_starts = ColdStarts(redis, timeout_s=wake_timeout_s) if wake_timeout_s else None
+        # Last use and load on demand (cold_start.py), when the process's client turns them on
+        # (``wake_timeout_s`` 0: last use only, no request waits).
+        self.cold_starts = (
+            ColdStarts(redis, timeout_s=wake_timeout_s) if wake_timeout_s is not None else None
+        )
         self._snapshots: dict[str, tuple[float, list[EngineStatus], int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -69,7 +72,7 @@ class EngineCapacity:
         statuses, lag = await self._snapshot(model)
         if self.cold_starts is not None:
             await self.cold_starts.touch(model)
-            if not statuses:
+            if not statuses and self.cold_starts.timeout_s > 0:
                 problem = await self.cold_starts.wait_for_engine(
                     model, lambda: self._serves(model, adapter)
                 )

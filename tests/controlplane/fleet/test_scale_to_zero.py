@@ -304,3 +304,15 @@ def test_a_cold_start_counts_once_ready_and_a_wake_undone_before_counts_none(mod
     _ready(Deployment.objects.get(name="d2"))  # a late ready of the undone wake
     reconcile(redis_client)
     assert [(t.model, t.count) for t in cold_start_tallies(redis_client)] == [("m1", 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_zero_wait_turns_load_on_demand_off(models, redis_client, capacity):
+    await sync_to_async(services.deployment_deploy)(
+        name="d1", model="m1", replicas=0, scale_to_zero=True
+    )
+    capacity.cold_starts.timeout_s = 0  # FLEET_WAKE_TIMEOUT_S=0
+    with pytest.raises(EngineUnavailable, match="no engine is serving model 'm1'"):
+        await capacity.check("m1")
+    assert (await sync_to_async(Deployment.objects.get)(name="d1")).replicas == 0
+    assert redis_client.get(last_used_key("m1")) is not None  # the idle clock still runs
