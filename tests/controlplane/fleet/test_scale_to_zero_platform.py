@@ -189,4 +189,7 @@ def test_a_model_that_does_not_fit_evicts_the_idle_one(platform):
     assert evict["target_repr"] == "tiny"
     assert evict["details"]["for"] == "tiny2" and evict["details"]["node"] == "solo"
     assert platform.wanted("tiny") == 0
+    # The API admits a request once the engine's status record is live; its agent marks the
+    # replica ready at its next step.
+    platform.wait(lambda: platform.ready("tiny2"), timeout=30, what="tiny2's replica ready")
     assert [r["node"] for r in platform.replicas("tiny2") if r["state"] == "ready"] == ["solo"]
