@@ -10,6 +10,10 @@ One pass (``reconcile``):
    rolled instead of 3 and 4: one new replica at a time, ready before an old one drains
    (``rollout.py``).
 
+Scale to zero hooks in around steps 2-4 (``demand_pass.py``): before them cold starts are
+counted and idle scale-to-zero deployments go to 0; after them a replica still waiting for a
+node may evict an idle one.
+
 A failed replica keeps its slot until the next deploy, so a broken checkpoint ends in
 ``failed`` rather than in new replicas crashing forever.
 
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 import redis
 from django.db import transaction
 
-from controlplane.fleet import rollout, selectors
+from controlplane.fleet import demand_pass, rollout, selectors
 from controlplane.fleet.liveness import live_node_names, under_fleet_lock
 from controlplane.fleet.models import ACTIVE_STATES, RUNNING_STATES, Deployment, Node, Replica
 from controlplane.fleet.placement import NodeRoom, place
@@ -61,11 +65,13 @@ def reconcile(client: redis.Redis) -> ReconcileReport:
     report = ReconcileReport()
     live = live_node_names(client)
     _mark_lost(live, report)
+    demand_pass.before_placement(client)  # cold starts counted, idle ones to 0 (then drained)
     nodes = list(Node.objects.filter(name__in=live))
     rooms = selectors.node_rooms(nodes)
     node_ids = {node.name: node.pk for node in nodes}
     for deployment in selectors.deployment_list():
         _reconcile_deployment(deployment, rooms, node_ids, report)
+    demand_pass.after_placement(client, nodes)  # evict for what still waits
     if report.num_lost or report.num_created or report.num_retired or report.num_placed:
         logger.info("fleet reconciled: %s", report)
     return report

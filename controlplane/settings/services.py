@@ -47,6 +47,11 @@ CACHES = {
 ENGINE_SILENCE_TIMEOUT = env.float("ENGINE_SILENCE_TIMEOUT", 30.0)
 # Requests waiting for a model above which new ones are refused with 503.
 ENGINE_MAX_WAITING = env.int("ENGINE_MAX_WAITING", 1024)
+# Load on demand: how long a request for a scale-to-zero model with no live engine waits for
+# one to start (seconds; 0 turns load on demand off: such requests get 503 at once, and
+# requests still record the last use that idle unload goes by). Long
+# enough for a small model to load, and below the openai SDK's 600 s default timeout.
+FLEET_WAKE_TIMEOUT_S = env.float("FLEET_WAKE_TIMEOUT_S", 300.0)
 
 # Usage events queue in Redis on the request path; this drains them into the database. The
 # engines' adapter registry is rewritten from the database, so a lost write heals in a beat.

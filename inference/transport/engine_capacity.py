@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from controlplane.common.engine_statuses import aread_engine_statuses
 from engine import protocol
 from engine.protocol import EngineStatus, Keys
+from inference.transport.cold_start import ColdStarts
 
 # Live-engine snapshots used for admission are reused this long: 64 requests arriving at
 # once cost one Redis round trip, not 64.
@@ -41,10 +42,22 @@ class EngineOverloaded(Exception):
 class EngineCapacity:
     """Live engines per model and the work waiting for them, as seen from one API process."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, *, max_waiting: int):
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        *,
+        max_waiting: int,
+        wake_timeout_s: float | None = None,
+    ):
         self.redis = redis
         self.keys = keys
         self.max_waiting = max_waiting
+        # Last use and load on demand (cold_start.py), when the process's client turns them on
+        # (``wake_timeout_s`` 0: last use only, no request waits).
+        self.cold_starts = (
+            ColdStarts(redis, timeout_s=wake_timeout_s) if wake_timeout_s is not None else None
+        )
         self._snapshots: dict[str, tuple[float, list[EngineStatus], int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -57,6 +70,15 @@ class EngineCapacity:
         """Raise EngineUnavailable or EngineOverloaded unless ``model`` can take a request now;
         AdapterLoading when no live engine of it has loaded ``adapter`` (this version)."""
         statuses, lag = await self._snapshot(model)
+        if self.cold_starts is not None:
+            await self.cold_starts.touch(model)
+            if not statuses and self.cold_starts.timeout_s > 0:
+                problem = await self.cold_starts.wait_for_engine(
+                    model, lambda: self._serves(model, adapter)
+                )
+                if problem:
+                    raise EngineUnavailable(problem)
+                statuses, lag = await self._snapshot(model)
         if not statuses:
             raise EngineUnavailable(f"no engine is serving model {model!r} right now")
         if adapter is not None and not _held(statuses, adapter.name, adapter.checksum):
@@ -74,6 +96,14 @@ class EngineCapacity:
                 f"(limit {self.max_waiting}); retry later",
                 retry_after=round(retry_after, 1),
             )
+
+    async def _serves(self, model: str, adapter: protocol.AdapterRef | None) -> bool:
+        """A live engine of ``model`` (holding ``adapter``, if any): what a cold start waits
+        for, so that the first request after it is not refused as AdapterLoading."""
+        statuses, _lag = await self._snapshot(model)
+        return bool(statuses) and (
+            adapter is None or _held(statuses, adapter.name, adapter.checksum)
+        )
 
     async def holds_adapter(self, model: str, name: str, checksum: str = "") -> bool:
         """Has a live engine of ``model`` loaded adapter ``name`` (this version)? From the

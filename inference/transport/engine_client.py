@@ -70,6 +70,7 @@ class EngineClient:
         silence_timeout: float = 30.0,
         max_waiting: int = 1024,
         frontend_id: str | None = None,
+        wake_timeout_s: float | None = None,
     ):
         # redis-py's asyncio pool raises once its 100 connections are busy; a blocking pool
         # makes a burst of requests wait their turn instead (the URL's max_connections wins).
@@ -81,7 +82,9 @@ class EngineClient:
         self._reader_redis = async_client(redis_url, max_connections=2)
         self.keys = Keys(prefix)
         self.silence_timeout = silence_timeout
-        self.capacity = EngineCapacity(self.redis, self.keys, max_waiting=max_waiting)
+        self.capacity = EngineCapacity(
+            self.redis, self.keys, max_waiting=max_waiting, wake_timeout_s=wake_timeout_s
+        )
         self.frontend_id = frontend_id or protocol.new_frontend_id()
         self._queues: dict[str, asyncio.Queue[protocol.RequestDelta]] = {}
         self._reader: asyncio.Task | None = None
@@ -106,6 +109,7 @@ class EngineClient:
                 prefix=settings.PLATFORM_REDIS_PREFIX,
                 silence_timeout=float(settings.ENGINE_SILENCE_TIMEOUT),
                 max_waiting=int(settings.ENGINE_MAX_WAITING),
+                wake_timeout_s=float(settings.FLEET_WAKE_TIMEOUT_S),
             )
             cls._instances[key] = (loop, client)
             return client

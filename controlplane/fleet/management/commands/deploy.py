@@ -3,6 +3,7 @@ deployment; the node agents' reconciler places its replicas."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from django.core.management.base import BaseCommand, CommandError
@@ -25,13 +26,22 @@ class Command(BaseCommand):
         parser.add_argument("--kv-cache-gb", type=float, default=None)
         parser.add_argument("--cpu-threads", type=int, default=None)
         parser.add_argument(
+            "--scale-to-zero",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="unload after --idle-timeout without requests; the next request loads it",
+        )
+        parser.add_argument("--idle-timeout", type=int, default=None, metavar="SECONDS")
+        parser.add_argument(
             "--node-selector", nargs="*", default=None, metavar="KEY=VALUE", help="node labels"
         )
 
     def handle(self, *args, **opts):
         names = ("device", "dtype", "quantization", "max_model_len", "max_num_seqs")
-        names += ("kv_cache_gb", "cpu_threads")
+        names += ("kv_cache_gb", "cpu_threads", "scale_to_zero")
         settings = {name: opts[name] for name in names if opts[name] is not None}
+        if opts["idle_timeout"] is not None:
+            settings["idle_timeout_s"] = opts["idle_timeout"]
         if opts["node_selector"] is not None:
             pairs = [text.partition("=") for text in opts["node_selector"]]
             settings["node_selector"] = {key: value for key, _, value in pairs}
