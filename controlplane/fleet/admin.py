@@ -62,13 +62,6 @@ def settings_of(data: dict) -> dict:
     return {name: data[name] for name in SETTINGS if name in data}
 
 
-def _settings_differ(current: Deployment, data: dict) -> bool:
-    # Compared with the stored row, not the form's changed_data: a JSON field posted as
-    # "{}" counts as changed there.
-    stored = {name: getattr(current, name) for name in SETTINGS}
-    return current.served_model_id != data["served_model"].pk or stored != settings_of(data)
-
-
 class ReplicaInline(admin.TabularInline):
     """Each replica of the deployment, newest first: where it runs and how it is doing."""
 
@@ -132,13 +125,14 @@ class DeploymentAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
-        if change and not _settings_differ(selectors.deployment_get(name=obj.name), data):
-            # Only the count: a scale, which leaves the running engines alone (a deploy of new
-            # settings restarts them).
-            if "replicas" in form.changed_data:
-                services.deployment_scale(
-                    name=obj.name, replicas=data["replicas"], actor=request.user
-                )
+        if change:  # the service tells a scale from new settings (which restart engines)
+            services.deployment_update(
+                name=obj.name,
+                model=data["served_model"].name,
+                replicas=data["replicas"],
+                actor=request.user,
+                **settings_of(data),
+            )
             return
         deployed = services.deployment_deploy(
             name=obj.name,

@@ -103,6 +103,32 @@ def _existing(name: str) -> Deployment:
 
 
 @transaction.atomic
+def deployment_update(
+    *,
+    name: str,
+    replicas: int | None = None,
+    model: str | None = None,
+    actor: Any = None,
+    actor_label: str | None = None,
+    **settings: Any,
+) -> Deployment:
+    """Change what is given of an existing deployment (None: keep it). New settings or a new
+    model are a deploy (its engines restart with them); a new count alone is a scale, which
+    leaves the running engines alone; nothing new writes nothing."""
+    deployment = _existing(name)
+    current = {setting: getattr(deployment, setting) for setting in SETTINGS}
+    wanted = {**current, **settings}
+    model = model or deployment.served_model.name
+    if wanted != current or model != deployment.served_model.name:
+        replicas = deployment.replicas if replicas is None else replicas
+        who = {"actor": actor, "actor_label": actor_label}
+        return deployment_deploy(name=name, replicas=replicas, model=model, **who, **wanted)
+    if replicas is not None and replicas != deployment.replicas:
+        return deployment_scale(name=name, replicas=replicas, actor=actor, actor_label=actor_label)
+    return deployment
+
+
+@transaction.atomic
 def deployment_scale(
     *, name: str, replicas: int, actor: Any = None, actor_label: str | None = None
 ) -> Deployment:
