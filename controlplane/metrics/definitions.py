@@ -246,25 +246,25 @@ REQUEST_HISTOGRAMS = (
 
 # vLLM has no fleet: these are the platform's own, under its own prefix (metrics/fleet.py).
 FLEET_REPLICAS = MetricSpec(
-    "platform_fleet_replicas",
+    "platform:fleet_replicas",
     "gauge",
     "Replicas of each deployment by state (0 for a state none is in; stopped ones left out).",
     ("deployment", "model_name", "state"),
 )
 FLEET_REPLICAS_DESIRED = MetricSpec(
-    "platform_fleet_replicas_desired",
+    "platform:fleet_replicas_desired",
     "gauge",
     "Replicas each deployment asks for.",
     ("deployment", "model_name"),
 )
 FLEET_REPLICAS_UNPLACED = MetricSpec(
-    "platform_fleet_replicas_unplaced",
+    "platform:fleet_replicas_unplaced",
     "gauge",
     "Replicas waiting for a node: no live node has the memory, GPU or labels they need.",
     ("deployment",),
 )
 FLEET_NODES = MetricSpec(
-    "platform_fleet_nodes",
+    "platform:fleet_nodes",
     "gauge",
     "Registered nodes by whether their heartbeat is live now.",
     ("live",),

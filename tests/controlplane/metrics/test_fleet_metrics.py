@@ -34,11 +34,11 @@ def test_metrics_show_replicas_by_state_unplaced_ones_and_live_nodes(client, red
     services.deployment_deploy(name="tiny", replicas=3)
     reconcile(redis_client)
 
-    replicas = _samples(client, "platform_fleet_replicas")
+    replicas = _samples(client, "platform:fleet_replicas")
     key = (("deployment", "tiny"), ("model_name", "tiny"))
     assert replicas[(*key, ("state", "pending"))] == 3
     assert replicas[(*key, ("state", "ready"))] == 0
-    assert _samples(client, "platform_fleet_replicas_desired") == {key: 3}
-    assert _samples(client, "platform_fleet_replicas_unplaced") == {(("deployment", "tiny"),): 2}
-    nodes = _samples(client, "platform_fleet_nodes")
+    assert _samples(client, "platform:fleet_replicas_desired") == {key: 3}
+    assert _samples(client, "platform:fleet_replicas_unplaced") == {(("deployment", "tiny"),): 2}
+    nodes = _samples(client, "platform:fleet_nodes")
     assert nodes == {(("live", "true"),): 1, (("live", "false"),): 1}
