@@ -176,17 +176,7 @@ class DeploymentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Deploy again (retry failed replicas)")
     def deploy_again(self, request, queryset):
-        def redeploy(*, name: str, actor) -> None:
-            current = selectors.deployment_get(name=name)
-            services.deployment_deploy(
-                name=name,
-                model=current.served_model.name,
-                replicas=current.replicas,
-                actor=actor,
-                **{setting: getattr(current, setting) for setting in SETTINGS},
-            )
-
-        self._each(request, queryset, redeploy, "Deployed again")
+        self._each(request, queryset, services.deployment_deploy_again, "Deployed again")
 
 
 class NodeReplicaInline(admin.TabularInline):

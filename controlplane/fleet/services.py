@@ -189,6 +189,22 @@ def deployment_start(*, name: str, actor: Any = None, actor_label: str | None = 
     return deployment
 
 
+def deployment_deploy_again(
+    *, name: str, actor: Any = None, actor_label: str | None = None
+) -> Deployment:
+    """Deploy ``name`` again as it is: its failed replicas are retired and tried afresh."""
+    deployment = _existing(name)
+    settings = {setting: getattr(deployment, setting) for setting in SETTINGS}
+    return deployment_deploy(
+        name=name,
+        model=deployment.served_model.name,
+        replicas=deployment.replicas,
+        actor=actor,
+        actor_label=actor_label,
+        **settings,
+    )
+
+
 @transaction.atomic
 def deployment_undeploy(*, name: str, actor: Any = None, actor_label: str | None = None) -> None:
     """Delete the deployment and its replica records; agents stop (drain) engines whose

@@ -2,7 +2,8 @@
 hold slashes (they default to model names such as "org/model"), so the action routes come
 before the detail route that would swallow them."""
 
-from django.urls import path
+from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
 
 from controlplane.management_api import views
 
@@ -18,4 +19,6 @@ urlpatterns = [
     ),
     path("nodes", views.NodeListView.as_view(), name="api-nodes"),
     path("nodes/<path:name>", views.NodeDetailView.as_view(), name="api-node-detail"),
+    # Last: any other /api/ path answers in JSON, as /v1 does, not with an HTML page.
+    re_path(r"^[\s\S]*\Z", csrf_exempt(views.unknown_path), name="api-unknown-path"),
 ]

@@ -46,6 +46,11 @@ def _validation_error(exc: exceptions.ValidationError) -> ApiError:
     return ApiError(f"{param}: {detail}", param=str(param))
 
 
+def unknown_path(request):
+    error = ApiError(f"Invalid URL ({request.method} {request.path})", status=404)
+    return JsonResponse(error.body(), status=404)
+
+
 class ManagementView(APIView):
     """JSON in, JSON out, an admin key required; errors as ``{"error": {...}}``."""
 

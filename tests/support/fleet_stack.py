@@ -14,6 +14,7 @@ from pathlib import Path
 import redis
 
 from controlplane.launcher.process_commands import manage_command
+from controlplane.launcher.stack import Stack
 from tests.support.platform_services import database_path, platform_stack
 from tests.support.sdk_clients import SdkClients
 from tests.support.shared_database import FileDatabase
@@ -33,6 +34,10 @@ class FleetPlatform(SdkClients):
     model: str
     node: str
     db: FileDatabase
+    stack: Stack
+
+    def wait(self, condition, *, what: str, timeout: float = 120) -> None:
+        self.stack.wait_until(condition, timeout=timeout, what=what, children=[])
 
     def replicas(self, deployment: str) -> list[dict]:
         """The replica records of ``deployment``, read from the database file."""
@@ -73,4 +78,6 @@ def fleet_platform(
             )
         finally:
             client.close()
-        yield FleetPlatform(base_url=base_url, api_key=api_key, model=model, node=node, db=db)
+        yield FleetPlatform(
+            base_url=base_url, api_key=api_key, model=model, node=node, db=db, stack=stack
+        )

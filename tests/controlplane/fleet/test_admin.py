@@ -209,3 +209,17 @@ def test_nodes_show_resources_liveness_and_what_runs_there(admin_client, model, 
     detail = admin_client.get(reverse("admin:fleet_node_change", args=[live.pk])).content.decode()
     assert "Replicas running here" in detail and "Ready" in detail and "Stopped" not in detail
     assert admin_client.get(reverse("admin:fleet_node_add")).status_code == 403
+
+
+def test_deploy_again_retires_failed_replicas_so_they_are_tried_afresh(
+    admin_client, admin_user, model
+):
+    deployment = services.deployment_deploy(name="tiny", replicas=1, **AS_IN_FORM)
+    failed = Replica.objects.create(deployment=deployment, state=Replica.State.FAILED)
+    response = _action(admin_client, "deploy_again", deployment)
+    assert "Deployed again: tiny." in response.content.decode()
+    failed.refresh_from_db()
+    assert (failed.state, failed.reason) == ("stopped", "retired by a new deploy")
+    (event,) = _events("deployment.deploy")
+    assert event.actor == admin_user and event.details["retired_failed"] == 1
+    assert event.details["max_model_len"] == 256  # deployed with the settings it had

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -66,6 +67,15 @@ def _answer_once_ready(platform) -> str:
         time.sleep(0.5)
 
 
+def _refused(platform) -> int | None:
+    """The status the API refuses a completion with (None: it answered)."""
+    try:
+        platform.sdk().completions.create(model=MODEL, prompt="Hello", max_tokens=4)
+    except openai.APIStatusError as refused:
+        return refused.status_code
+    return None
+
+
 def test_deploy_from_the_admin_then_the_sdk_gets_an_answer(platform, admin_page):
     page = admin_page
     page.goto(f"{platform.base_url}/admin/fleet/deployment/add/")
@@ -82,6 +92,13 @@ def test_deploy_from_the_admin_then_the_sdk_gets_an_answer(platform, admin_page)
     text = _answer_once_ready(platform)
     assert isinstance(text, str)  # a random-weight model: any text, but an answer
 
+    # The agent marks the replica ready at its next beat after the engine's status record
+    # appears, which the API reads directly: the page may lag the first answer by a beat.
+    platform.wait(
+        lambda: [r["state"] for r in platform.replicas(MODEL)] == ["ready"],
+        what="the replica to be marked ready",
+        timeout=30,
+    )
     page.reload()
     row = page.locator("#result_list tr", has_text=MODEL)
     assert row.locator("td.field-ready").inner_text() == "1/1"
@@ -97,3 +114,32 @@ def test_deploy_from_the_admin_then_the_sdk_gets_an_answer(platform, admin_page)
     node_row = page.locator("#result_list tr", has_text=platform.node)
     assert node_row.locator("td.field-live").inner_text() == "yes"
     assert f"{MODEL} (ready)" in node_row.locator("td.field-runs").inner_text()
+
+
+def test_the_management_api_over_daphne_stops_and_starts_the_deployment(platform):
+    """The same deployment through /api/ with a staff user's admin key: stop drains its
+    engine (the API then refuses the model), start brings an engine back that answers."""
+    secret = platform.db.manage(
+        "create_api_key", "--staff-user", "admin", "--scope", "admin"
+    ).stdout.splitlines()[-1]
+    api = httpx.Client(
+        base_url=f"{platform.base_url}/api", headers={"Authorization": f"Bearer {secret}"}
+    )
+    stopped = api.post(f"/deployments/{MODEL}/stop").json()
+    assert (stopped["replicas"], stopped["stopped_replicas"]) == (0, 1)
+    platform.wait(
+        lambda: [r["state"] for r in platform.replicas(MODEL)] == ["stopped"],
+        what="the stopped deployment's engine to drain",
+    )
+    platform.wait(lambda: _refused(platform) == 503, what="the API to refuse the stopped model")
+
+    started = api.post(f"/deployments/{MODEL}/start").json()
+    assert (started["replicas"], started["stopped_replicas"]) == (1, None)
+    assert isinstance(_answer_once_ready(platform), str)
+    nodes = api.get("/nodes").json()["data"]
+    assert [(n["name"], n["live"]) for n in nodes] == [(platform.node, True)]
+    platform.wait(  # as above: the agent's record may lag the first answer by a beat
+        lambda: [r["state"] for r in api.get("/nodes").json()["data"][0]["replicas"]] == ["ready"],
+        what="the node's replica to show ready",
+        timeout=30,
+    )

@@ -155,6 +155,7 @@ def test_unknown_setting_in_a_change_and_an_unknown_deployment(api, model):
     assert _error(api("patch", "deployments/tiny", {"gpus": 2}), 400)["param"] == "gpus"
     assert _error(api("get", "deployments/other"), 404)["message"] == "No deployment named 'other'."
     assert _error(api("post", "deployments/other/scale", {"replicas": 1}), 404)
+    assert _error(api("get", "replicas"), 404)["message"] == "Invalid URL (GET /api/replicas)"
     services.deployment_scale(name="tiny", replicas=0)  # by hand: no count to go back to
     error = _error(api("post", "deployments/tiny/start"), 400)
     assert error["message"] == "tiny was not stopped; scale it to the replicas you want"
