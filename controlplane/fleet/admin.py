@@ -8,6 +8,8 @@ agents' reconciler turns the new numbers into engines. Reads go through the sele
 
 from __future__ import annotations
 
+from collections import Counter
+
 from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html
@@ -85,7 +87,7 @@ class ReplicaInline(admin.TabularInline):
 @admin.register(Deployment)
 class DeploymentAdmin(admin.ModelAdmin):
     form = DeploymentForm
-    list_display = ("name", "served_model", "replicas", "ready", "states", "device", "updated_at")
+    list_display = ("name", "model", "replicas", "ready", "states", "device", "updated_at")
     list_filter = ("device", "served_model")
     search_fields = ("name", "served_model__name")
     list_select_related = ("served_model",)
@@ -99,6 +101,12 @@ class DeploymentAdmin(admin.ModelAdmin):
         ),
         ("Scale to zero", {"fields": SETTINGS[-2:]}),
     )
+
+    @admin.display(description="model", ordering="served_model__name")
+    def model(self, obj: Deployment) -> str:
+        # Text, not the foreign key: Django keeps a key's cell on one line, and a model name
+        # ("org/model-name-...") may be longer than the window.
+        return obj.served_model.name
 
     @admin.display(description="ready")
     def ready(self, obj: Deployment) -> str:
@@ -242,11 +250,12 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.display(description="GPUs")
     def gpu_list(self, obj: Node) -> str:
-        gpus = obj.gpus or []
-        shown = [
-            f"{g.get('name', 'GPU')} ({int(g.get('memory_bytes', 0)) / GIB:.0f} GiB)" for g in gpus
-        ]
-        return ", ".join(shown) or "none"
+        # Alike GPUs counted once: "8 x NVIDIA H100 (80 GiB)" rather than eight entries.
+        kinds = Counter(
+            f"{g.get('name', 'GPU')} ({int(g.get('memory_bytes', 0)) / GIB:.0f} GiB)"
+            for g in obj.gpus or []
+        )
+        return ", ".join(f"{n} x {kind}" if n > 1 else kind for kind, n in kinds.items()) or "none"
 
     @admin.display(description="labels")
     def label_list(self, obj: Node) -> str:

@@ -190,7 +190,7 @@ def test_nodes_show_resources_liveness_and_what_runs_there(admin_client, model, 
         ttl_s=30,
         num_cpus=16,
         memory_bytes=64 * GIB,
-        gpus=[{"name": "NVIDIA H100", "memory_bytes": 80 * GIB}],
+        gpus=[{"name": "NVIDIA H100", "memory_bytes": 80 * GIB}] * 2,
         labels={"zone": "eu-1"},
     )
     node_register(redis_client, name="host-b", ttl_s=0.001, memory_bytes=8 * GIB)
@@ -203,7 +203,7 @@ def test_nodes_show_resources_liveness_and_what_runs_there(admin_client, model, 
         name: listing.split(f">{name}<", 1)[1].split("</tr>", 1)[0] for name in ("host-a", "host-b")
     }
     assert "yes" in rows["host-a"] and "no" in rows["host-b"]  # host-b's heartbeat expired
-    for shown in ("16", "64.0 GiB", "NVIDIA H100 (80 GiB)", "zone=eu-1", "tiny (ready)"):
+    for shown in ("16", "64.0 GiB", "2 x NVIDIA H100 (80 GiB)", "zone=eu-1", "tiny (ready)"):
         assert shown in rows["host-a"]
 
     detail = admin_client.get(reverse("admin:fleet_node_change", args=[live.pk])).content.decode()
