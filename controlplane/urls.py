@@ -1,5 +1,5 @@
-"""URL routes: the landing page, the admin, the OpenAI-compatible API, health, metrics and the
-schema."""
+"""URL routes: the landing page, the admin, the management API, the OpenAI-compatible API,
+health, metrics and the schema."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -16,6 +16,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("dashboard/", include("controlplane.dashboard.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
+    # The management API (deployments, nodes) for automation, on admin-scoped keys.
+    path("api/", include("controlplane.management_api.urls")),
     # django-prometheus's metrics and the platform's, behind the token and network checks.
     path("metrics", metrics, name="prometheus-django-metrics"),
     path("", include("inference.urls")),

@@ -53,3 +53,7 @@ def under_fleet_lock(
             lock.release()
         except LockError:  # expired under a slow pass: someone else may hold it now
             pass
+
+
+def node_is_live(client: redis.Redis, name: str) -> bool:
+    return bool(client.exists(node_key(name)))

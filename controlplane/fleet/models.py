@@ -21,6 +21,9 @@ class Deployment(models.Model):
         ServedModel, on_delete=models.PROTECT, related_name="fleet_deployments"
     )
     replicas = models.PositiveIntegerField(default=1, help_text="Engines wanted (0 allowed).")
+    # Set while stopped (replicas 0 by ``deployment_stop``): the count ``deployment_start``
+    # brings back. None: running, or scaled to 0 by hand (then start has nothing to restore).
+    stopped_replicas = models.PositiveIntegerField(null=True, blank=True, editable=False)
     device = models.CharField(
         max_length=8, default="cpu", choices=[("cpu", "CPU"), ("cuda", "GPU"), ("auto", "Auto")]
     )

@@ -1,11 +1,20 @@
-"""Reads on the fleet: deployments, what one replica needs, and what each live node has left."""
+"""Reads on the fleet: deployments, what one replica needs, what each live node has left, which
+nodes are live, and the replica counts the admin, the REST API and /metrics show."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import redis
+from django.db.models import Count
+
+from controlplane.common.redis_clients import sync_redis
+from controlplane.fleet.liveness import live_node_names, node_is_live
 from controlplane.fleet.models import ACTIVE_STATES, Deployment, Node, Replica
 from controlplane.fleet.placement import GIB, Need, NodeRoom, replica_memory_bytes
+
+logger = logging.getLogger(__name__)
 
 
 def deployment_get(*, name: str) -> Deployment | None:
@@ -73,3 +82,56 @@ def node_replicas(*, node: Node) -> list[Replica]:
     stop."""
     qs = Replica.objects.filter(node=node, state__in=ACTIVE_STATES)
     return list(qs.select_related("deployment", "deployment__served_model"))
+
+
+def nodes_live() -> set[str] | None:
+    """Names of the nodes whose heartbeat key is in Redis now; None when Redis cannot be read
+    (the admin then says "unknown" rather than calling every node dead)."""
+    try:
+        return live_node_names(sync_redis())
+    except redis.RedisError:
+        logger.warning("fleet: cannot read node heartbeats from Redis", exc_info=True)
+        return None
+
+
+def node_live(*, name: str) -> bool | None:
+    """Whether ``name``'s heartbeat key is in Redis now (None: Redis cannot be read)."""
+    try:
+        return node_is_live(sync_redis(), name)
+    except redis.RedisError:
+        logger.warning("fleet: cannot read node heartbeats from Redis", exc_info=True)
+        return None
+
+
+def node_list() -> list[Node]:
+    return list(Node.objects.all())
+
+
+def node_get(*, name: str) -> Node | None:
+    return Node.objects.filter(name=name).first()
+
+
+def deployment_replica_list(*, deployment: Deployment) -> list[Replica]:
+    """Every replica record of ``deployment`` (stopped and lost ones too), oldest first."""
+    return list(deployment.replicas_set.select_related("node").order_by("pk"))
+
+
+def replica_state_counts() -> list[tuple[str, str, str, int]]:
+    """(deployment, model, state, count) for every deployment and replica state it has."""
+    rows = (
+        Replica.objects.values_list("deployment__name", "deployment__served_model__name", "state")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    return list(rows)
+
+
+def replicas_unplaced() -> dict[str, int]:
+    """Per deployment, the replicas waiting for a node (none fitted: placement failed)."""
+    rows = (
+        Replica.objects.filter(node__isnull=True, state=Replica.State.PENDING)
+        .values_list("deployment__name")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    return dict(rows)

@@ -1,4 +1,5 @@
-"""The Prometheus collector behind /metrics: engine gauges and counters, request histograms.
+"""The Prometheus collector behind /metrics: engine gauges and counters, request histograms,
+and the fleet's gauges (fleet.py, read from the database).
 
 Read from Redis at scrape time, so every API process renders the same figures:
 - engine-level series come from the live engines' status records (one series per engine;
@@ -28,6 +29,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from controlplane.common.engine_statuses import read_engine_statuses
 from controlplane.common.redis_pools import sync_client
 from controlplane.metrics import definitions as d
+from controlplane.metrics.fleet import fleet_families
 from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
 from engine.protocol import EngineStatus, Keys
 
@@ -73,6 +75,7 @@ class PlatformCollector(Collector):
             statuses, request_series = [], []
         yield from _engine_families(statuses)
         yield from _request_families(request_series)
+        yield from fleet_families()
 
     def _connection(self) -> tuple[redis.Redis, str]:
         url, prefix = self._redis_url, self._prefix

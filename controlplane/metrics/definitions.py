@@ -242,9 +242,38 @@ REQUEST_HISTOGRAMS = (
     REQUEST_GENERATION_TOKENS,
 )
 
+# ---------------------------------------------------------------- the fleet (database, Redis)
+
+# vLLM has no fleet: these are the platform's own, under its own prefix (metrics/fleet.py).
+FLEET_REPLICAS = MetricSpec(
+    "platform:fleet_replicas",
+    "gauge",
+    "Replicas of each deployment by state (0 for a state none is in; stopped ones left out).",
+    ("deployment", "model_name", "state"),
+)
+FLEET_REPLICAS_DESIRED = MetricSpec(
+    "platform:fleet_replicas_desired",
+    "gauge",
+    "Replicas each deployment asks for.",
+    ("deployment", "model_name"),
+)
+FLEET_REPLICAS_UNPLACED = MetricSpec(
+    "platform:fleet_replicas_unplaced",
+    "gauge",
+    "Replicas waiting for a node: no live node has the memory, GPU or labels they need.",
+    ("deployment",),
+)
+FLEET_NODES = MetricSpec(
+    "platform:fleet_nodes",
+    "gauge",
+    "Registered nodes by whether their heartbeat is live now.",
+    ("live",),
+)
+
 ENGINE_METRICS = (*(spec for spec, _ in ENGINE_STATUS_FIELDS), LORA_REQUESTS_INFO)
 REQUEST_METRICS = (REQUEST_SUCCESS, PROMPT_TOKENS_CACHED, *REQUEST_HISTOGRAMS)
-ALL_METRICS = (*ENGINE_METRICS, *REQUEST_METRICS)
+FLEET_METRICS = (FLEET_REPLICAS, FLEET_REPLICAS_DESIRED, FLEET_REPLICAS_UNPLACED, FLEET_NODES)
+ALL_METRICS = (*ENGINE_METRICS, *REQUEST_METRICS, *FLEET_METRICS)
 
 
 def exported_sample_names() -> frozenset[str]:

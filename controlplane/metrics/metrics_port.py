@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.db import connections
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from controlplane.metrics.access import PROXY_HEADERS, MetricsAccessDenied, check_metrics_access
@@ -39,7 +40,12 @@ class _MetricsHandler(BaseHTTPRequestHandler):
         except MetricsAccessDenied as denied:
             self._reply(denied.status, denied.message.encode(), "text/plain", denied.headers)
             return
-        self._reply(200, render_metrics(exposure), CONTENT_TYPE_LATEST)
+        try:
+            self._reply(200, render_metrics(exposure), CONTENT_TYPE_LATEST)
+        finally:
+            # The fleet's gauges read the database from this request's own thread: close its
+            # connection, which no Django request cycle would close.
+            connections.close_all()
 
     def _reply(
         self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None

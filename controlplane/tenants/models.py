@@ -2,7 +2,10 @@
 
 from django.db import models
 
-# Endpoint names a key's scopes may list; an empty scope list means every endpoint.
+# Endpoint names a key's scopes may list; an empty scope list means every endpoint of the
+# OpenAI API. ``admin`` (the management API under /api/, controlplane/management_api/) is
+# never implied: a key must list it, and only a staff user's own key may
+# (``admin_scope_check``).
 # ``controlplane.access.principals`` normalises a request path ("/v1/chat/completions") to these names.
 API_SCOPES = (
     "chat.completions",
@@ -16,7 +19,9 @@ API_SCOPES = (
     "detokenize",
     "playground",
     "websocket",
+    "admin",
 )
+ADMIN_SCOPE = "admin"
 
 
 class Tenant(models.Model):

@@ -91,3 +91,18 @@ def api_key_list(*, tenant: Tenant, include_revoked: bool = True) -> QuerySet[Ap
 
 def api_key_get_by_prefix(*, prefix: str) -> ApiKey | None:
     return ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+
+
+def tenant_staff_owner(*, tenant: Tenant):
+    """The active staff user whose own tenant this is (their playground's), else None: the
+    only tenant whose keys may hold the ``admin`` scope."""
+    user = tenant.playground_user
+    return user if user is not None and user.is_active and user.is_staff else None
+
+
+def api_key_staff_owner(*, key_id: int) -> tuple[ApiKey, object] | None:
+    """The key and the active staff user who owns it, else None (a customer's key, or an
+    owner no longer staff)."""
+    key = ApiKey.objects.select_related("tenant__playground_user").filter(pk=key_id).first()
+    owner = tenant_staff_owner(tenant=key.tenant) if key is not None else None
+    return (key, owner) if owner is not None else None

@@ -22,7 +22,8 @@ from controlplane.common.redis_clients import redis_key, sync_redis
 from controlplane.common.redis_epoch import auth_epoch_bump
 from controlplane.deployments.models import ServedModel
 from controlplane.tenants.key_secrets import hash_secret, new_secret
-from controlplane.tenants.models import API_SCOPES, ApiKey, Tenant
+from controlplane.tenants.models import ADMIN_SCOPE, API_SCOPES, ApiKey, Tenant
+from controlplane.tenants.selectors import tenant_staff_owner
 
 __all__ = [
     "CreatedKey",
@@ -191,6 +192,16 @@ def _check_scopes(scopes: Iterable[str]) -> list[str]:
     return scopes
 
 
+def admin_scope_check(*, tenant: Tenant, scopes: Iterable[str]) -> None:
+    """Refuse the ``admin`` scope on a key that no staff user owns: it runs the fleet, so it
+    belongs to a person the admin knows (whose key it is: a staff user's own tenant)."""
+    if ADMIN_SCOPE in scopes and tenant_staff_owner(tenant=tenant) is None:
+        raise ValidationError(
+            "the admin scope is only for a staff user's own key "
+            "(create_api_key --staff-user NAME --scope admin)"
+        )
+
+
 @transaction.atomic
 def api_key_create(
     *,
@@ -203,6 +214,7 @@ def api_key_create(
 ) -> CreatedKey:
     """A new key; the returned secret is the only copy (the database keeps a keyed hash)."""
     scopes = _check_scopes(scopes)
+    admin_scope_check(tenant=tenant, scopes=scopes)
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError("expires_at is in the past")
     prefix, secret = new_secret()

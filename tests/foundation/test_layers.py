@@ -34,6 +34,7 @@ CONTROLPLANE_LAYERS = (
     "batches",
     "responses",
     "dashboard",
+    "management_api",
     "launcher",
 )
 CONTROLPLANE_WIRING = {"settings", "asgi", "urls", "celery", "wsgi", "__init__"}

@@ -22,6 +22,8 @@ CHANGELISTS = [
     "usage/usagerecord",
     "usage/dailyusage",
     "audit/auditevent",
+    "fleet/deployment",
+    "fleet/node",
 ]
 
 # Three of everything: free text as long as the fields allow (names without spaces too), and
@@ -32,6 +34,7 @@ from django.utils import timezone
 from controlplane.adapters.models import Adapter
 from controlplane.audit.models import AuditEvent
 from controlplane.deployments.models import ServedModel
+from controlplane.fleet.models import Deployment, Node, Replica
 from controlplane.tenants.services import api_key_create, tenant_create
 from controlplane.usage.models import DailyUsage, UsageRecord
 
@@ -73,6 +76,21 @@ for i in range(3):
             key_prefix=key.prefix, model=model_name, adapter=adapter_name,
             num_requests=40_000_000, num_errors=3_000_000, prompt_tokens=98_765_432_109,
             completion_tokens=12_345_678_901, cached_tokens=87_654_321_098,
+        )
+    node = Node.objects.create(
+        name=f"layout-{{i}}-gpu-worker.eu-west-1.compute.internal-" + "n" * 120,
+        num_cpus=192, memory_bytes=2_000_000_000_000,
+        gpus=[{{"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 85_899_345_920}}] * 8,
+        labels={{"topology.kubernetes.io/zone": "eu-west-1a", "accelerator": "h100-" + "l" * 80}},
+    )
+    deployment = Deployment.objects.create(
+        name=f"layout-{{i}}-deployment-" + "d" * 150, served_model=ServedModel.objects.get(
+            name=model_name), replicas=1000, device="cuda",
+    )
+    for state in ("ready", "loading", "failed"):
+        Replica.objects.create(
+            deployment=deployment, node=node, state=state, engine_id="e" * 150,
+            reason="engine exited with code 1: " + "CUDA out of memory " * 10, restarts=3,
         )
     AuditEvent.objects.create(
         actor_label="operations-automation-" + "y" * 150, action="adapter.validation_failed",
