@@ -1,4 +1,4 @@
-"""Admin for the engine fleet: Deployments (deploy, scale, stop, start, edit settings, and each
+"""Admin for the engine fleet: Deployments (deploy, scale, stop, start, restart, edit settings, and each
 replica's live state) and Nodes (resources, liveness, what runs where).
 
 Every write goes through ``controlplane.fleet.services`` with the signed-in user as the
@@ -91,7 +91,7 @@ class DeploymentAdmin(admin.ModelAdmin):
     list_filter = ("device", "served_model")
     search_fields = ("name", "served_model__name")
     list_select_related = ("served_model",)
-    actions = ["stop", "start", "deploy_again"]
+    actions = ["stop", "start", "restart", "deploy_again"]
     inlines = [ReplicaInline]
     fieldsets = (
         (None, {"fields": ("name", "served_model", "replicas", "stopped")}),
@@ -181,6 +181,12 @@ class DeploymentAdmin(admin.ModelAdmin):
     @admin.action(description="Start (back to the replicas running when stopped)")
     def start(self, request, queryset):
         self._each(request, queryset, services.deployment_start, "Started")
+
+    @admin.action(description="Restart (rolling: each replica replaced by a ready new one)")
+    def restart(self, request, queryset):
+        self._each(
+            request, queryset, services.deployment_restart, "Restarting, one replica at a time"
+        )
 
     @admin.action(description="Deploy again (retry failed replicas)")
     def deploy_again(self, request, queryset):

@@ -40,6 +40,7 @@ class ReplicaSerializer(serializers.Serializer):
     state = serializers.ChoiceField(Replica.State.choices)
     node = serializers.CharField(source="node.name", allow_null=True, default=None)
     engine_id = serializers.CharField()
+    generation = serializers.IntegerField(help_text="The deployment generation it runs.")
     restarts = serializers.IntegerField()
     reason = serializers.CharField()
     log_tail = serializers.CharField()
@@ -55,6 +56,10 @@ class DeploymentSerializer(EngineSettingsSerializer):
     replicas = serializers.IntegerField(help_text="Engines wanted.")
     stopped_replicas = serializers.IntegerField(
         allow_null=True, help_text="Set while stopped: what POST .../start brings back."
+    )
+    generation = serializers.IntegerField(
+        help_text="Bumped by new engine settings or a restart; replicas of an older one are "
+        "being rolled onto it."
     )
     ready_replicas = serializers.SerializerMethodField()
     replica_states = serializers.SerializerMethodField()

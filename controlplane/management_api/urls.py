@@ -13,6 +13,11 @@ urlpatterns = [
     path("deployments/<path:name>/stop", views.DeploymentStopView.as_view(), name="api-stop"),
     path("deployments/<path:name>/start", views.DeploymentStartView.as_view(), name="api-start"),
     path(
+        "deployments/<path:name>/restart",
+        views.DeploymentRestartView.as_view(),
+        name="api-restart",
+    ),
+    path(
         "deployments/<path:name>",
         views.DeploymentDetailView.as_view(),
         name="api-deployment-detail",

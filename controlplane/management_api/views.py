@@ -191,6 +191,20 @@ class DeploymentStartView(ManagementView):
         return self.shown(name)
 
 
+class DeploymentRestartView(ManagementView):
+    @extend_schema(
+        operation_id="deployments_restart",
+        request=None,
+        responses={200: s.DeploymentSerializer, **_ERRORS},
+        description="A rolling restart with the same settings: one new replica at a time is "
+        "started and ready before an old one drains.",
+    )
+    def post(self, request, name: str):
+        self.deployment(name)
+        services.deployment_restart(name=name, **self.who())
+        return self.shown(name)
+
+
 class NodeListView(ManagementView):
     @extend_schema(operation_id="nodes_list", responses={200: s.list_of(s.NodeSerializer)})
     def get(self, request):

@@ -223,3 +223,14 @@ def test_deploy_again_retires_failed_replicas_so_they_are_tried_afresh(
     (event,) = _events("deployment.deploy")
     assert event.actor == admin_user and event.details["retired_failed"] == 1
     assert event.details["max_model_len"] == 256  # deployed with the settings it had
+
+
+def test_restart_rolls_the_replicas_onto_a_new_generation(admin_client, admin_user, model):
+    deployment = services.deployment_deploy(name="tiny", replicas=2, **AS_IN_FORM)
+    before = deployment.generation
+    response = _action(admin_client, "restart", deployment)
+    assert "Restarting, one replica at a time: tiny." in response.content.decode()
+    deployment.refresh_from_db()
+    assert (deployment.generation, deployment.replicas) == (before + 1, 2)
+    (event,) = _events("deployment.restart")
+    assert event.actor == admin_user

@@ -54,7 +54,7 @@ def _error(response, status: int) -> dict:
     return response.json()["error"]
 
 
-def test_deploy_list_get_scale_stop_start_update_and_delete(api, model, admin_user):
+def test_deploy_list_get_scale_stop_start_restart_update_and_delete(api, model, admin_user):
     created = api("post", "deployments", {"name": "tiny", "replicas": 2, "max_model_len": 256})
     assert created.status_code == 201, created.content
     body = created.json()
@@ -74,6 +74,9 @@ def test_deploy_list_get_scale_stop_start_update_and_delete(api, model, admin_us
     stopped = api("post", "deployments/tiny/stop").json()
     assert (stopped["replicas"], stopped["stopped_replicas"]) == (0, 4)
     assert api("post", "deployments/tiny/start").json()["replicas"] == 4
+    generation = api("get", "deployments/tiny").json()["generation"]
+    restarted = api("post", "deployments/tiny/restart").json()
+    assert (restarted["generation"], restarted["replicas"]) == (generation + 1, 4)
 
     changed = api("patch", "deployments/tiny", {"kv_cache_gb": 0.5}).json()
     assert (changed["kv_cache_gb"], changed["replicas"], changed["max_model_len"]) == (0.5, 4, 256)
@@ -88,6 +91,7 @@ def test_deploy_list_get_scale_stop_start_update_and_delete(api, model, admin_us
         "deployment.scale",
         "deployment.stop",
         "deployment.start",
+        "deployment.restart",
         "deployment.deploy",
         "deployment.undeploy",
     ]
