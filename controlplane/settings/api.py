@@ -24,6 +24,9 @@ SPECTACULAR_SETTINGS = {
         "FileObjectEnum": ["file"],
         "BatchObjectEnum": ["batch"],
         "FilePurposeEnum": ["batch", "batch_output"],
+        # The management API's fleet objects: a replica's and a node's states.
+        "ReplicaStateEnum": "controlplane.fleet.models.Replica.State",
+        "NodeStateEnum": "controlplane.fleet.models.Node.State",
     },
 }
 
