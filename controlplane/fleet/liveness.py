@@ -37,8 +37,15 @@ def live_node_names(client: redis.Redis) -> set[str]:
     return {key.decode()[len(prefix) :] for key in found}
 
 
+# How long the reconcile lock outlives a holder that died mid-pass. It bounds how late the
+# survivors notice a lost node when the agent killed with it held the lock, so it is kept
+# short: a pass is a few queries (well under a second even on a loaded machine), and with 30 s
+# a SIGKILLed agent could hold up the replacement of its own replicas by half a minute.
+RECONCILE_LOCK_TTL_S = 10.0
+
+
 def under_fleet_lock(
-    client: redis.Redis, work: Callable[[], T], *, ttl_s: float = 30.0
+    client: redis.Redis, work: Callable[[], T], *, ttl_s: float = RECONCILE_LOCK_TTL_S
 ) -> T | None:
     """``work()`` while holding the fleet's reconcile lock; None, without waiting, when another
     process holds it (its pass does the same work). The lock expires after ``ttl_s`` should

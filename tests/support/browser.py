@@ -40,3 +40,12 @@ def chromium_page(
             yield context.new_page()
         finally:
             browser.close()
+
+
+def admin_sign_in(page, base_url: str, password: str, username: str = "admin") -> None:
+    """Sign ``page`` in to the admin at ``base_url`` through its login form, as a person does."""
+    page.goto(f"{base_url}/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.browser import chromium_page
+from tests.support.browser import admin_sign_in, chromium_page
 from tests.support.live_platform import ADMIN_PASSWORD, MODEL
 from tests.support.shared_database import ROOT
 
@@ -34,11 +34,7 @@ def _models_status(base_url: str, secret: str) -> int:
 
 def test_admin_key_lifecycle_and_dashboard(live_platform, page):
     base = live_platform.base_url
-    page.goto(f"{base}/admin/login/?next=/admin/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", ADMIN_PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    admin_sign_in(page, base, ADMIN_PASSWORD)
 
     page.goto(f"{base}/admin/tenants/tenant/add/")
     page.fill("#id_name", "Browser Co")

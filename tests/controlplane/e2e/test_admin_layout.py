@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import chromium_page
+from tests.support.browser import admin_sign_in, chromium_page
 from tests.support.live_platform import ADMIN_PASSWORD, MODEL
 from tests.support.shared_database import ROOT
 
@@ -105,11 +105,7 @@ def admin_page(live_platform):
     """A page logged in to the admin as the superuser, in a 1280 px wide window."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with chromium_page(width=WIDTH, height=900, missing=pytest.skip) as page:
-        page.goto(f"{live_platform.base_url}/admin/login/?next=/admin/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", ADMIN_PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_selector("#site-name")
+        admin_sign_in(page, live_platform.base_url, ADMIN_PASSWORD)
         yield page
 
 

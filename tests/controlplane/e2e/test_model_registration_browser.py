@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from controlplane.launcher.process_commands import celery_worker_command
-from tests.support.browser import chromium_page
+from tests.support.browser import admin_sign_in, chromium_page
 from tests.support.hub_mirror import HubMirror
 from tests.support.live_platform import ADMIN_PASSWORD
 from tests.support.processes import running, wait_for
@@ -53,11 +53,7 @@ def test_register_a_hub_model_in_the_admin_and_watch_it_become_ready(
     live_platform, hub, celery_worker, page
 ):
     base = live_platform.base_url
-    page.goto(f"{base}/admin/login/?next=/admin/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", ADMIN_PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    admin_sign_in(page, base, ADMIN_PASSWORD)
 
     page.goto(f"{base}/admin/deployments/servedmodel/add/")
     page.fill("#id_name", "hub-tiny")
