@@ -13,23 +13,10 @@ from pathlib import Path
 import pytest
 
 from controlplane.launcher.redis_server import free_port
+from tests.support.processes import pids_with_env
 from tests.support.smollm2 import seed_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _pids_with_env(marker: str) -> list[int]:
-    """Processes whose environment carries ``marker``: every descendant of the serve command."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def _health(port: int) -> int | None:
@@ -94,7 +81,7 @@ def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path, smollm2)
         api_key = next(ln.split()[-1] for ln in output if ln.strip().startswith("Demo API key"))
         assert api_key.startswith("sk-")
         assert "password" in text and f"http://127.0.0.1:{port}/admin/" in text
-        children = _pids_with_env(marker)
+        children = pids_with_env(marker)
         assert len(children) >= 5, "expected redis, two engines, celery and daphne to run"
         _chat_and_embed_like_the_readme(port, api_key)
     finally:
@@ -105,5 +92,5 @@ def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path, smollm2)
             proc.kill()
             raise
     time.sleep(0.5)
-    assert _pids_with_env(marker) == [], "processes of the platform were left running"
+    assert pids_with_env(marker) == [], "processes of the platform were left running"
     assert _health(port) is None

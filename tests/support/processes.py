@@ -31,6 +31,21 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def pids_with_env(marker: str) -> list[int]:
+    """Processes (but this one) whose environment carries ``marker`` (``NAME=value``): every
+    descendant of a command started with it, however deep."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def wait_for(condition, *, timeout: float, what: str, process=None, log: Path | None = None):
     """Poll ``condition`` until true; fail early, with the log's tail, if ``process`` exits
     (the launcher's wait-until-ready, for a process a test started by hand)."""

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.support.browser import chromium_page
-from tests.support.fleet_stack import ADMIN_PASSWORD, TINY_ENGINE_SETTINGS, fleet_platform
+from tests.support.fleet_platform import ADMIN_PASSWORD, TINY_ENGINE_SETTINGS, fleet_platform
 from tests.support.shared_database import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -29,7 +29,7 @@ ANSWER_AFTER_READY_S = 10
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory, tiny_llama):
     workdir = tmp_path_factory.mktemp("fleet-admin")
-    with fleet_platform(workdir, tiny_llama, model=MODEL, redis_prefix="fleetadmin") as platform:
+    with fleet_platform(workdir, models={MODEL: tiny_llama}, admin=True) as platform:
         yield platform
 
 
@@ -119,9 +119,9 @@ def test_deploy_from_the_admin_then_the_sdk_gets_an_answer(platform, admin_page)
 def test_the_management_api_over_daphne_stops_and_starts_the_deployment(platform):
     """The same deployment through /api/ with a staff user's admin key: stop drains its
     engine (the API then refuses the model), start brings an engine back that answers."""
-    secret = platform.db.manage(
+    secret = platform.manage(
         "create_api_key", "--staff-user", "admin", "--scope", "admin"
-    ).stdout.splitlines()[-1]
+    ).splitlines()[-1]
     api = httpx.Client(
         base_url=f"{platform.base_url}/api", headers={"Authorization": f"Bearer {secret}"}
     )

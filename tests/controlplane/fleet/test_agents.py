@@ -17,43 +17,29 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.support.fleet_platform import ENGINE_OPTIONS, FleetPlatform
+from tests.support.fleet_platform import Agent, AgentTiming, fleet_platform
 from tests.support.stream_load import StreamLoad
 
 pytestmark = pytest.mark.slow
 
 LOAD_S = 90  # generous: engines load on 2 busy cores
+# Quick beats and a short node TTL so a lost agent is noticed within seconds; engines get a
+# drain long enough for the short streams the load tests run to finish.
+TIMING = AgentTiming(node_ttl=2, max_restarts=1, backoff=0.2, drain_timeout=60)
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, redis_server, checkpoints):
+def fleet(tmp_path_factory, checkpoints):
     workdir = tmp_path_factory.mktemp("fleet")
     broken = shutil.copytree(checkpoints.get("llama"), workdir / "broken")
-    fleet = FleetPlatform(workdir, redis_server.url)
-    setup = (  # one process: migrate and register both models
-        "from django.core.management import call_command; "
-        "from controlplane.deployments.services import served_model_register as r; "
-        "call_command('migrate', interactive=False, verbosity=0); "
-        f"r(path={str(checkpoints.get('llama'))!r}, name='tiny'); "
-        f"r(path={str(broken)!r}, name='broken')"
-    )
-    fleet.manage("shell", "-c", setup)
-    for weights in broken.glob("*.safetensors"):
-        weights.write_bytes(b"not a safetensors file")
-    try:
-        fleet.start_daphne()
-        fleet.start_agent("a")
-        fleet.start_agent("b")
-        fleet.wait(lambda: fleet.live_nodes() == {"a", "b"}, timeout=60, what="both agents")
+    models = {"tiny": checkpoints.get("llama"), "broken": broken}
+    agents = (Agent("a"), Agent("b"))
+    with fleet_platform(workdir, models=models, agents=agents, timing=TIMING) as fleet:
+        for weights in broken.glob("*.safetensors"):  # registered, then broken
+            weights.write_bytes(b"not a safetensors file")
         # Both deployments at once (one process): the broken one's restarts overlap the load.
-        deploy = "from django.core.management import call_command as c; " + "; ".join(
-            f"c('deploy', {name!r}, '--replicas', '1', *{ENGINE_OPTIONS!r})"
-            for name in ("tiny", "broken")
-        )
-        fleet.manage("shell", "-c", deploy)
+        fleet.deploy(("tiny", "--replicas", "1"), ("broken", "--replicas", "1"))
         yield fleet
-    finally:
-        fleet.stop()
 
 
 def _assert_none_failed(load: StreamLoad) -> None:

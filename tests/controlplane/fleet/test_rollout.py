@@ -1,6 +1,6 @@
 """Rolling restarts through the services and the reconciler: the database and a real Redis,
 with replica states set as agents would set them (no engine processes; the real-process
-rollout is in test_fleet_platform.py)."""
+rollout is in test_agents.py)."""
 
 from __future__ import annotations
 

@@ -12,108 +12,28 @@ idle timeout this time), a request for ``tiny2`` evicts it and is answered.
 from __future__ import annotations
 
 import asyncio
-import json
-import sqlite3
-from pathlib import Path
 
-import httpx
 import pytest
 
-from controlplane.launcher.process_commands import manage_command, platform_environment
-from controlplane.launcher.stack import Stack, run_manage
-from tests.support.metrics_scrape import Scrape
-from tests.support.sdk_clients import SdkClients
+from tests.support.fleet_platform import Agent, AgentTiming, fleet_platform
 
 pytestmark = pytest.mark.slow
 
-PREFIX = "s2ztest"
-AGENT_OPTIONS = (
-    *("--heartbeat", "0.5", "--node-ttl", "3", "--max-restarts", "1"),
-    *("--backoff", "0.2", "--drain-timeout", "2", "--memory-gb", "1"),
-)
-ENGINE_OPTIONS = ("--kv-cache-gb", "0.25", "--cpu-threads", "1", "--max-model-len", "256")
+AGENT = Agent("solo", memory_gb=1)
+TIMING = AgentTiming(node_ttl=3, max_restarts=1, backoff=0.2, drain_timeout=2)
 LOAD_TIMEOUT_S = 180  # an engine of a tiny model loads in seconds; this machine is shared
 
 
-class Platform(SdkClients):
-    def __init__(self, workdir: Path, redis_url: str):
-        self.db_path = workdir / "db.sqlite3"
-        self.env = platform_environment(
-            redis_url=redis_url,
-            redis_prefix=PREFIX,
-            database_url=f"sqlite:///{self.db_path}",
-            var_dir=workdir / "var",
-        )
-        self.env["OMP_NUM_THREADS"] = "1"
-        self.stack = Stack(workdir, env=self.env)
-        self.stack.env = self.env
-        self.base_url = ""
-        self.api_key = ""
-
-    def manage(self, *args: str) -> str:
-        return run_manage(self.env, *args, timeout=120).stdout
-
-    def deploy(self, name: str, *options: str) -> None:
-        self.manage("deploy", name, "--scale-to-zero", *options, *ENGINE_OPTIONS)
-
-    def query(self, sql: str, *params) -> list[dict]:
-        with sqlite3.connect(self.db_path, timeout=20) as db:
-            db.row_factory = sqlite3.Row
-            return [dict(row) for row in db.execute(sql, params)]
-
-    def replicas(self, deployment: str) -> list[dict]:
-        return self.query(
-            "SELECT r.state, r.reason, n.name AS node FROM fleet_replica r "
-            "JOIN fleet_deployment d ON r.deployment_id = d.id "
-            "LEFT JOIN fleet_node n ON r.node_id = n.id WHERE d.name = ? ORDER BY r.id",
-            deployment,
-        )
-
-    def wanted(self, deployment: str) -> int:
-        (row,) = self.query("SELECT replicas FROM fleet_deployment WHERE name = ?", deployment)
-        return row["replicas"]
-
-    def ready(self, deployment: str) -> bool:
-        return any(r["state"] == "ready" for r in self.replicas(deployment))
-
-    def audit(self, action: str) -> list[dict]:
-        rows = self.query(
-            "SELECT target_repr, actor_label, details FROM audit_auditevent "
-            "WHERE action = ? ORDER BY id",
-            action,
-        )
-        return [{**row, "details": json.loads(row["details"])} for row in rows]
-
-    def wait(self, condition, *, timeout: float, what: str) -> None:
-        self.stack.wait_until(condition, timeout=timeout, what=what)
-
-    def metrics(self) -> Scrape:
-        response = httpx.get(f"{self.base_url}/metrics", timeout=10)
-        response.raise_for_status()
-        return Scrape(response.text)
-
-
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory, redis_server, checkpoints):
+def platform(tmp_path_factory, checkpoints):
     workdir = tmp_path_factory.mktemp("scale-to-zero")
-    platform = Platform(workdir, redis_server.url)
-    setup = (  # one process: migrate, register both models, a tenant
-        "from django.core.management import call_command; "
-        "from controlplane.deployments.services import served_model_register as r; "
-        "call_command('migrate', interactive=False, verbosity=0); "
-        f"r(path={str(checkpoints.get('llama'))!r}, name='tiny'); "
-        f"r(path={str(checkpoints.get('llama', seed=1))!r}, name='tiny2'); "
-        "call_command('create_tenant', 'acme')"
-    )
-    platform.manage("shell", "-c", setup)
-    platform.api_key = platform.manage("create_api_key", "--tenant", "acme").splitlines()[-1]
-    agent = manage_command("run_agent", "--name", "solo", "--var-dir", str(workdir / "agent"))
-    platform.stack.start("agent-solo", [*agent, *AGENT_OPTIONS])
-    platform.base_url = platform.stack.start_daphne(timeout=90)
-    platform.deploy("tiny", "--replicas", "1", "--idle-timeout", "3")
-    platform.deploy("tiny2", "--replicas", "0", "--idle-timeout", "600")
-    yield platform
-    platform.stack.stop()
+    models = {"tiny": checkpoints.get("llama"), "tiny2": checkpoints.get("llama", seed=1)}
+    with fleet_platform(workdir, models=models, agents=[AGENT], timing=TIMING) as platform:
+        platform.deploy(
+            ("tiny", "--scale-to-zero", "--replicas", "1", "--idle-timeout", "3"),
+            ("tiny2", "--scale-to-zero", "--replicas", "0", "--idle-timeout", "600"),
+        )
+        yield platform
 
 
 def test_an_idle_scale_to_zero_deployment_unloads(platform):
@@ -178,7 +98,8 @@ def test_requests_for_an_unloaded_model_wake_it_once_and_are_answered(platform):
 
 
 def test_a_model_that_does_not_fit_evicts_the_idle_one(platform):
-    platform.deploy("tiny", "--replicas", "1", "--idle-timeout", "600")  # stays loaded now
+    stays_loaded = ("tiny", "--scale-to-zero", "--replicas", "1", "--idle-timeout", "600")
+    platform.deploy(stays_loaded)
     platform.wait(lambda: platform.ready("tiny"), timeout=LOAD_TIMEOUT_S, what="tiny ready")
     sdk = platform.sdk(timeout=LOAD_TIMEOUT_S)
     answer = sdk.chat.completions.create(

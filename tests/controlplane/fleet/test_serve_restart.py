@@ -21,23 +21,12 @@ import pytest
 
 from controlplane.launcher.process_commands import REPO, manage_command
 from controlplane.launcher.redis_server import free_port
+from tests.support.fleet_platform import setup_database
+from tests.support.processes import pids_with_env
 
 pytestmark = pytest.mark.slow
 
 NOBODY = "redis://127.0.0.1:1/0"  # nothing listens on port 1
-
-
-def _pids_with_env(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def _serve_until_up(env: dict[str, str], port: int) -> tuple[subprocess.Popen, str, str]:
@@ -97,8 +86,7 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
     env["PLATFORM_CPU_KVCACHE_SPACE"] = "0.25"  # the tiny model needs little
     marker = f"PLATFORM_VAR_DIR={var_dir}"
     setup = {**env, "REDIS_URL": NOBODY}
-    for args in (("migrate", "-v0"), ("load_model", str(tiny_llama), "--name", "tiny")):
-        subprocess.run(manage_command(*args), cwd=REPO, env=setup, check=True, timeout=300)
+    setup_database(setup, {"tiny": tiny_llama})
     host = socket.gethostname()
 
     port = free_port()
@@ -119,7 +107,7 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
     finally:
         _ctrl_c(serve)
     time.sleep(0.5)
-    assert _pids_with_env(marker) == [], "processes of the platform were left running"
+    assert pids_with_env(marker) == [], "processes of the platform were left running"
     nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
     assert nodes == [(host, "gone")]
     assert replicas == [("stopped", host), ("stopped", host)]
