@@ -24,6 +24,7 @@ import redis
 from controlplane.common.platform_location import location_file
 from controlplane.launcher.process_commands import REPO, manage_command
 from controlplane.launcher.redis_server import RedisServer, free_port
+from tests.support.processes import serve_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -46,30 +47,6 @@ def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return result
 
 
-def _start_serve(env: dict[str, str], port: int) -> tuple[subprocess.Popen, str]:
-    """serve --no-engine, up: the process and the demo API key its banner prints."""
-    proc = subprocess.Popen(
-        manage_command("serve", "--no-engine", "--port", str(port)),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        lines.append(line)
-        if "Press Ctrl-C" in line:
-            key = next(ln.split()[-1] for ln in lines if ln.strip().startswith("Demo API key"))
-            return proc, key
-    proc.kill()
-    raise AssertionError("serve did not come up:\n" + "".join(lines))
-
-
 def _models_status(base_url: str, key: str) -> int:
     headers = {"Authorization": f"Bearer {key}"}
     return httpx.get(f"{base_url}/v1/models", headers=headers, timeout=5).status_code
@@ -87,7 +64,7 @@ def test_revocation_typed_in_a_second_shell_reaches_the_serve_api_within_2_secon
 
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    serve, demo_key = _start_serve(shell, port)
+    serve, _, demo_key = serve_until_up(shell, "--no-engine", "--port", str(port), timeout=180)
     try:
         record_path = location_file(var_dir)
         assert stat.S_IMODE(record_path.stat().st_mode) == 0o600

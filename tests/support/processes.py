@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from controlplane.launcher.process_commands import manage_command
 from controlplane.launcher.stack import Stack, wait_until
 from controlplane.launcher.supervisor import Child
 
@@ -67,3 +69,31 @@ def running(
     the block; the process stopped after it."""
     with Stack(log.parent) as stack:
         yield stack.start(what, args, ready=ready, timeout=timeout, log=log, env=env).process
+
+
+def serve_until_up(
+    env: dict[str, str], *args: str, timeout: float = 300
+) -> tuple[subprocess.Popen, str, str]:
+    """``manage.py serve ARGS`` until its banner says it is up: the process, what it printed
+    so far and the demo API key the banner shows. Fails with that output if it exits first
+    or takes longer than ``timeout`` seconds."""
+    proc = subprocess.Popen(
+        manage_command("serve", *args),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
+        if "Press Ctrl-C" in line:
+            key = next(ln.split()[-1] for ln in lines if ln.strip().startswith("Demo API key"))
+            return proc, "".join(lines), key
+    proc.kill()
+    raise AssertionError("serve did not come up:\n" + "".join(lines))

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.browser import chromium_page
+from tests.support.browser import admin_sign_in, chromium_page
 from tests.support.fleet_platform import ADMIN_PASSWORD, TINY_ENGINE_SETTINGS, fleet_platform
 from tests.support.shared_database import ROOT
 
@@ -37,11 +37,7 @@ def platform(tmp_path_factory, tiny_llama):
 def admin_page(platform):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with chromium_page(width=1400, height=900, missing=pytest.fail) as page:
-        page.goto(f"{platform.base_url}/admin/login/?next=/admin/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", ADMIN_PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_selector("#site-name")
+        admin_sign_in(page, platform.base_url, ADMIN_PASSWORD)
         yield page
 
 

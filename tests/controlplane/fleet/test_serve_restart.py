@@ -19,38 +19,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from controlplane.launcher.process_commands import REPO, manage_command
 from controlplane.launcher.redis_server import free_port
 from tests.support.fleet_platform import setup_database
-from tests.support.processes import pids_with_env
+from tests.support.processes import pids_with_env, serve_until_up
 
 pytestmark = pytest.mark.slow
 
 NOBODY = "redis://127.0.0.1:1/0"  # nothing listens on port 1
-
-
-def _serve_until_up(env: dict[str, str], port: int) -> tuple[subprocess.Popen, str, str]:
-    """serve, up: the process, its output so far and the demo key."""
-    proc = subprocess.Popen(
-        manage_command("serve", "--port", str(port)),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        lines.append(line)
-        if "Press Ctrl-C" in line:
-            key = next(ln.split()[-1] for ln in lines if ln.strip().startswith("Demo API key"))
-            return proc, "".join(lines), key
-    proc.kill()
-    raise AssertionError("serve did not come up:\n" + "".join(lines))
 
 
 def _ctrl_c(proc: subprocess.Popen) -> None:
@@ -90,7 +65,7 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
     host = socket.gethostname()
 
     port = free_port()
-    serve, output, key = _serve_until_up(env, port)
+    serve, output, key = serve_until_up(env, "--port", str(port))
     try:
         assert f"tiny: replica 1 ready on {host}" in output
         assert _completion(port, key) in {"stop", "length"}
@@ -98,7 +73,7 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
         _ctrl_c(serve)
 
     port = free_port()
-    serve, output, key = _serve_until_up(env, port)
+    serve, output, key = serve_until_up(env, "--port", str(port))
     try:
         assert _completion(port, key) in {"stop", "length"}
         nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
