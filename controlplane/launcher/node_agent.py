@@ -54,6 +54,10 @@ from engine.protocol import Keys
 logger = logging.getLogger(__name__)
 
 State = Replica.State
+# Seconds past its drain timeout before a draining engine is SIGKILLed: the engine's own drain
+# ends at the timeout, and exiting (freeing CUDA memory, closing Redis) takes a moment more.
+# Deploy manifests give the agent at least drain timeout + this margin to stop.
+ENGINE_KILL_MARGIN_S = 5.0
 
 
 @dataclass
@@ -178,14 +182,21 @@ class NodeAgent:
 
     def shutdown(self) -> None:
         """SIGTERM every engine (all drain at once), leave (the replicas stopped: the
-        reconciler places them elsewhere while these drain), then wait for the engines."""
-        for engine in self.engines.values():
-            if engine.child is not None:
-                self.supervisor.terminate(engine.child)
+        reconciler places them elsewhere while these drain), then wait for the engines: all
+        of them within one drain timeout (plus the kill margin), however many there are, so
+        a pod's grace period bounds it; what still runs then is killed."""
+        children = [e.child for e in self.engines.values() if e.child is not None]
+        for child in children:
+            self.supervisor.terminate(child)
+        deadline = time.monotonic() + self.config.drain_timeout_s + ENGINE_KILL_MARGIN_S
         try:
             node_leave(self.client, self.node)
         except (DatabaseError, redis.RedisError):  # its heartbeat expires all the same
             logger.warning("node %s could not record leaving", self.config.name, exc_info=True)
+        while any(child.running() for child in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for child in self.supervisor.children:
+            child.stop_timeout = 0  # past the shared deadline: kill (and sweep) what is left
         self.supervisor.stop_all()
         logger.info("node %s left", self.config.name)
 
@@ -227,7 +238,7 @@ class NodeAgent:
                 run_engine_command(deployment.served_model.name, **self._options(replica)),
                 log_path,
                 env=engine_environment(self._pinned_gpu(replica), os.environ),
-                stop_timeout=self.config.drain_timeout_s + 5,
+                stop_timeout=self.config.drain_timeout_s + ENGINE_KILL_MARGIN_S,
                 cwd=REPO,
             )
         )

@@ -214,3 +214,36 @@ def test_the_agent_starts_each_gpu_replica_pinned_to_its_own_gpu(
 def _logged_gpu_lines(var_dir, engine_id: str = "") -> list[str]:
     logs = (var_dir / "log").glob(f"engine-{engine_id}*.log")
     return [line for log in logs for line in log.read_text().splitlines() if line[:4] == "gpu "]
+
+
+IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+)
+
+
+def test_shutdown_waits_one_drain_timeout_for_all_engines_then_kills_them(
+    tmp_path, redis_client, monkeypatch
+):
+    """The grace period deploy manifests give the agent is drain timeout + the kill margin,
+    however many engines it runs: stuck engines are waited for together, not one by one."""
+    ServedModel.objects.create(name="tiny", path="/x", architecture="L", num_parameters=10)
+    monkeypatch.setattr(
+        node_agent, "run_engine_command", lambda *a, **k: [sys.executable, "-c", IGNORES_SIGTERM]
+    )
+    agent = NodeAgent(AgentSettings(name="n1", var_dir=tmp_path, drain_timeout_s=0.5), redis_client)
+    agent.register()
+    services.deployment_deploy(name="tiny", replicas=3)
+    reconcile(redis_client)
+
+    def all_running() -> bool:
+        children = [engine.child for engine in agent.engines.values()]
+        return len(children) == 3 and all(c is not None and c.running() for c in children)
+
+    _sync_until(agent, all_running, what="three engines running")
+    children = [engine.child for engine in agent.engines.values()]
+    started = time.monotonic()
+    agent.shutdown()
+    took = time.monotonic() - started
+    assert not any(child.running() for child in children)
+    bound = 0.5 + node_agent.ENGINE_KILL_MARGIN_S
+    assert bound - 0.5 <= took < bound + 3  # one shared deadline, not three in a row
