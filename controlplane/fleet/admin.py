@@ -69,7 +69,7 @@ class ReplicaInline(admin.TabularInline):
 
     model = Replica
     fk_name = "deployment"
-    fields = ("state", "node", "engine_id", "restarts", "reason", "log", "updated_at")
+    fields = ("state", "node", "gpu_index", "engine_id", "restarts", "reason", "log", "updated_at")
     readonly_fields = fields
     ordering = ("-pk",)
     extra = 0
@@ -198,7 +198,7 @@ class NodeReplicaInline(admin.TabularInline):
 
     model = Replica
     fk_name = "node"
-    fields = ("deployment", "state", "engine_id", "restarts", "reason", "updated_at")
+    fields = ("deployment", "state", "gpu_index", "engine_id", "restarts", "reason", "updated_at")
     readonly_fields = fields
     extra = 0
     can_delete = False

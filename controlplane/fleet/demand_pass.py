@@ -148,7 +148,8 @@ def _node_loads(nodes: list[Node]) -> list[NodeLoad]:
     for r in placed.select_related("node", "deployment"):
         need = Need(memory_bytes=r.memory_bytes, gpu=r.deployment.device == "cuda")
         draining = r.state == State.DRAINING
-        loads[r.node.name].placed.append(Placed(r.deployment.name, need, draining=draining))
+        entry = Placed(r.deployment.name, need, draining=draining, gpu=r.gpu_index)
+        loads[r.node.name].placed.append(entry)
     return list(loads.values())
 
 

@@ -111,6 +111,12 @@ class Replica(models.Model):
     log_tail = models.TextField(blank=True, default="")
     restarts = models.PositiveIntegerField(default=0)
     memory_bytes = models.BigIntegerField(default=0, help_text="The estimate it was placed by.")
+    # Which of its node's GPUs (index into Node.gpus, nvidia-smi's order) a GPU replica runs
+    # on: placement counts its memory there, and the agent pins its engine to it. None on a
+    # CPU, and on GPU replicas placed before pinning existed (they run unpinned).
+    gpu_index = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Its GPU on the node (CUDA_VISIBLE_DEVICES)."
+    )
     generation = models.PositiveIntegerField(
         default=1, help_text="The deployment's generation (settings) it was created for."
     )

@@ -37,7 +37,7 @@ from django.db import transaction
 from controlplane.fleet import demand_pass, rollout, selectors
 from controlplane.fleet.liveness import live_node_names, under_fleet_lock
 from controlplane.fleet.models import ACTIVE_STATES, RUNNING_STATES, Deployment, Node, Replica
-from controlplane.fleet.placement import NodeRoom, place
+from controlplane.fleet.placement import NodeRoom, no_fit_reason, place
 
 logger = logging.getLogger(__name__)
 
@@ -115,31 +115,23 @@ def _reconcile_deployment(
         _retire(holding, surplus, report)
         return
     waiting = [r for r in holding if r.node_id is None]
-    for replica, node in zip(waiting, place(need, len(waiting), [*rooms.values()]), strict=True):
-        if node is not None:
-            replica.node_id = node_ids[node]
+    for replica, slot in zip(waiting, place(need, len(waiting), [*rooms.values()]), strict=True):
+        if slot is not None:
+            replica.node_id, replica.gpu_index = node_ids[slot.node], slot.gpu
             replica.reason = ""
-            replica.save(update_fields=["node", "reason", "updated_at"])
+            replica.save(update_fields=["node", "gpu_index", "reason", "updated_at"])
             report.num_placed += 1
-    for node in place(need, -surplus, list(rooms.values())):
+    for slot in place(need, -surplus, list(rooms.values())):
         Replica.objects.create(
             deployment=deployment,
-            node_id=node_ids[node] if node is not None else None,
+            node_id=node_ids[slot.node] if slot is not None else None,
+            gpu_index=slot.gpu if slot is not None else None,
             memory_bytes=need.memory_bytes,
             generation=deployment.generation,
-            reason="" if node is not None else _no_fit_reason(need, rooms),
+            reason="" if slot is not None else no_fit_reason(need, list(rooms.values())),
         )
         report.num_created += 1
-        report.num_unplaced += node is None
-
-
-def _no_fit_reason(need, rooms: dict[str, NodeRoom]) -> str:
-    where = "GPU" if need.gpu else "memory"
-    labels = f" with labels {need.selector}" if need.selector else ""
-    return (
-        f"no live node{labels} has {need.memory_bytes / 2**30:.1f} GiB {where} free "
-        f"({len(rooms)} live)"
-    )
+        report.num_unplaced += slot is None
 
 
 # Retired first: failed, then not yet placed, then the least far along, newest first.

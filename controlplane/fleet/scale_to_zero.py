@@ -37,11 +37,13 @@ def is_idle(activity: Activity, *, now: float, idle_timeout_s: float) -> bool:
 
 @dataclass(frozen=True)
 class Placed:
-    """A replica holding memory on a node: its deployment, its need, whether it drains."""
+    """A replica holding memory on a node: its deployment, its need, whether it drains, and
+    its GPU."""
 
     deployment: str
     need: Need
     draining: bool = False
+    gpu: int | None = None  # its GPU on the node (GPU memory is counted per GPU)
 
 
 @dataclass
@@ -64,7 +66,7 @@ class NodeLoad:
         )
         for replica in self.placed:
             if not leaving(replica):
-                room.occupy(replica.need)
+                room.occupy(replica.need, replica.gpu)
         return room
 
 

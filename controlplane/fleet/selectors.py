@@ -58,7 +58,7 @@ def replica_need(deployment: Deployment) -> Need:
 
 def node_rooms(nodes: list[Node]) -> dict[str, NodeRoom]:
     """Each node's capacity less what its active replicas hold (by the estimate each was
-    placed with)."""
+    placed with, on the GPU each was given)."""
     rooms = {
         node.name: NodeRoom(
             name=node.name,
@@ -73,7 +73,8 @@ def node_rooms(nodes: list[Node]) -> dict[str, NodeRoom]:
     )
     for replica in placed:
         gpu = replica.deployment.device == "cuda"
-        rooms[replica.node.name].occupy(Need(memory_bytes=replica.memory_bytes, gpu=gpu))
+        need = Need(memory_bytes=replica.memory_bytes, gpu=gpu)
+        rooms[replica.node.name].occupy(need, replica.gpu_index)  # on the GPU it runs on
     return rooms
 
 

@@ -6,7 +6,7 @@ agent is running one (``controlplane/fleet/reconciler.py``), then syncs its engi
 replica records placed on its node:
 
 - a pending replica is started (``manage.py run_engine`` as a supervised child, new engine id
-  per attempt), ``starting`` until the process runs, ``loading`` until its engine status
+  per attempt; a GPU replica pinned to its GPU, ``engine_launch.py``), ``starting`` until the process runs, ``loading`` until its engine status
   record is live, then ``ready``;
 - an engine that exits on its own is restarted after a back-off that doubles each time; after
   ``max_restarts`` restarts the replica is ``failed`` with the exit code and its log's tail;
@@ -46,6 +46,7 @@ from controlplane.fleet.liveness import node_beat
 from controlplane.fleet.models import Node, Replica
 from controlplane.fleet.reconciler import reconcile_once
 from controlplane.fleet.selectors import node_replicas
+from controlplane.launcher.engine_launch import engine_environment, engine_options
 from controlplane.launcher.process_commands import REPO, run_engine_command
 from controlplane.launcher.supervisor import Child, Supervisor
 from engine.protocol import Keys
@@ -53,6 +54,10 @@ from engine.protocol import Keys
 logger = logging.getLogger(__name__)
 
 State = Replica.State
+# Seconds past its drain timeout before a draining engine is SIGKILLed: the engine's own drain
+# ends at the timeout, and exiting (freeing CUDA memory, closing Redis) takes a moment more.
+# Deploy manifests give the agent at least drain timeout + this margin to stop.
+ENGINE_KILL_MARGIN_S = 5.0
 
 
 @dataclass
@@ -177,14 +182,21 @@ class NodeAgent:
 
     def shutdown(self) -> None:
         """SIGTERM every engine (all drain at once), leave (the replicas stopped: the
-        reconciler places them elsewhere while these drain), then wait for the engines."""
-        for engine in self.engines.values():
-            if engine.child is not None:
-                self.supervisor.terminate(engine.child)
+        reconciler places them elsewhere while these drain), then wait for the engines: all
+        of them within one drain timeout (plus the kill margin), however many there are, so
+        a pod's grace period bounds it; what still runs then is killed."""
+        children = [e.child for e in self.engines.values() if e.child is not None]
+        for child in children:
+            self.supervisor.terminate(child)
+        deadline = time.monotonic() + self.config.drain_timeout_s + ENGINE_KILL_MARGIN_S
         try:
             node_leave(self.client, self.node)
         except (DatabaseError, redis.RedisError):  # its heartbeat expires all the same
             logger.warning("node %s could not record leaving", self.config.name, exc_info=True)
+        while any(child.running() for child in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for child in self.supervisor.children:
+            child.stop_timeout = 0  # past the shared deadline: kill (and sweep) what is left
         self.supervisor.stop_all()
         logger.info("node %s left", self.config.name)
 
@@ -225,26 +237,28 @@ class NodeAgent:
                 f"engine:{engine_id}",
                 run_engine_command(deployment.served_model.name, **self._options(replica)),
                 log_path,
-                stop_timeout=self.config.drain_timeout_s + 5,
+                env=engine_environment(self._pinned_gpu(replica), os.environ),
+                stop_timeout=self.config.drain_timeout_s + ENGINE_KILL_MARGIN_S,
                 cwd=REPO,
             )
         )
         logger.info("started %s (replica %d) pid %d", engine_id, replica.pk, engine.child.pid)
 
     def _options(self, replica: Replica) -> dict:
-        d = replica.deployment
-        return {
-            "engine_id": replica.engine_id,
-            "redis_url": settings.REDIS_URL,
-            "device": d.device,
-            "dtype": d.dtype or None,
-            "quantization": d.quantization or None,
-            "max_model_len": d.max_model_len,
-            "max_num_seqs": d.max_num_seqs,
-            "cpu_threads": d.cpu_threads,
-            "cpu_kv_cache_space": d.kv_cache_gb if d.device != "cuda" else None,
-            "drain_timeout": self.config.drain_timeout_s,
-        }
+        return engine_options(
+            replica.deployment,
+            engine_id=replica.engine_id,
+            redis_url=settings.REDIS_URL,
+            drain_timeout_s=self.config.drain_timeout_s,
+            gpu_index=self._pinned_gpu(replica),
+            replica_bytes=replica.memory_bytes,
+            node_gpus=self.node.gpus if self.node is not None else [],
+        )
+
+    @staticmethod
+    def _pinned_gpu(replica: Replica) -> int | None:
+        """The GPU a GPU replica's engine is pinned to (None on a CPU: never pinned)."""
+        return replica.gpu_index if replica.deployment.device == "cuda" else None
 
     def _engine_live(self, replica: Replica) -> bool:
         model = replica.deployment.served_model.name

@@ -39,6 +39,9 @@ class ReplicaSerializer(serializers.Serializer):
     id = serializers.IntegerField(source="pk")
     state = serializers.ChoiceField(Replica.State.choices)
     node = serializers.CharField(source="node.name", allow_null=True, default=None)
+    gpu_index = serializers.IntegerField(
+        allow_null=True, help_text="Its GPU on the node (GPU replicas; null on a CPU)."
+    )
     engine_id = serializers.CharField()
     generation = serializers.IntegerField(help_text="The deployment generation it runs.")
     restarts = serializers.IntegerField()
@@ -130,6 +133,7 @@ class DeletedSerializer(serializers.Serializer):
 class NodeReplicaSerializer(serializers.Serializer):
     deployment = serializers.CharField(source="deployment.name")
     state = serializers.ChoiceField(Replica.State.choices)
+    gpu_index = serializers.IntegerField(allow_null=True, help_text="Its GPU on this node.")
     engine_id = serializers.CharField()
 
 

@@ -10,7 +10,7 @@ import yaml
 from tests.deploy.metrics_token import platform_reads_metrics_token_from
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-PLATFORM_ROLES = ("migrate", "web", "engine", "celery", "beat", "batch-worker")
+PLATFORM_ROLES = ("migrate", "web", "agent", "engine", "celery", "beat", "batch-worker")
 
 
 def split_mount(volume: str) -> tuple[str, str]:
@@ -27,7 +27,7 @@ def services() -> dict:
 
 
 def test_every_part_of_the_platform_is_a_service(services):
-    expected = {"redis", "postgres", "web", "engine", "celery", "prometheus", "grafana"}
+    expected = {"redis", "postgres", "web", "agent", "engine", "celery", "prometheus", "grafana"}
     assert expected <= set(services)
 
 
@@ -65,15 +65,48 @@ def test_the_engine_reserves_a_gpu_and_reports_readiness(services):
     assert engine["stop_grace_period"]  # SIGTERM drains: give it time
 
 
-def test_web_and_engine_read_the_same_checkpoints(services):
+def test_web_and_engines_read_the_same_checkpoints(services):
     def models_mount(role):
         return [v for v in services[role]["volumes"] if split_mount(v)[1] == "/models"]
 
     assert models_mount("web") and models_mount("web") == models_mount("engine")
+    assert models_mount("agent") == models_mount("web")
+
+
+def _started_by_default(services) -> set[str]:
+    """What `docker compose up` starts: services outside every profile."""
+    return {name for name, service in services.items() if not service.get("profiles")}
+
+
+def test_engines_come_from_the_agent_by_default_and_the_static_engine_only_on_request(services):
+    # Both would claim the GPU and could run the same model: never both by default.
+    default = _started_by_default(services)
+    assert "agent" in default and "engine" not in default
+    assert services["engine"]["profiles"] == ["static-engine"]
+
+
+def test_the_agent_runs_run_agent_on_every_gpu_and_drains_within_its_grace_period(services):
+    from django.core.management import load_command_class
+
+    from controlplane.launcher.node_agent import ENGINE_KILL_MARGIN_S
+
+    agent = services["agent"]
+    command = [arg.replace("${AGENT_NAME:-gpu-host-1}", "gpu-host-1") for arg in agent["command"]]
+    assert command[:3] == ["python", "manage.py", "run_agent"]
+    parser = load_command_class("controlplane.launcher", "run_agent").create_parser(
+        "manage.py", "run_agent"
+    )
+    options = parser.parse_args(command[3:])
+    assert options.name == "gpu-host-1"
+    (gpus,) = agent["deploy"]["resources"]["reservations"]["devices"]
+    assert (gpus["driver"], gpus["count"]) == ("nvidia", "all")
+    assert "gpu" in gpus["capabilities"]
+    grace = agent["stop_grace_period"]
+    assert grace.endswith("s") and int(grace[:-1]) >= options.drain_timeout + ENGINE_KILL_MARGIN_S
 
 
 def test_platform_waits_for_its_database_and_redis(services):
-    for role in ("web", "engine", "celery"):
+    for role in ("web", "agent", "engine", "celery"):
         depends = services[role]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully"
         assert depends["redis"]["condition"] == "service_healthy"

@@ -14,7 +14,8 @@ from tests.deploy.metrics_token import platform_reads_metrics_token_from
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 NAMESPACE = "llm-platform"
-WORKLOADS = ("web", "engine", "celery", "celery-beat", "batch-worker", "migrate")
+WORKLOADS = ("web", "engine", "agent", "celery", "celery-beat", "batch-worker", "migrate")
+KINDS = {"migrate": ("Job", "llm-platform-migrate"), "agent": ("DaemonSet", "agent")}
 
 
 def _documents() -> list[tuple[str, dict]]:
@@ -39,9 +40,7 @@ def manifests() -> dict[tuple[str, str], dict]:
 
 
 def _pod_spec(manifests, name: str) -> dict:
-    kind = "Job" if name == "migrate" else "Deployment"
-    full_name = "llm-platform-migrate" if name == "migrate" else name
-    return manifests[(kind, full_name)]["spec"]["template"]["spec"]
+    return manifests[KINDS.get(name, ("Deployment", name))]["spec"]["template"]["spec"]
 
 
 def _container(manifests, name: str) -> dict:
@@ -61,8 +60,11 @@ def test_kustomization_lists_existing_files_and_never_the_example_secret():
     for resource in kustomization["resources"]:
         assert (K8S / resource).is_file(), resource
     assert "secret.example.yaml" not in kustomization["resources"]
-    for workload in ("web.yaml", "engine.yaml", "celery.yaml", "migrate-job.yaml"):
+    for workload in ("web.yaml", "agent-daemonset.yaml", "celery.yaml", "migrate-job.yaml"):
         assert workload in kustomization["resources"]
+    # Engines come from the node agents by default; the static engine Deployment is the
+    # alternative, never applied beside them (both would claim the GPUs and run the model).
+    assert "engine.yaml" not in kustomization["resources"]
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -147,7 +149,7 @@ def test_the_engine_gets_one_gpu_and_probes_its_own_status_record(manifests):
     assert _pod_spec(manifests, "engine")["terminationGracePeriodSeconds"] >= 60
 
 
-def test_web_and_engine_mount_the_same_checkpoints(manifests):
+def test_web_and_engines_mount_the_same_checkpoints(manifests):
     def models_claim(workload):
         spec = _pod_spec(manifests, workload)
         mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
@@ -156,7 +158,7 @@ def test_web_and_engine_mount_the_same_checkpoints(manifests):
         return volumes[name]["persistentVolumeClaim"]["claimName"]
 
     claim = models_claim("web")
-    assert claim == models_claim("engine")
+    assert claim == models_claim("engine") == models_claim("agent")
     assert ("PersistentVolumeClaim", claim) in manifests
 
 

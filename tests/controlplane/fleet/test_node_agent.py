@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from django.conf import settings
@@ -14,9 +15,12 @@ from controlplane.deployments.models import ServedModel
 from controlplane.fleet import services
 from controlplane.fleet.liveness import live_node_names
 from controlplane.fleet.models import Node, Replica
+from controlplane.fleet.placement import GIB, RUNTIME_OVERHEAD_BYTES
 from controlplane.fleet.reconciler import reconcile
 from controlplane.launcher import node_agent
+from controlplane.launcher.engine_launch import engine_environment, engine_options, gpu_memory_share
 from controlplane.launcher.node_agent import AgentSettings, NodeAgent
+from controlplane.launcher.process_commands import run_engine_command
 from tests.support.engine_status import publish_engine_status
 
 pytestmark = pytest.mark.django_db
@@ -118,3 +122,128 @@ def test_shutdown_stops_engines_and_leaves_the_node_gone(agent, redis_client):
     assert _replica("tiny").state == State.STOPPED
     assert Node.objects.get(name="n1").state == Node.State.GONE
     assert live_node_names(redis_client) == set()
+
+
+# ---------------------------------------------------------------- GPU pinning
+
+
+def test_a_gpu_replicas_engine_environment_names_its_gpu_alone():
+    base = {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    env = engine_environment(2, base)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["PATH"] == "/usr/bin" and base["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert engine_environment(0, base)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert engine_environment(None, base) is None  # a CPU replica inherits the agent's
+
+
+def test_a_gpu_engine_may_allocate_only_what_placement_reserved_on_its_gpu():
+    gpus = [{"name": "A", "memory_bytes": 80 * GIB}, {"name": "B", "memory_bytes": 40 * GIB}]
+    deployment = SimpleNamespace(
+        device="cuda", dtype="", quantization="", max_model_len=None, max_num_seqs=None,
+        cpu_threads=None, kv_cache_gb=8.0,
+    )  # fmt: skip
+    replica_bytes = 20 * GIB + RUNTIME_OVERHEAD_BYTES  # weights and KV cache: 20 GiB
+
+    def options(gpu_index):
+        return engine_options(
+            deployment, engine_id="e", redis_url="redis://x", drain_timeout_s=30,
+            gpu_index=gpu_index, replica_bytes=replica_bytes, node_gpus=gpus,
+        )  # fmt: skip
+
+    assert options(0)["gpu_memory_utilization"] == 0.25
+    assert options(1)["gpu_memory_utilization"] == 0.5
+    assert options(0)["cpu_kv_cache_space"] is None
+    assert "gpu_memory_utilization" not in options(None)  # unpinned: the engine's default
+    assert gpu_memory_share(2 * GIB, 3 * GIB) == 0.5  # 1.5 / 3
+    assert gpu_memory_share(100 * GIB, 80 * GIB) == 1.0  # never past the engine's bound
+    assert gpu_memory_share(GIB, 0) is None
+    cpu = SimpleNamespace(**{**vars(deployment), "device": "cpu"})
+    cpu_options = engine_options(
+        cpu, engine_id="e", redis_url="r", drain_timeout_s=1, gpu_index=0, node_gpus=gpus
+    )
+    assert "gpu_memory_utilization" not in cpu_options and cpu_options["cpu_kv_cache_space"] == 8
+
+
+def test_the_gpu_options_are_ones_run_engine_accepts():
+    from django.core.management import load_command_class
+
+    parser = load_command_class("controlplane.deployments", "run_engine").create_parser(
+        "manage.py", "run_engine"
+    )
+    argv = run_engine_command("tiny", device="cuda", gpu_memory_utilization=0.25)
+    parsed = parser.parse_args(argv[argv.index("run_engine") + 1 :])
+    assert (parsed.device, parsed.gpu_memory_utilization) == ("cuda", 0.25)
+
+
+PRINTS_ITS_GPU = (
+    "import os, sys, signal, time; signal.signal(signal.SIGTERM, lambda *a: exit(0)); "
+    "print('gpu', os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ.get('CUDA_DEVICE_ORDER'), "
+    "sys.argv[1:], flush=True); time.sleep(60)"
+)
+
+
+def test_the_agent_starts_each_gpu_replica_pinned_to_its_own_gpu(
+    tmp_path, redis_client, monkeypatch
+):
+    ServedModel.objects.create(name="tiny", path="/x", architecture="L", num_parameters=10)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpus = [{"name": "H100", "memory_bytes": 24 * GIB}, {"name": "H100", "memory_bytes": 24 * GIB}]
+    monkeypatch.setattr(node_agent, "host_gpus", lambda: gpus)
+
+    def fake_engine(model_name, **options):
+        flags = [f"{k}={v}" for k, v in options.items() if k == "gpu_memory_utilization"]
+        return [sys.executable, "-c", PRINTS_ITS_GPU, *flags]
+
+    monkeypatch.setattr(node_agent, "run_engine_command", fake_engine)
+    agent = NodeAgent(AgentSettings(name="g1", var_dir=tmp_path), redis_client)
+    agent.register()
+    try:
+        services.deployment_deploy(name="tiny", replicas=2, device="cuda", kv_cache_gb=12.0)
+        reconcile(redis_client)
+        _sync_until(agent, lambda: len(_logged_gpu_lines(tmp_path)) == 2, what="started")
+        by_replica = {r.engine_id: r.gpu_index for r in Replica.objects.all()}
+        assert sorted(by_replica.values()) == [0, 1]
+        for engine_id, gpu in by_replica.items():
+            (line,) = _logged_gpu_lines(tmp_path, engine_id)
+            # 12 GiB of KV cache and tiny weights, of a 24 GiB GPU: 0.5 of it.
+            assert line == f"gpu {gpu} PCI_BUS_ID ['gpu_memory_utilization=0.5']"
+    finally:
+        agent.supervisor.stop_all()
+
+
+def _logged_gpu_lines(var_dir, engine_id: str = "") -> list[str]:
+    logs = (var_dir / "log").glob(f"engine-{engine_id}*.log")
+    return [line for log in logs for line in log.read_text().splitlines() if line[:4] == "gpu "]
+
+
+IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+)
+
+
+def test_shutdown_waits_one_drain_timeout_for_all_engines_then_kills_them(
+    tmp_path, redis_client, monkeypatch
+):
+    """The grace period deploy manifests give the agent is drain timeout + the kill margin,
+    however many engines it runs: stuck engines are waited for together, not one by one."""
+    ServedModel.objects.create(name="tiny", path="/x", architecture="L", num_parameters=10)
+    monkeypatch.setattr(
+        node_agent, "run_engine_command", lambda *a, **k: [sys.executable, "-c", IGNORES_SIGTERM]
+    )
+    agent = NodeAgent(AgentSettings(name="n1", var_dir=tmp_path, drain_timeout_s=0.5), redis_client)
+    agent.register()
+    services.deployment_deploy(name="tiny", replicas=3)
+    reconcile(redis_client)
+
+    def all_running() -> bool:
+        children = [engine.child for engine in agent.engines.values()]
+        return len(children) == 3 and all(c is not None and c.running() for c in children)
+
+    _sync_until(agent, all_running, what="three engines running")
+    children = [engine.child for engine in agent.engines.values()]
+    started = time.monotonic()
+    agent.shutdown()
+    took = time.monotonic() - started
+    assert not any(child.running() for child in children)
+    bound = 0.5 + node_agent.ENGINE_KILL_MARGIN_S
+    assert bound - 0.5 <= took < bound + 3  # one shared deadline, not three in a row

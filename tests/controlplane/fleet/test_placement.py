@@ -1,4 +1,4 @@
-"""Placement as a pure function: memory estimates, fit, labels, spread."""
+"""Placement as a pure function: memory estimates, fit, labels, spread, GPUs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,16 @@ from controlplane.fleet.placement import (
     RUNTIME_OVERHEAD_BYTES,
     Need,
     NodeRoom,
-    place,
+    Slot,
+    no_fit_reason,
     replica_memory_bytes,
 )
+from controlplane.fleet.placement import place as place_slots
+
+
+def place(need, count, rooms):
+    """The node names only (CPU replicas have no GPU)."""
+    return [slot.node if slot else None for slot in place_slots(need, count, rooms)]
 
 
 def test_memory_is_weights_in_their_dtype_or_quantization_plus_kv_cache_and_overhead():
@@ -60,13 +67,80 @@ def test_labels_restrict_the_nodes():
     assert place(Need(memory_bytes=GIB, selector={"zone": "c"}), 1, rooms) == [None]
 
 
-def test_gpu_replicas_need_a_gpu_that_holds_weights_and_kv_cache():
-    gpu_node = NodeRoom(name="gpu", free_bytes=64 * GIB, gpu_free_bytes=[10 * GIB, 20 * GIB])
+def _gpu_node(*gpu_gib, name="gpu", memory_gib=64):
+    return NodeRoom(
+        name=name, free_bytes=memory_gib * GIB, gpu_free_bytes=[int(g * GIB) for g in gpu_gib]
+    )
+
+
+def test_gpu_replicas_need_one_gpu_that_holds_their_whole_estimate():
+    gpu_node = _gpu_node(10, 20)
     cpu_node = NodeRoom(name="cpu", free_bytes=256 * GIB)
-    need = Need(memory_bytes=12 * GIB + RUNTIME_OVERHEAD_BYTES, gpu=True)
-    assert place(need, 2, [cpu_node, gpu_node]) == ["gpu", None]
+    need = Need(memory_bytes=12 * GIB, gpu=True)
+    assert place_slots(need, 2, [cpu_node, gpu_node]) == [Slot("gpu", 1), None]
     assert gpu_node.gpu_free_bytes == [10 * GIB, 8 * GIB]
-    # A smaller one goes to the fullest GPU that still holds it (best fit).
-    small = Need(memory_bytes=5 * GIB + RUNTIME_OVERHEAD_BYTES, gpu=True)
-    assert place(small, 1, [gpu_node]) == ["gpu"]
-    assert gpu_node.gpu_free_bytes == [10 * GIB, 3 * GIB]
+    # The host process's overhead comes from the node's memory too.
+    assert gpu_node.free_bytes == 64 * GIB - RUNTIME_OVERHEAD_BYTES
+
+
+def test_two_replicas_that_each_fit_one_gpu_go_to_different_gpus():
+    node = _gpu_node(24, 24)
+    need = Need(memory_bytes=6 * GIB, gpu=True)  # both would fit on GPU 0: they spread
+    assert place_slots(need, 2, [node]) == [Slot("gpu", 0), Slot("gpu", 1)]
+    assert node.gpu_free_bytes == [18 * GIB, 18 * GIB] and node.gpu_replicas == [1, 1]
+    # A third shares a GPU: the fullest that holds it (both equal here: the lowest index).
+    assert place_slots(need, 1, [node]) == [Slot("gpu", 0)]
+
+
+def test_among_equally_used_gpus_the_fullest_that_holds_it_wins():
+    node = _gpu_node(40, 80)
+    node.occupy(Need(memory_bytes=30 * GIB, gpu=True), 0)  # GPU 0 runs one already
+    node.occupy(Need(memory_bytes=20 * GIB, gpu=True), 1)  # and GPU 1 one
+    assert node.gpu_free_bytes == [10 * GIB, 60 * GIB]
+    # 8 GiB fits both: GPU 0, the fuller one, keeps GPU 1's big hole for a big model.
+    assert place_slots(Need(memory_bytes=8 * GIB, gpu=True), 1, [node]) == [Slot("gpu", 0)]
+    assert place_slots(Need(memory_bytes=50 * GIB, gpu=True), 1, [node]) == [Slot("gpu", 1)]
+
+
+def test_gpu_memory_is_counted_per_gpu_not_per_node():
+    node = _gpu_node(24, 24)
+    too_big = Need(memory_bytes=30 * GIB, gpu=True)  # 48 GiB free in all, 24 on each
+    assert place_slots(too_big, 1, [node]) == [None]
+    assert node.gpu_free_bytes == [24 * GIB, 24 * GIB]  # nothing taken
+    reason = no_fit_reason(too_big, [node, NodeRoom(name="cpu", free_bytes=512 * GIB)])
+    assert reason.startswith("needs 30.0 GiB on one GPU, but the largest GPU")
+    assert "has 24.0 GiB: an engine runs on a single GPU" in reason and "(2 live)" in reason
+
+
+def test_no_fit_reasons_say_what_is_missing():
+    full = _gpu_node(24)
+    full.occupy(Need(memory_bytes=20 * GIB, gpu=True))
+    fits_empty = Need(memory_bytes=10 * GIB, gpu=True)
+    assert place_slots(fits_empty, 1, [full]) == [None]
+    assert no_fit_reason(fits_empty, [full]) == (
+        "no live node has a GPU with 10.0 GiB free and 0.5 GiB memory free (1 live)"
+    )
+    cpu_only = [NodeRoom(name="cpu", free_bytes=GIB)]
+    assert no_fit_reason(fits_empty, cpu_only) == "no live node has a GPU (1 live)"
+    labelled = Need(memory_bytes=2 * GIB, selector={"zone": "b"})
+    assert no_fit_reason(labelled, cpu_only) == (
+        "no live node with labels {'zone': 'b'} has 2.0 GiB memory free (1 live)"
+    )
+    # Only GPUs on nodes carrying the labels count towards "the largest GPU".
+    other_zone = _gpu_node(80)
+    need = Need(memory_bytes=30 * GIB, gpu=True, selector={"zone": "b"})
+    labelled_small = _gpu_node(24, name="small")
+    labelled_small.labels = {"zone": "b"}
+    assert "largest GPU of a live node with labels {'zone': 'b'} has 24.0 GiB" in (
+        no_fit_reason(need, [other_zone, labelled_small])
+    )
+
+
+def test_replicas_already_placed_count_on_the_gpu_they_were_given():
+    node = _gpu_node(24, 24)
+    assert node.occupy(Need(memory_bytes=20 * GIB, gpu=True), 1) == 1
+    assert node.gpu_free_bytes == [24 * GIB, 4 * GIB]
+    # One placed before GPUs were pinned (no index) that fits nowhere now counts on the
+    # emptiest GPU rather than being forgotten.
+    assert node.occupy(Need(memory_bytes=30 * GIB, gpu=True)) == 0
+    assert node.gpu_free_bytes == [-6 * GIB, 4 * GIB]

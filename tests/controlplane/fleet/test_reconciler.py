@@ -145,3 +145,51 @@ def test_only_one_pass_runs_at_a_time(model, redis_client):
     inner = under_fleet_lock(redis_client, lambda: reconcile_once(redis_client))
     assert inner is None  # the lock was held: the second pass stood aside
     assert reconcile_once(redis_client).num_created == 1
+
+
+def _gpu_node(client, name, *gpu_gib):
+    gpus = [{"name": "NVIDIA H100", "memory_bytes": int(g * GIB)} for g in gpu_gib]
+    return node_register(client, name=name, ttl_s=30, memory_bytes=64 * GIB, gpus=gpus)
+
+
+def test_gpu_replicas_are_pinned_to_different_gpus_and_counted_on_them(model, redis_client):
+    _gpu_node(redis_client, "g", 24, 24)
+    deployment = services.deployment_deploy(
+        name="tiny", replicas=2, device="cuda", kv_cache_gb=10.0
+    )
+    reconcile(redis_client)
+    replicas = list(deployment.replicas_set.order_by("pk"))
+    assert [(r.node.name, r.gpu_index) for r in replicas] == [("g", 0), ("g", 1)]
+    # Each GPU now has ~13.5 GiB free: a third 10.5 GiB replica fits, on either, never on
+    # the sum of what both have left.
+    services.deployment_scale(name="tiny", replicas=3)
+    reconcile(redis_client)
+    third = deployment.replicas_set.order_by("pk").last()
+    assert third.node.name == "g" and third.gpu_index in (0, 1)
+    services.deployment_scale(name="tiny", replicas=5)  # 3 GiB left on one GPU, 13.5 on one
+    reconcile(redis_client)
+    placed = deployment.replicas_set.exclude(node=None)
+    assert sorted(placed.values_list("gpu_index", flat=True)) == [0, 0, 1, 1]
+    (waiting,) = deployment.replicas_set.filter(node=None)
+    assert waiting.reason.startswith("no live node has a GPU with 10.5 GiB free")
+
+
+def test_a_gpu_replica_bigger_than_any_one_gpu_waits_with_the_reason(model, redis_client):
+    _gpu_node(redis_client, "g", 24, 24)  # 48 GiB of GPU memory, but 24 on each GPU
+    deployment = services.deployment_deploy(
+        name="tiny", replicas=1, device="cuda", kv_cache_gb=30.0
+    )
+    report = reconcile(redis_client)
+    assert report.num_unplaced == 1
+    (replica,) = deployment.replicas_set.all()
+    assert replica.node is None and replica.gpu_index is None
+    assert replica.reason.startswith("needs 30.5 GiB on one GPU, but the largest GPU")
+    assert "24.0 GiB: an engine runs on a single GPU" in replica.reason
+
+
+def test_cpu_replicas_get_no_gpu(model, redis_client):
+    _gpu_node(redis_client, "g", 24)
+    deployment = services.deployment_deploy(name="tiny", replicas=1, device="cpu")
+    reconcile(redis_client)
+    (replica,) = deployment.replicas_set.all()
+    assert replica.node.name == "g" and replica.gpu_index is None

@@ -103,18 +103,14 @@ def test_a_deployment_shows_its_replicas_live_state(api, model, redis_client):
     node = node_register(redis_client, name="host-a", ttl_s=30, memory_bytes=16 * GIB)
     deployment = services.deployment_deploy(name="tiny", replicas=1)
     Replica.objects.create(
-        deployment=deployment, node=node, engine_id="e-1", state="ready", restarts=2
+        deployment=deployment, node=node, engine_id="e-1", state="ready", restarts=2, gpu_index=1
     )
     Replica.objects.create(deployment=deployment, state="stopped")  # history: left out
     body = api("get", "deployments/tiny").json()
     assert body["ready_replicas"] == 1
     (replica,) = body["replica_states"]
-    assert (replica["node"], replica["engine_id"], replica["state"], replica["restarts"]) == (
-        "host-a",
-        "e-1",
-        "ready",
-        2,
-    )
+    seen = (replica["node"], replica["gpu_index"], replica["engine_id"], replica["state"])
+    assert seen == ("host-a", 1, "e-1", "ready") and replica["restarts"] == 2
 
 
 def test_nodes_list_and_detail(api, model, redis_client):
@@ -128,7 +124,7 @@ def test_nodes_list_and_detail(api, model, redis_client):
     assert nodes["host-a"]["live"] is True and nodes["host-b"]["live"] is False
     assert (nodes["host-a"]["num_cpus"], nodes["host-a"]["labels"]) == (8, {"z": "1"})
     assert nodes["host-a"]["replicas"] == [
-        {"deployment": "tiny", "state": "loading", "engine_id": "e-1"}
+        {"deployment": "tiny", "state": "loading", "gpu_index": None, "engine_id": "e-1"}
     ]
     assert api("get", "nodes/host-a").json()["memory_bytes"] == 16 * GIB
     assert _error(api("get", "nodes/nowhere"), 404)["message"] == "No node named 'nowhere'."
