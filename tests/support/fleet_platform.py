@@ -1,12 +1,13 @@
 """A fleet platform for real-process tests: a private Redis, one SQLite file every process
 shares, Daphne, and node agents (``manage.py run_agent``) with distinct names and var dirs
-standing for hosts, brought up by the launcher (controlplane.launcher.stack) as
-``manage.py serve`` brings up its own.
+standing for hosts, and when asked a Celery worker, brought up by the launcher
+(controlplane.launcher.stack) as ``manage.py serve`` brings up its own.
 
 :func:`fleet_platform` sets the database up in one ``manage.py shell`` (migrate, register the
-models, a tenant and its API key, optionally an admin superuser), starts the agents and
-Daphne side by side and waits until Daphne answers and every agent beats. No engine is
-started: deploying is the test's job (:meth:`FleetPlatform.deploy`).
+models, a tenant and its API key, optionally an admin superuser), starts the agents, the
+worker and Daphne side by side and waits until Daphne answers, every agent beats and the
+worker consumes. No engine is started: deploying is the test's job
+(:meth:`FleetPlatform.deploy`).
 
 Replica states are read from the database file directly (sqlite3), not through Django, so a
 test sees what the agents wrote the moment they wrote it.
@@ -27,7 +28,7 @@ import httpx
 import redis
 
 from controlplane.common.engine_statuses import find_engine_statuses
-from controlplane.launcher.process_commands import manage_command
+from controlplane.launcher.process_commands import celery_worker_command, manage_command
 from controlplane.launcher.stack import Stack, run_manage
 from controlplane.launcher.supervisor import Child
 from engine.protocol import EngineStatus, Keys
@@ -202,11 +203,14 @@ def fleet_platform(
     env: Mapping[str, str] | None = None,
     admin: bool = False,
     redis_prefix: str = "fleettest",
+    celery: bool = False,
 ) -> Iterator[FleetPlatform]:
     """A fleet platform under ``workdir``: ``models`` (name: checkpoint) registered, a tenant
     (:data:`TENANT`) with an API key for the SDK, with ``admin`` a superuser ``admin``
-    (:data:`ADMIN_PASSWORD`), Daphne and ``agents`` up, every process on ``env`` besides the
-    platform's own settings (one CPU thread each unless it says otherwise). Everything it started is stopped after the block, Redis last."""
+    (:data:`ADMIN_PASSWORD`), Daphne and ``agents`` up, with ``celery`` a Celery worker as
+    ``manage.py serve`` starts it (default queue: model registrations; no beat, no batch
+    worker), every process on ``env`` besides the platform's own settings (one CPU thread each
+    unless it says otherwise). Everything it started is stopped after the block, Redis last."""
     stack = Stack(
         workdir,
         redis_prefix=redis_prefix,
@@ -221,9 +225,13 @@ def fleet_platform(
         platform = FleetPlatform(stack, api_key)
         try:
             platform.start_agents(agents, timing)
+            if celery:
+                worker = stack.start("celery", celery_worker_command(loglevel="info"))
             platform.base_url = stack.start_daphne(timeout=90)
             names = {agent.name for agent in agents}
             platform.wait(lambda: platform.live_nodes() == names, timeout=60, what="the agents")
+            if celery:
+                platform.wait(lambda: _celery_ready(worker), timeout=90, what="the Celery worker")
             yield platform
         finally:
             platform.redis.close()
@@ -255,6 +263,11 @@ def setup_database(
         lines.append(f"c('create_tenant', {tenant!r})")
         lines.append(f"c('create_api_key', tenant={tenant!r})")
     return run_manage(dict(env), "shell", "-c", "\n".join(lines), timeout=300).stdout
+
+
+def _celery_ready(worker: Child) -> bool:
+    """The worker has connected to its broker and consumes (it logs "celery@HOST ready.")."""
+    return worker.log_path.exists() and b" ready." in worker.log_path.read_bytes()
 
 
 def _descendants(pid: int) -> list[int]:

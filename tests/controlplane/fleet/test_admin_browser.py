@@ -1,7 +1,9 @@
-"""Deploying from the admin in headless Chromium: sign in, deploy an already-registered tiny
-model from the Deployments page, and the official openai SDK gets an answer through Daphne
-once its engine has loaded (within 10 s of its replica turning ready), with no process
-started or restarted by hand: the node agent runs it. Screenshots go to
+"""Issue 25's acceptance path in headless Chromium, in one browser session: sign in, register
+the tiny checkpoint (a path on the server) from the Served models page, watch the real Celery
+worker take it from registering to ready (the page reloads itself meanwhile), deploy it from
+the Deployments page, and the official openai SDK gets an answer through Daphne once its
+engine has loaded (within 10 s of its replica turning ready), with no process started or
+restarted by hand: the worker registers, the node agent runs the engine. Screenshots go to
 test-artifacts/controlplane/."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 import httpx
 import openai
 import pytest
+from playwright.sync_api import expect
 
 from tests.support.browser import admin_sign_in, chromium_page
 from tests.support.fleet_platform import ADMIN_PASSWORD, TINY_ENGINE_SETTINGS, fleet_platform
@@ -27,9 +30,11 @@ ANSWER_AFTER_READY_S = 10
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory, tiny_llama):
+def platform(tmp_path_factory):
+    """Nothing registered: the first test registers the model from the admin, through the
+    platform's Celery worker."""
     workdir = tmp_path_factory.mktemp("fleet-admin")
-    with fleet_platform(workdir, models={MODEL: tiny_llama}, admin=True) as platform:
+    with fleet_platform(workdir, models={}, admin=True, celery=True) as platform:
         yield platform
 
 
@@ -72,8 +77,33 @@ def _refused(platform) -> int | None:
     return None
 
 
-def test_deploy_from_the_admin_then_the_sdk_gets_an_answer(platform, admin_page):
+def test_register_and_deploy_from_the_admin_then_the_sdk_gets_an_answer(
+    platform, admin_page, tiny_llama
+):
     page = admin_page
+    assert platform.query("SELECT name FROM deployments_servedmodel") == []
+    page.goto(f"{platform.base_url}/admin/deployments/servedmodel/add/")
+    page.fill("#id_name", MODEL)
+    page.fill("#id_path", str(tiny_llama))
+    page.screenshot(path=str(ARTIFACTS / "fleet-0-register-form.png"), full_page=True)
+    page.click("input[name=_save]")
+    page.wait_for_selector("ul.messagelist")
+    row = page.locator("#result_list tr", has_text=MODEL)
+    # The admin answers at once; the worker may or may not have finished by then.
+    states = row.locator(".registration-registering, .registration-ready")
+    assert states.count() == 1, row.inner_text()
+    # The page reloads itself every 3 s while a model registers (expect retries meanwhile).
+    expect(row.locator(".registration-ready")).to_have_count(1, timeout=120_000)
+    expect(row).to_contain_text("LlamaForCausalLM")
+    page.screenshot(path=str(ARTIFACTS / "fleet-0-model-ready.png"), full_page=True)
+    assert platform.query("SELECT name, state FROM deployments_servedmodel") == [
+        {"name": MODEL, "state": "ready"}
+    ]
+    # The worker, not the web process, registered it (its audit record says so).
+    (finished,) = platform.audit("model.registration")
+    assert finished["actor_label"] == "registration"
+    assert finished["details"] == {"state": "ready", "reason": ""}
+
     page.goto(f"{platform.base_url}/admin/fleet/deployment/add/")
     page.fill("#id_name", MODEL)
     page.select_option("#id_served_model", label=MODEL)
