@@ -56,6 +56,11 @@ for i in range(3):
     ServedModel.objects.create(
         name=model_name, path="/srv/models/" + "deep/" * 40, architecture="Qwen3ForCausalLM",
         dtype="bfloat16", num_parameters=70_553_706_496, max_model_len=131072, is_active=False,
+        # One of each registration state, with the longest stage line and reason the list shows.
+        state=("ready", "registering", "failed")[i],
+        stage="downloading 12 files into /srv/models/hub/" + "h" * 80,
+        progress_done=70_000_000_000, progress_total=141_000_000_000,
+        failure_reason="model.safetensors: tensor lm_head.weight has shape [1, 2], " * 10,
     )
     adapter_name = f"layout-{{i}}-customer-support/eu-west/summarizer-v2.3.1-" + "z" * 120
     Adapter.objects.create(
