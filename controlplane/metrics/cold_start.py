@@ -10,11 +10,10 @@ metrics (vLLM has no scale to zero), hence ``platform:``.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 
-from prometheus_client.core import REGISTRY, CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from controlplane.common.redis_clients import sync_redis
@@ -67,20 +66,3 @@ class ColdStartCollector(Collector):
     def _histogram() -> HistogramMetricFamily:
         spec = COLD_START_SECONDS
         return HistogramMetricFamily(spec.name, spec.documentation, labels=list(spec.labels))
-
-
-_registered: ColdStartCollector | None = None
-_lock = threading.Lock()
-
-
-def register_cold_start_collector(registry: CollectorRegistry = REGISTRY) -> ColdStartCollector:
-    """Once per process (idempotent for the default registry), beside the platform collector."""
-    global _registered
-    with _lock:
-        if registry is REGISTRY and _registered is not None:
-            return _registered
-        collector = ColdStartCollector()
-        registry.register(collector)
-        if registry is REGISTRY:
-            _registered = collector
-        return collector

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from controlplane.common.engine_statuses import read_engine_statuses
 from controlplane.common.redis_pools import sync_client
 from controlplane.metrics import definitions as d
+from controlplane.metrics.cold_start import ColdStartCollector
 from controlplane.metrics.fleet import fleet_families
 from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
 from engine.protocol import EngineStatus, Keys
@@ -161,13 +162,15 @@ _registered_lock = threading.Lock()
 
 
 def register_collector(registry: CollectorRegistry = REGISTRY) -> PlatformCollector:
-    """Register the platform collector once per process (idempotent); returns it."""
+    """Register the platform collector, and beside it the cold-start collector
+    (``cold_start.py``), once per process (idempotent); returns the platform collector."""
     global _registered
     with _registered_lock:
         if registry is REGISTRY and _registered is not None:
             return _registered
         collector = PlatformCollector()
         registry.register(collector)
+        registry.register(ColdStartCollector())
         if registry is REGISTRY:
             _registered = collector
         return collector

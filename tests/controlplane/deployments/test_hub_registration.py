@@ -31,20 +31,6 @@ def hub(tiny_llama, settings, tmp_path):
         yield mirror
 
 
-@pytest.fixture
-def recorded(monkeypatch):
-    """Every write the registration makes on the row, in order (the real writes still run)."""
-    writes: list[dict] = []
-    record = registration._record
-
-    def spy(model_id, **fields):
-        writes.append(fields)
-        record(model_id, **fields)
-
-    monkeypatch.setattr(registration, "_record", spy)
-    return writes
-
-
 def _register(capture, source: str, name: str = "tiny") -> ServedModel:
     """Register ``source`` as the admin does, then run the queued task as the worker does."""
     with capture() as queued:

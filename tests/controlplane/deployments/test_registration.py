@@ -8,7 +8,6 @@ import pytest
 from django.urls import reverse
 
 from controlplane.catalog.cache import catalog_snapshot
-from controlplane.deployments import registration
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.tasks import register_model
 from controlplane.fleet.services import DeploymentError, deployment_deploy
@@ -24,20 +23,6 @@ LIST = "admin:deployments_servedmodel_changelist"
 def var_dir(settings, tmp_path):
     settings.VAR_DIR = tmp_path / "var"
     return settings.VAR_DIR
-
-
-@pytest.fixture
-def recorded(monkeypatch):
-    """Every write the registration makes on the row, in order (the real writes still run)."""
-    writes: list[dict] = []
-    record = registration._record
-
-    def spy(model_id, **fields):
-        writes.append(fields)
-        record(model_id, **fields)
-
-    monkeypatch.setattr(registration, "_record", spy)
-    return writes
 
 
 def _add(admin_client, django_capture_on_commit_callbacks, name: str, source: str):
