@@ -5,18 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from controlplane.launcher.redis_server import free_port
-from tests.support.processes import pids_with_env
+from tests.support.processes import pids_with_env, serve_until_up
 from tests.support.smollm2 import seed_demo_model
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _health(port: int) -> int | None:
@@ -57,28 +53,10 @@ def test_serve_brings_platform_up_and_ctrl_c_stops_everything(tmp_path, smollm2)
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL"}}
     env["PLATFORM_VAR_DIR"] = str(var_dir)
     marker = f"PLATFORM_VAR_DIR={var_dir}"
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
+    proc, text, api_key = serve_until_up(env, "--port", str(port), timeout=480)
     try:
-        deadline = time.monotonic() + 480
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            output.append(line)
-            if "Press Ctrl-C" in line:
-                break
-        text = "".join(output)
         assert "The platform is up." in text, text
         assert _health(port) == 200
-        api_key = next(ln.split()[-1] for ln in output if ln.strip().startswith("Demo API key"))
         assert api_key.startswith("sk-")
         assert "password" in text and f"http://127.0.0.1:{port}/admin/" in text
         children = pids_with_env(marker)
