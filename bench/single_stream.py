@@ -45,6 +45,25 @@ def demo_checkpoint(var_dir: Path) -> Path:
     return out
 
 
+def model_and_tokenizer(model: Path | None, threads: int | None):
+    """The model to bench (default: the demo SmolLM2) and its tokenizer; torch's threads."""
+    import torch
+    from transformers import AutoTokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    var_dir = Path(os.environ.get("PLATFORM_VAR_DIR", Path(__file__).resolve().parents[1] / "var"))
+    model = model or demo_checkpoint(var_dir)
+    return model, AutoTokenizer.from_pretrained(str(model))
+
+
+def chat_prompt_ids(tokenizer, text: str) -> list[int]:
+    """One user message through the model's chat template, as token ids."""
+    messages = [{"role": "user", "content": text}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(getattr(ids, "input_ids", ids))
+
+
 def parse_variant(spec: str) -> dict:
     args = {"dtype": "float32", "quantization": None}
     for part in spec.split("+"):
@@ -100,16 +119,9 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoTokenizer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    var_dir = Path(os.environ.get("PLATFORM_VAR_DIR", Path(__file__).resolve().parents[1] / "var"))
-    model = args.model or demo_checkpoint(var_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    messages = [{"role": "user", "content": PROMPT}]
-    prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    prompt_ids = list(getattr(prompt_ids, "input_ids", prompt_ids))
+    model, tokenizer = model_and_tokenizer(args.model, args.threads)
+    prompt_ids = chat_prompt_ids(tokenizer, PROMPT)
     variants = args.variants.split(",")
     engines = {}
     for v in variants:

@@ -37,10 +37,30 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch intra-op threads on CPU (default: torch's, one per core)",
     )
     parser.add_argument(
+        "--no-speculative-decoding",
+        action="store_true",
+        help="turn off draft-free speculative decoding (n-gram and suffix-cache proposals)",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=7,
+        help="most draft tokens verified per step (over all sequences: one row per sequence, "
+        "the rest drafts, at most this plus one)",
+    )
+    parser.add_argument(
+        "--speculative-max-num-seqs",
+        type=int,
+        default=8,
+        help="no speculation in steps with more running sequences than this",
+    )
+    parser.add_argument(
         "--scheduling-policy",
-        default="fcfs",
-        choices=["fcfs", "priority"],
-        help="priority: lower `priority` first (Batch API lines send a high value)",
+        default="fair",
+        choices=["fair", "fcfs", "priority"],
+        help="fair (default): interactive before batch, then a weighted fair share across "
+        "tenants, then `priority` inside a tenant; priority: lower `priority` first; fcfs: "
+        "arrival order",
     )
 
 
@@ -62,4 +82,7 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str) -> Engine
         quantization=args.quantization,
         cpu_kv_cache_bytes=None if gib is None else int(gib * 2**30),
         cpu_threads=args.cpu_threads,
+        enable_speculative_decoding=not args.no_speculative_decoding,
+        num_speculative_tokens=args.num_speculative_tokens,
+        speculative_max_num_seqs=args.speculative_max_num_seqs,
     )

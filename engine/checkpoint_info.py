@@ -22,6 +22,16 @@ _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8
 _DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
 
 
+def is_cross_encoder(config: dict) -> bool:
+    """A sequence-classification head: it scores (query, document) pairs."""
+    return any(a.endswith("ForSequenceClassification") for a in config.get("architectures") or [])
+
+
+def cross_encoder_num_labels(config: dict) -> int:
+    """The head's outputs, as transformers reads them (``id2label`` wins over ``num_labels``)."""
+    return len(config.get("id2label") or {}) or int(config.get("num_labels") or 2)
+
+
 class CheckpointError(ValueError):
     """The checkpoint cannot be served; the message says why."""
 

@@ -39,7 +39,9 @@ class EngineConfig:
     max_lora_rank: int = 64
     seed: int = 0
     # Fields below are additions to the shared contract; all have defaults.
-    scheduling_policy: str = "fcfs"  # "fcfs" or "priority" (lower value runs first)
+    # "fcfs", "priority" (lower value runs first) or "fair" (engine/core/fair_share.py: classes,
+    # then a weighted virtual token counter per tenant, then priority inside a tenant).
+    scheduling_policy: str = "fcfs"
     # KV budget on CPU when num_gpu_blocks is None; None: PLATFORM_CPU_KVCACHE_SPACE (GiB) if
     # set, else a share of the memory available at start (engine/worker/kv_cache.py).
     cpu_kv_cache_bytes: int | None = None
@@ -48,6 +50,12 @@ class EngineConfig:
     # engine/models/quantize.py).
     quantization: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    # Draft-free speculative decoding (engine/spec_decode/): a step verifies at most
+    # num_speculative_tokens drafts, fewer as more sequences decode (one row each, at most
+    # num_speculative_tokens + 1 rows), none with over speculative_max_num_seqs running.
+    enable_speculative_decoding: bool = True
+    num_speculative_tokens: int = 7
+    speculative_max_num_seqs: int = 8
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -78,9 +86,10 @@ class EngineConfig:
         _positive_int("max_lora_rank", self.max_lora_rank)
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if self.scheduling_policy not in ("fcfs", "priority"):
+        if self.scheduling_policy not in ("fcfs", "priority", "fair"):
             raise ValueError(
-                f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
+                "scheduling_policy must be 'fcfs', 'priority' or 'fair', "
+                f"got {self.scheduling_policy!r}"
             )
         if self.cpu_kv_cache_bytes is not None:
             _positive_int("cpu_kv_cache_bytes", self.cpu_kv_cache_bytes)
@@ -90,10 +99,27 @@ class EngineConfig:
             raise ValueError(
                 f"quantization must be 'int8', 'int4' or None, got {self.quantization!r}"
             )
+        _positive_int("num_speculative_tokens", self.num_speculative_tokens)
+        _positive_int("speculative_max_num_seqs", self.speculative_max_num_seqs)
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ValueError(
                 "attention_backend must be 'auto', 'torch' or 'triton', "
                 f"got {self.attention_backend!r}"
+            )
+
+    def check_schedulable(self, *, num_blocks: int, max_model_len: int) -> None:
+        """ValueError unless a sequence of max_model_len tokens fits the KV cache and a step."""
+        if num_blocks * self.block_size < max_model_len:
+            raise ValueError(
+                f"the KV cache ({num_blocks} blocks of {self.block_size} tokens) cannot hold "
+                f"one sequence of max_model_len={max_model_len} tokens; raise num_gpu_blocks "
+                "or lower max_model_len"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                f"max_model_len ({max_model_len}) when chunked prefill is disabled, or long "
+                "prompts could never be scheduled"
             )
 
 
@@ -106,6 +132,9 @@ def _positive_int(name: str, value: object) -> None:
 class ServiceSettings:
     """Where to read and write, and how the service paces itself. ``max_queued``: the
     backpressure bound (EngineService.room); None: a quarter of ``max_num_seqs``, at least 16.
+    ``fair_lookahead``: under the fair policy and with ``max_queued`` None, how many requests
+    more the reader may take, so the scheduler sees past one tenant's backlog in the stream
+    (they are claimed like any other: pending under this engine, recovered if it dies).
     """
 
     model_name: str
@@ -119,6 +148,7 @@ class ServiceSettings:
     drain_timeout: float = 30.0
     max_queued: int | None = None
     adapter_sync_interval: float = 2.0
+    fair_lookahead: int = 256
 
     def __post_init__(self) -> None:
         if not self.model_name or ":" in self.engine_id:
@@ -132,6 +162,8 @@ class ServiceSettings:
             raise ValueError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
         if self.max_queued is not None and self.max_queued < 1:
             raise ValueError(f"max_queued must be >= 1, got {self.max_queued}")
+        if self.fair_lookahead < 0:
+            raise ValueError(f"fair_lookahead must be >= 0, got {self.fair_lookahead}")
         if self.adapter_sync_interval <= 0:
             raise ValueError(f"adapter_sync_interval must be > 0, got {self.adapter_sync_interval}")
 

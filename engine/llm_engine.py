@@ -14,6 +14,7 @@ allocated on the first load, so engines that never serve an adapter spend no mem
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Iterable
 
@@ -21,6 +22,8 @@ import torch
 
 from engine.adapters import AdapterIdentity
 from engine.config import EngineConfig
+from engine.core.block_hash import PublicPrefix
+from engine.core.fair_share import service_class_rank
 from engine.core.scheduler import Scheduler
 from engine.lora.manager import LoraManager
 from engine.lora.shapes import BaseModelShape
@@ -28,10 +31,14 @@ from engine.lora.slots import PACKED_MODULES
 from engine.model_config import ModelConfig
 from engine.outputs import EngineStats, RequestOutputDelta
 from engine.request import Request, RequestStatus
+from engine.request_checks import check_prompt, check_public_prefix, check_weight
 from engine.resume import check_resumed, mark_resumed
 from engine.sampling_params import SamplingParams
+from engine.spec_decode import Speculator
 from engine.structured.manager import StructuredOutputManager
 from engine.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,11 +75,28 @@ class LLMEngine:
             max_model_len=self.model_config.max_model_len,
             eos_token_ids=self.model_config.eos_token_ids,
             lora=self.lora,
+            speculator=self._build_speculator(),
         )
         self._samples: dict[str, list[Request]] = {}  # user request id -> its live samples
         self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
         self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
         self.structured = StructuredOutputManager(config.model, self.model_config)
+
+    def _build_speculator(self) -> Speculator | None:
+        config = self.config
+        if not config.enable_speculative_decoding:
+            return None
+        if config.quantization is not None:
+            # The quantized kernels' multi-row results differ slightly from their one-row
+            # results, so verified drafts would not give exactly the tokens decoding gives
+            # (docs/benchmarks.md, "Speculative decoding"): no speculation until they match.
+            logger.info("speculative decoding is off: %s weights", config.quantization)
+            return None
+        return Speculator(
+            num_speculative_tokens=config.num_speculative_tokens,
+            max_num_seqs=config.speculative_max_num_seqs,
+            max_model_len=self.model_config.max_model_len,
+        )
 
     # -- LoRA adapters ---------------------------------------------------------------------------
 
@@ -148,13 +172,24 @@ class LLMEngine:
         priority: int = 0,
         arrival_time: float | None = None,
         resumed_output_tokens: int = 0,
+        public_prefix: PublicPrefix | None = None,
+        tenant: str = "",
+        weight: float = 1.0,
+        service_class: str = "interactive",
     ) -> None:
         """Queue a request; raises ValueError (and changes nothing) if it cannot be served.
 
         ``resumed_output_tokens``: the last this-many prompt tokens are output an engine that
-        died had produced (engine/resume.py)."""
+        died had produced (engine/resume.py). ``public_prefix``: the prompt starts with a
+        declared shared prefix, whose whole blocks are cached under its public salt
+        (engine/core/block_hash.py). ``tenant`` (an opaque id), ``weight`` and
+        ``service_class`` ("interactive" or "batch") place it under the fair policy
+        (engine/core/fair_share.py); other policies ignore them."""
         max_tokens = self._validate(request_id, prompt_token_ids, params)
+        class_rank = service_class_rank(service_class)
+        check_weight(weight)
         check_resumed(len(prompt_token_ids), resumed_output_tokens)
+        check_public_prefix(public_prefix, len(prompt_token_ids) - resumed_output_tokens)
         if adapter is not None and not self.has_adapter(adapter):
             raise ValueError(
                 f"adapter {getattr(adapter, 'name', adapter)!r} is not loaded in this engine; "
@@ -173,6 +208,10 @@ class LLMEngine:
                 adapter=adapter,
                 priority=priority,
                 arrival_time=arrival,
+                public_prefix=public_prefix,
+                tenant=tenant,
+                weight=weight,
+                service_class=class_rank,
             )
             for i in range(params.n)
         ]
@@ -193,27 +232,12 @@ class LLMEngine:
             raise ValueError("request_id must be a non-empty string")
         if request_id in self._samples:
             raise ValueError(f"request id {request_id!r} is already in use")
-        if not isinstance(params, SamplingParams):
-            raise ValueError("params must be a SamplingParams")
-        if not prompt:
-            raise ValueError("the prompt is empty: at least one token is needed")
-        vocab = self.model_config.vocab_size
-        if not all(type(t) is int for t in prompt) or min(prompt) < 0 or max(prompt) >= vocab:
-            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
-        max_len = self.model_config.max_model_len
-        if len(prompt) >= max_len:
-            raise ValueError(
-                f"the prompt has {len(prompt)} tokens; max_model_len is {max_len}, which must "
-                "also leave room for at least one generated token"
-            )
-        if params.max_tokens is None:
-            return max_len - len(prompt)
-        if len(prompt) + params.max_tokens > max_len:
-            raise ValueError(
-                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                f"max_model_len ({max_len})"
-            )
-        return params.max_tokens
+        return check_prompt(
+            prompt,
+            params,
+            vocab_size=self.model_config.vocab_size,
+            max_model_len=self.model_config.max_model_len,
+        )
 
     def abort_request(self, request_ids: Iterable[str]) -> None:
         """End requests whether waiting or running; blocks are freed now, deltas come next step."""
@@ -276,6 +300,7 @@ class LLMEngine:
         if request.pending_logprobs is not None:
             new_logprobs, request.pending_logprobs = request.pending_logprobs, []
         prompt_logprobs = None
+        spec = request.spec
         if request.prompt_logprobs is not None and not request.prompt_logprobs_delivered:
             prompt_logprobs = request.prompt_logprobs
             request.prompt_logprobs_delivered = True
@@ -293,6 +318,8 @@ class LLMEngine:
             timestamps=copy.copy(request.timestamps),
             error=request.error,
             num_sent_tokens=request.num_delivered_tokens - request.num_resumed_tokens,
+            num_draft_tokens=spec.num_draft_tokens if spec is not None else 0,
+            num_accepted_tokens=spec.num_accepted_tokens if spec is not None else 0,
         )
 
     # -- introspection ---------------------------------------------------------------------------
@@ -316,4 +343,5 @@ class LLMEngine:
             generation_tokens_total=s.generation_tokens_total,
             max_num_seqs=self.config.max_num_seqs,
             **self.lora_requests_info(),
+            **(s.speculator.totals() if s.speculator is not None else {}),
         )

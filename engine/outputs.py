@@ -60,6 +60,9 @@ class RequestOutputDelta:
     error: str = ""  # set when the engine ended the request itself (a grammar that failed)
     # Tokens of this sample delivered so far, this delta's included (resumed ones excepted).
     num_sent_tokens: int = 0
+    # Speculative decoding of this sample so far: draft tokens verified, and accepted.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     def to_message(self) -> protocol.RequestDelta:
         """The delta as it crosses Redis; the engine's timings go on the last one only."""
@@ -79,6 +82,8 @@ class RequestOutputDelta:
             num_cached_tokens=self.num_cached_tokens,
             error=self.error,
             num_output_tokens=self.num_sent_tokens,
+            num_draft_tokens=self.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens,
             queue_time=_interval(ts.queued, ts.scheduled) if done else None,
             prefill_time=_interval(ts.scheduled, ts.first_token) if done else None,
             decode_time=_interval(ts.first_token, ts.last_token) if done else None,
@@ -116,6 +121,10 @@ class EngineStats:
     running_lora_adapters: list[str]
     waiting_lora_adapters: list[str]
     max_lora: int
+    # Speculative decoding totals (what vLLM exports as vllm:spec_decode_*).
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
 
 
 class Throughput:

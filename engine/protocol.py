@@ -14,6 +14,11 @@ import uuid
 
 import msgspec
 
+# The status record is part of this contract; it lives in its own module.
+from engine.engine_status import EngineStatus as EngineStatus
+from engine.engine_status import decode_status as decode_status
+from engine.engine_status import encode_status as encode_status
+
 # Consumer group through which every engine of a model reads that model's request stream.
 ENGINE_GROUP = "engines"
 # The one field of every stream entry; its value is the msgpack-encoded message.
@@ -141,6 +146,8 @@ class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     structured: StructuredOutput | None = None
+    # False: no speculative decoding for this request, even where its engine speculates.
+    speculative_decoding: bool = True
 
 
 class AdapterRef(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -166,6 +173,16 @@ class GenerateRequest(msgspec.Struct, tag="generate", kw_only=True):
     # max_tokens, the seed's position); ``sampling`` carries the budget left (max_tokens and
     # min_tokens less these), so an engine that ignores the field still stops on time.
     resumed_output_tokens: int = 0
+    # Shared prefixes (docs/architecture.md): the first ``shared_prefix_tokens`` prompt tokens
+    # are an operator-declared prefix the API matched; the blocks wholly inside them are cached
+    # under ``shared_prefix_salt`` (derived by the API per prefix, version and model, never from
+    # client input), every later block under ``cache_salt``. 0: the whole prompt is private.
+    shared_prefix_salt: str = ""
+    shared_prefix_tokens: int = 0
+    # Fair share (engine/core/fair_share.py): ``tenant`` above is an opaque id of the tenant
+    # (never its salt or name), ``weight`` its share, ``service_class`` "interactive" or "batch".
+    weight: float = 1.0
+    service_class: str = "interactive"
 
 
 # ---------------------------------------------------------------- control (API -> engines)
@@ -233,6 +250,9 @@ class RequestDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
     # counted). A frontend that received fewer lost outputs in transit (a Redis that restarted
     # without them) and must fail the request, never finish it normally.
     num_output_tokens: int = 0
+    # Speculative decoding, cumulative for this sample: draft tokens verified, and accepted.
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 class OutputBatch(msgspec.Struct, tag="outputs", kw_only=True):
@@ -250,50 +270,6 @@ class StartedRecord(msgspec.Struct, array_like=True):
     frontend_id: str
 
 
-# ---------------------------------------------------------------- liveness
-
-
-class EngineStatus(msgspec.Struct, kw_only=True):
-    """An engine's status record, refreshed every second at Keys.status with a short TTL."""
-
-    engine_id: str
-    model: str
-    adapters: list[str] = msgspec.field(default_factory=list)
-    kv_cache_usage: float = 0.0
-    num_running: int = 0
-    num_waiting: int = 0  # includes requests read from Redis and not yet scheduled
-    num_free_blocks: int = 0
-    num_total_blocks: int = 0
-    tokens_per_s: float = 0.0
-    prompt_tokens_total: int = 0
-    generation_tokens_total: int = 0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    num_preemptions: int = 0
-    started_at: float = 0.0
-    updated_at: float = 0.0
-    draining: bool = False
-    max_num_seqs: int = 0
-    num_steps: int = 0
-    pid: int = 0
-    hostname: str = ""
-    # LoRA adapters of running and waiting requests, and the engine's adapter slots
-    # (what vLLM exports as vllm:lora_requests_info).
-    running_lora_adapters: list[str] = msgspec.field(default_factory=list)
-    waiting_lora_adapters: list[str] = msgspec.field(default_factory=list)
-    max_lora: int = 0
-    # The version (content checksum) of each adapter in ``adapters``.
-    adapter_checksums: dict[str, str] = msgspec.field(default_factory=dict)
-
-    def holds_adapter(self, name: str, checksum: str = "") -> bool:
-        """Has this engine loaded adapter ``name`` (this version, when ``checksum`` is given)?
-        A record without checksums (an older engine) vouches for the name only."""
-        if name not in self.adapters:
-            return False
-        loaded = self.adapter_checksums.get(name)
-        return not checksum or loaded is None or loaded == checksum
-
-
 # ---------------------------------------------------------------- codecs
 
 _encoder = msgspec.msgpack.Encoder()
@@ -301,7 +277,6 @@ _request_decoder = msgspec.msgpack.Decoder(GenerateRequest)
 _control_decoder = msgspec.msgpack.Decoder(ControlMessage)
 _output_decoder = msgspec.msgpack.Decoder(OutputBatch)
 _started_decoder = msgspec.msgpack.Decoder(StartedRecord)
-_status_decoder = msgspec.json.Decoder(EngineStatus)
 _adapter_decoder = msgspec.msgpack.Decoder(AdapterRef)
 
 
@@ -328,11 +303,3 @@ def decode_started(data: bytes) -> StartedRecord:
 
 def decode_adapter(data: bytes) -> AdapterRef:
     return _adapter_decoder.decode(data)
-
-
-def encode_status(status: EngineStatus) -> bytes:
-    return msgspec.json.encode(status)
-
-
-def decode_status(data: bytes) -> EngineStatus:
-    return _status_decoder.decode(data)

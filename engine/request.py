@@ -14,7 +14,9 @@ from engine.outputs import FinishReason, RequestTimestamps, TokenLogprobs
 
 if TYPE_CHECKING:
     from engine.adapters import AdapterIdentity
+    from engine.core.block_hash import PublicPrefix
     from engine.sampling_params import SamplingParams
+    from engine.spec_decode import SpecState
     from engine.structured.state import GrammarState
 
 
@@ -56,6 +58,7 @@ class Request:
         "index",
         "max_tokens",
         "num_cached_tokens",
+        "num_charged_tokens",
         "num_computed_tokens",
         "num_delivered_tokens",
         "num_prompt_tokens",
@@ -65,11 +68,16 @@ class Request:
         "priority",
         "prompt_logprobs",
         "prompt_logprobs_delivered",
+        "public_prefix",
         "request_id",
         "sampling_params",
+        "service_class",
+        "spec",
         "status",
         "stop_reason",
+        "tenant",
         "timestamps",
+        "weight",
     )
 
     def __init__(
@@ -85,6 +93,10 @@ class Request:
         adapter: AdapterIdentity | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        public_prefix: PublicPrefix | None = None,
+        tenant: str = "",
+        weight: float = 1.0,
+        service_class: int = 0,
     ) -> None:
         self.request_id = request_id
         self.external_id = external_id if external_id is not None else request_id
@@ -92,8 +104,16 @@ class Request:
         self.sampling_params = sampling_params
         self.max_tokens = max_tokens
         self.cache_salt = cache_salt
+        # A declared shared prefix the prompt starts with (engine/core/block_hash.py), or None.
+        self.public_prefix = public_prefix
         self.adapter = adapter
         self.priority = priority
+        # Fair share (engine/core/fair_share.py): an opaque tenant id, its weight, the rank of
+        # its service class (0 interactive, 1 batch), and the tokens charged to the tenant.
+        self.tenant = tenant
+        self.weight = weight
+        self.service_class = service_class
+        self.num_charged_tokens = 0
         self.num_prompt_tokens = len(prompt_token_ids)
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.output_token_ids: list[int] = []
@@ -115,6 +135,8 @@ class Request:
         # Structured outputs: the sample's grammar state (engine/structured/), None if free.
         self.grammar: GrammarState | None = None
         self.error = ""  # why the engine ended the request, reported with its last delta
+        # Speculative decoding (engine/spec_decode/): drafts, backoff and counts; None: off.
+        self.spec: SpecState | None = None
         now = time.monotonic()
         self.timestamps = RequestTimestamps(arrival=arrival_time if arrival_time else now)
 

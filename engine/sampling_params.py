@@ -41,6 +41,8 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     # A grammar the output must follow (engine/structured/); its spec is checked when compiled.
     structured: StructuredOutput | None = _DEFAULTS.structured
+    # False: never speculate for this request (engine/spec_decode/); True: as the engine does.
+    speculative_decoding: bool = _DEFAULTS.speculative_decoding
     _stop_token_set: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
@@ -95,6 +97,10 @@ class SamplingParams:
             _int_in("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.prompt_logprobs is not None:
             _int_in("prompt_logprobs", self.prompt_logprobs, 0, MAX_LOGPROBS)
+        if not isinstance(self.speculative_decoding, bool):
+            raise ValueError(
+                f"speculative_decoding must be true or false, got {self.speculative_decoding!r}"
+            )
         if self.structured is not None and not isinstance(self.structured, StructuredOutput):
             raise ValueError("structured must be an engine.protocol.StructuredOutput")
 

@@ -24,7 +24,7 @@ from controlplane.common.api_error import ApiError
 
 def is_api_path(path: str) -> bool:
     """The paths of the JSON API (inference/urls.py), the ones this limit applies to."""
-    return path in ("/v1", "/tokenize", "/detokenize") or path.startswith("/v1/")
+    return path in ("/v1", "/tokenize", "/detokenize", "/v2/rerank") or path.startswith("/v1/")
 
 
 # The multipart framing around an uploaded file (boundaries, the purpose field, headers).

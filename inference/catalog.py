@@ -45,6 +45,10 @@ class ModelEntry:
     adapter: AdapterRoute | None = None
     completions_only: bool = False  # a base model without chat template (an adapter's base)
     tool_parser: str = "hermes"  # the format of the model's own tool calls (inference/tools)
+    reasoning_parser: str = ""  # how its thinking is told from its answer (inference/reasoning)
+    # Drop Claude Code's attribution line from Messages system prompts (inference/messages/).
+    drop_attribution_header: bool = True
+    is_cross_encoder: bool = False  # a reranker (pooling engine): pair scores, no embeddings
 
     @property
     def engine_model(self) -> str:
@@ -66,6 +70,9 @@ def _entry(model: CatalogModel) -> ModelEntry:
         is_embedding=model.is_embedding,
         completions_only=model.completions_only,
         tool_parser=model.tool_parser,
+        reasoning_parser=model.reasoning_parser,
+        drop_attribution_header=model.drop_attribution_header,
+        is_cross_encoder=model.is_cross_encoder,
     )
 
 
@@ -79,6 +86,8 @@ def _adapter_entry(route: AdapterRoute, base: CatalogModel) -> ModelEntry:
         adapter=route,
         completions_only=base.completions_only,
         tool_parser=base.tool_parser,
+        reasoning_parser=base.reasoning_parser,
+        drop_attribution_header=base.drop_attribution_header,
     )
 
 

@@ -23,6 +23,8 @@ from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation, Planner
+from inference.messages.errors import anthropic_error
+from inference.messages.planning import prepare_messages
 from inference.responses.planning import prepare_response
 from inference.responses.stream import generation_events
 from inference.schemas.validation import parse_json_body
@@ -34,7 +36,10 @@ PLANNERS: dict[str, Planner] = {
     "chat.completions": prepare_chat,
     "completions": prepare_completion,
     "responses": prepare_response,
+    "messages": prepare_messages,
 }
+# Message types whose errors take Anthropic's shape (the rest: OpenAI's).
+ANTHROPIC_TYPES = frozenset({"messages"})
 # The close code when the credential stops standing, after an error frame saying why (4000-4999
 # are the application's; 4401 echoes HTTP's 401).
 CLOSE_CREDENTIAL_REFUSED = 4401
@@ -122,7 +127,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 content.get("id"),
                 invalid_request(
                     "type must be one of auth, models, chat.completions, completions, "
-                    "responses, cancel.",
+                    "responses, messages, cancel.",
                     param="type",
                 ),
             )
@@ -255,7 +260,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             )
             return
         body = message.get("body")
-        task = asyncio.create_task(self._generate(gen_id, PLANNERS[message_type], body, principal))
+        task = asyncio.create_task(self._generate(gen_id, message_type, body, principal))
         self.generations[gen_id] = task
         task.add_done_callback(lambda _t: self.generations.pop(gen_id, None))
 
@@ -272,11 +277,13 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         self.cancel_requested.discard(gen_id)
         await self.send_json({"type": "done", "id": gen_id, "cancelled": True})
 
-    async def _generate(self, gen_id: str, planner: Planner, body, principal: Principal) -> None:
+    async def _generate(self, gen_id: str, message_type: str, body, principal: Principal) -> None:
         try:
             if not isinstance(body, dict):
                 raise invalid_request("body must be a JSON object.", param="body")
-            generation = await Generation.admit(planner, principal, {**body, "stream": True})
+            generation = await Generation.admit(
+                PLANNERS[message_type], principal, {**body, "stream": True}
+            )
             await generation.open()
             events = generation_events(generation)  # a Responses one stores its response
             try:
@@ -288,10 +295,14 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 await events.aclose()
             await self.send_json({"type": "done", "id": gen_id})
         except Exception as exc:  # reported to the client, tagged with its id
-            await self._error(gen_id, error_from_exception(exc))
+            await self._error(
+                gen_id, error_from_exception(exc), anthropic=message_type in ANTHROPIC_TYPES
+            )
 
-    async def _error(self, gen_id, error: ApiError) -> None:
-        message = {"type": "error", "id": gen_id, "status": error.status, **error.body()}
+    async def _error(self, gen_id, error: ApiError, *, anthropic: bool = False) -> None:
+        """An error frame: OpenAI's ``error`` object, or Anthropic's for a Messages one."""
+        body = anthropic_error(error) if anthropic else error.body()
+        message = {**body, "type": "error", "id": gen_id, "status": error.status}
         try:
             await self.send_json(message)
         except Exception:  # the socket is already gone

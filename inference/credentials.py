@@ -29,6 +29,7 @@ __all__ = [
     "Credential",
     "authenticate",
     "authenticate_websocket",
+    "authenticate_x_api_key",
     "key_credential",
     "websocket_credential",
 ]
@@ -86,6 +87,25 @@ async def authenticate(
         _secret_from_header(authorization),
         endpoint=endpoint,
         client_address=client_address or _client_address.get(),
+    )
+
+
+async def authenticate_x_api_key(
+    x_api_key: str | None, authorization: str | None, *, endpoint: str
+) -> Principal:
+    """Anthropic's way to send a key, ``x-api-key: <key>``, or else ``Authorization: Bearer``
+    (what ``authenticate`` takes); the same checks and throttling either way."""
+    if x_api_key is None:
+        if authorization is None:
+            raise unauthorized(
+                "You didn't provide an API key. Send it in the x-api-key header (or as "
+                "'Authorization: Bearer sk-...')."
+            )
+        return await authenticate(authorization, endpoint=endpoint)
+    if not x_api_key.strip():
+        raise unauthorized("The x-api-key header is empty; send your API key in it.")
+    return await authenticate_secret(
+        x_api_key.strip(), endpoint=endpoint, client_address=_client_address.get()
     )
 
 

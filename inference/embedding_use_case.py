@@ -11,7 +11,13 @@ from typing import Any
 
 from controlplane.access.admission import admit, check_request_limits, finish
 from controlplane.access.principals import Principal
-from inference.catalog import embedding_max_length, embedding_tokenizer_for, resolve_model
+from engine.pooling.messages import EmbedReply
+from inference.catalog import (
+    ModelEntry,
+    embedding_max_length,
+    embedding_tokenizer_for,
+    resolve_model,
+)
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.generation.planning import off_loop
 from inference.schemas.embeddings import EmbeddingRequestSerializer
@@ -52,6 +58,45 @@ def _embedding_item(index: int, vector: bytes, encoding_format: str) -> dict:
     return {"object": "embedding", "index": index, "embedding": data}
 
 
+async def run_pooling(
+    principal: Principal,
+    entry: ModelEntry,
+    inputs: list[list[int]],
+    *,
+    token_type_ids: list[list[int]] = (),
+    started: float,
+    batch_id: str = "",
+) -> tuple[EmbedReply, dict[str, str]]:
+    """Admit ``inputs`` (their tokens are the prompt tokens), have a pooling engine of
+    ``entry`` embed (or score) them, and settle the admission once, whatever happens: the
+    engine's reply and the x-ratelimit-* headers. Shared by embeddings, rerank and score."""
+    if not await EngineClient.for_process().is_model_ready(entry.name):
+        raise EngineUnavailable(f"No embedding engine is serving `{entry.name}` right now.")
+    num_tokens = sum(len(ids) for ids in inputs)
+    admission = await admit(principal, model=entry.name, prompt_tokens=num_tokens, max_tokens=0)
+    admission.batch_id = batch_id
+    status = 200
+    try:
+        reply = await EmbeddingsClient.for_process().embed(
+            model=entry.name, inputs=inputs, token_type_ids=token_type_ids
+        )
+    except BaseException as exc:
+        status = error_from_exception(exc).status if isinstance(exc, Exception) else 499
+        raise
+    finally:
+        await finish(
+            admission,
+            prompt_tokens=num_tokens if status == 200 else 0,
+            completion_tokens=0,
+            cached_tokens=0,
+            status=status,
+            finish_reason=None,
+            time_to_first_token=None,
+            latency=time.monotonic() - started,
+        )
+    return reply, dict(admission.headers)
+
+
 @dataclass
 class EmbeddingResult:
     body: dict[str, Any]
@@ -73,6 +118,12 @@ async def create_embeddings(
     entry = await resolve_model(principal, body["model"])
     if not entry.is_embedding:
         raise invalid_request(f"`{entry.name}` is not an embedding model.", param="model")
+    if entry.is_cross_encoder:
+        raise invalid_request(
+            f"`{entry.name}` is a cross-encoder (reranker): it scores pairs on /v1/rerank and "
+            "/v1/score, and makes no embeddings.",
+            param="model",
+        )
     tokenizer = embedding_tokenizer_for(entry)
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != tokenizer.dimensions:
@@ -83,27 +134,7 @@ async def create_embeddings(
         )
     inputs = await off_loop(_encode_inputs, tokenizer, body["input"], embedding_max_length(entry))
     num_tokens = sum(len(ids) for ids in inputs)
-    if not await EngineClient.for_process().is_model_ready(entry.name):
-        raise EngineUnavailable(f"No embedding engine is serving `{entry.name}` right now.")
-    admission = await admit(principal, model=entry.name, prompt_tokens=num_tokens, max_tokens=0)
-    admission.batch_id = batch_id
-    status = 200
-    try:
-        reply = await EmbeddingsClient.for_process().embed(model=entry.name, inputs=inputs)
-    except BaseException as exc:
-        status = error_from_exception(exc).status if isinstance(exc, Exception) else 499
-        raise
-    finally:
-        await finish(
-            admission,
-            prompt_tokens=num_tokens if status == 200 else 0,
-            completion_tokens=0,
-            cached_tokens=0,
-            status=status,
-            finish_reason=None,
-            time_to_first_token=None,
-            latency=time.monotonic() - started,
-        )
+    reply, headers = await run_pooling(principal, entry, inputs, started=started, batch_id=batch_id)
     encoding_format = body.get("encoding_format", "float")
     payload = {
         "object": "list",
@@ -113,4 +144,4 @@ async def create_embeddings(
         "model": entry.name,
         "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
     }
-    return EmbeddingResult(payload, dict(admission.headers))
+    return EmbeddingResult(payload, headers)

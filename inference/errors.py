@@ -35,6 +35,18 @@ def model_not_found(model: str) -> ApiError:
     )
 
 
+def in_terms_of(error: ApiError, names: dict[str, str]) -> ApiError:
+    """A planning error about a field of the chat body an API's request was turned into, with
+    the field named as that request names it (``names``: chat's name -> the API's). Only
+    the field: an index into ``messages`` may count messages the request did not send."""
+    if error.param:
+        base = error.param.partition(".")[0].split("[", 1)[0]
+        if base in names:
+            original, error.param = error.param, names[base]
+            error.message = error.message.replace(f"'{original}'", f"'{error.param}'", 1)
+    return error
+
+
 def _retry_after(seconds: float | None) -> dict[str, str]:
     return {"Retry-After": str(max(1, math.ceil(seconds or 1)))}
 
@@ -97,8 +109,12 @@ def error_from_exception(exc: BaseException) -> ApiError:
     )
 
 
-def error_response(error: ApiError, extra_headers: dict[str, str] | None = None) -> JsonResponse:
-    response = JsonResponse(error.body(), status=error.status)
+def error_response(
+    error: ApiError, extra_headers: dict[str, str] | None = None, *, body: dict | None = None
+) -> JsonResponse:
+    """``error`` with its status and headers; ``body``: another API's shape of it (OpenAI's
+    by default)."""
+    response = JsonResponse(error.body() if body is None else body, status=error.status)
     for name, value in {**(extra_headers or {}), **error.headers}.items():
         response[name] = value
     return response

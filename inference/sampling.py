@@ -25,6 +25,7 @@ PASSED_THROUGH = (
     "stop_token_ids",
     "ignore_eos",
     "min_tokens",
+    "speculative_decoding",
 )
 
 

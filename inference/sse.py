@@ -1,4 +1,6 @@
-"""Server-sent events framing: ``data: <json>\\n\\n`` per chunk and ``data: [DONE]`` at the end."""
+"""Server-sent events framing: ``data: <json>\\n\\n`` per chunk and ``data: [DONE]`` at the end
+(OpenAI's chunks), or typed events, ``event: <type>`` before each (the Responses and Messages
+APIs)."""
 
 from __future__ import annotations
 
@@ -47,3 +49,23 @@ class SseBody:
         close = getattr(self._chunks, "close", None)
         if close is not None:
             close()
+
+
+def typed_event(event: dict) -> bytes:
+    """``event: <its type>`` and ``data: <event>``."""
+    return b"event: " + event["type"].encode() + b"\ndata: " + _encode(event) + b"\n\n"
+
+
+class TypedEventsBody(SseBody):
+    """Typed SSE, without ``[DONE]`` (as OpenAI's Responses API and Anthropic's Messages API);
+    an error mid-stream is one more event, what ``on_error(exc)`` makes of it."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._frames()
+
+    async def _frames(self) -> AsyncIterator[bytes]:
+        try:
+            async for event in self._chunks:
+                yield typed_event(event)
+        except Exception as exc:
+            yield typed_event(self._on_error(exc))

@@ -1,10 +1,12 @@
-"""Routes of the OpenAI-compatible API, vLLM's extensions, health checks and the playground."""
+"""Routes of the OpenAI-compatible API, Anthropic's Messages API, vLLM's extensions, rerank
+(Cohere's v1 and v2 paths), health checks and the playground."""
 
 from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from controlplane.common.api_error import ApiError
 from inference.errors import error_response
+from inference.messages.views import CountTokensView, MessagesView
 from inference.responses.views import ResponseDetailView, ResponseInputItemsView, ResponsesView
 from inference.views import health, playground
 from inference.views.batches import BatchCancelView, BatchDetailView, BatchListView
@@ -12,6 +14,7 @@ from inference.views.embeddings import EmbeddingsView
 from inference.views.files import FileContentView, FileDetailView, FileListView
 from inference.views.generation import ChatCompletionsView, CompletionsView
 from inference.views.models import ModelDetailView, ModelListView
+from inference.views.scoring import RerankV2View, RerankView, ScoreView
 from inference.views.tokenize import DetokenizeView, TokenizeView
 
 
@@ -29,6 +32,9 @@ urlpatterns = [
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
     path("v1/completions", CompletionsView.as_view(), name="completions"),
     path("v1/embeddings", EmbeddingsView.as_view(), name="embeddings"),
+    path("v1/rerank", RerankView.as_view(), name="rerank"),
+    path("v2/rerank", RerankV2View.as_view(), name="rerank-v2"),
+    path("v1/score", ScoreView.as_view(), name="score"),
     path("v1/responses", ResponsesView.as_view(), name="responses"),
     path("v1/responses/<str:response_id>", ResponseDetailView.as_view(), name="response-detail"),
     path(
@@ -36,6 +42,8 @@ urlpatterns = [
         ResponseInputItemsView.as_view(),
         name="response-input-items",
     ),
+    path("v1/messages", MessagesView.as_view(), name="messages"),
+    path("v1/messages/count_tokens", CountTokensView.as_view(), name="messages-count-tokens"),
     path("v1/files", FileListView.as_view(), name="files"),
     path("v1/files/<str:file_id>", FileDetailView.as_view(), name="file-detail"),
     path("v1/files/<str:file_id>/content", FileContentView.as_view(), name="file-content"),
@@ -46,6 +54,7 @@ urlpatterns = [
     path("detokenize", DetokenizeView.as_view(), name="detokenize"),
     path("playground/", playground.playground, name="playground"),
     path("static/<path:path>", playground.static_asset, name="static-asset"),
+    path("favicon.ico", playground.favicon, name="favicon"),
     # Last: any other /v1 path answers like OpenAI, in JSON, whatever the method.
     # [\s\S], not ".": a path with an encoded newline (/v1/models/a%0Ab) must not fall
     # through to Django's HTML 404.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.launcher.redis_server import RedisServer
-from tests.support.checkpoints import CheckpointCache
+from tests.support.checkpoints import CheckpointCache, make_cross_encoder
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
 # Engines the tests start keep a 1 GiB CPU KV cache (the automatic size, a tenth of available
@@ -121,6 +121,22 @@ def smollm2(run_shared_dir) -> tuple[Path, list[str]]:
 @pytest.fixture(scope="session")
 def tiny_llama(checkpoints):
     return checkpoints.get("llama")
+
+
+@pytest.fixture(scope="session")
+def thinking_qwen3(checkpoints, tmp_path_factory) -> Path:
+    """The tiny random Qwen3 with a Qwen3-style thinking chat template (tests/support/
+    qwen3_thinking_template.jinja)."""
+    from tests.support.checkpoints import with_thinking_template
+
+    dest = tmp_path_factory.mktemp("thinking-qwen3") / "checkpoint"
+    return with_thinking_template(checkpoints.get("qwen3"), dest)
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory) -> Path:
+    """A tiny random-weight BertForSequenceClassification reranker (one label)."""
+    return make_cross_encoder(tmp_path_factory.mktemp("cross-encoder") / "checkpoint")
 
 
 TESTS = Path(__file__).resolve().parent

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from controlplane.access.principals import AccessError, Principal
 from controlplane.access.ratelimit import RateLimiter, ratelimit_headers
+from controlplane.billing.money import currency
 from controlplane.common.redis_clients import async_redis, sync_redis
 from controlplane.usage.events import UsageEvent, encode_event, new_event_id, usage_queue_key
 from controlplane.usage.spool import spool
@@ -49,6 +50,8 @@ def _rate_limited(principal: Principal, model: str, decision, headers: dict) -> 
     limits = principal.limits
     retry = max(1, math.ceil(decision.retry_after_s))
     headers = {**headers, "retry-after": str(retry)}
+    if decision.reason in ("spend", "key_spend"):
+        return _over_spend_budget(limits, decision.reason, headers)
     if decision.reason == "budget":
         return AccessError(
             "You exceeded your monthly token budget; contact your administrator.",
@@ -85,6 +88,22 @@ def _rate_limited(principal: Principal, model: str, decision, headers: dict) -> 
     return AccessError(message, status=429, type=kind, code="rate_limit_exceeded", headers=headers)
 
 
+def _over_spend_budget(limits, reason: str, headers: dict) -> AccessError:
+    if reason == "key_spend":
+        whose, budget = "this API key", limits.key_monthly_spend_budget
+    else:
+        whose, budget = "your account", limits.monthly_spend_budget
+    return AccessError(
+        f"You have reached the monthly spend budget of {budget} {currency()} for {whose}; "
+        "requests are refused until the next month begins (UTC) or your administrator "
+        "raises the budget.",
+        status=429,
+        type="insufficient_quota",
+        code="insufficient_quota",
+        headers={k: v for k, v in headers.items() if k != "retry-after"},
+    )
+
+
 def _limiter_unavailable() -> AccessError:
     return AccessError(
         "The rate limiter is unavailable; try again shortly.",
@@ -102,7 +121,10 @@ async def check_request_limits(principal: Principal, *, model: str) -> None:
         return
     try:
         decision = await _limiter.peek(
-            async_redis(), tenant_id=principal.tenant_id, limits=principal.limits
+            async_redis(),
+            tenant_id=principal.tenant_id,
+            limits=principal.limits,
+            key_prefix=principal.key_prefix,
         )
     except Exception as exc:
         logger.exception("rate limiter unavailable")
@@ -143,6 +165,7 @@ async def admit(
             limits=principal.limits,
             cost=reserved,
             ticket=admission.request_id,
+            key_prefix=principal.key_prefix,
         )
     except Exception as exc:
         logger.exception("rate limiter unavailable")

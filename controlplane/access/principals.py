@@ -87,6 +87,14 @@ class Principal:
     allowed_models: frozenset[str] | None
     scopes: frozenset[str] = field(default_factory=frozenset)
     limits: Limits = field(default_factory=Limits)
+    # Fair share in the engines (Tenant.share_weight, Tenant.service_class).
+    share_weight: int = 1
+    service_class: str = "interactive"
+
+    @property
+    def engine_tenant(self) -> str:
+        """The tenant as the engines know it: an opaque id, never its name or cache salt."""
+        return f"t{self.tenant_id}"
 
     def __repr__(self) -> str:  # never print the salt into logs
         return f"Principal(key={self.key_prefix!r}, tenant={self.tenant_slug!r})"
@@ -147,7 +155,11 @@ def _principal(record: KeyRecord) -> Principal:
             tokens_per_minute=record.tokens_per_minute,
             max_concurrent_requests=record.max_concurrent_requests,
             monthly_token_budget=record.monthly_token_budget,
+            monthly_spend_budget=record.monthly_spend_budget,
+            key_monthly_spend_budget=record.key_monthly_spend_budget,
         ),
+        share_weight=record.share_weight,
+        service_class=record.service_class,
     )
 
 

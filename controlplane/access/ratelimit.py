@@ -4,6 +4,9 @@ Requests per minute and tokens per minute are token buckets that refill continuo
 = the per-minute limit, refill = limit / 60 per second), as OpenAI's limits behave. Concurrency
 is a sorted set of in-flight tickets scored by a lease deadline, so a crashed API process's
 tickets expire instead of leaking. The monthly token budget is a counter per calendar month.
+Monthly spend budgets (tenant and key) compare this month's spend, which the usage flush
+mirrors into Redis (controlplane/billing/spend_counters.py), against the budget: a request
+is refused once the spend has reached it.
 
 Admission checks every limit and takes from every bucket in one Lua script, so no interleaving
 of processes can admit more than the limits allow (DRF's cache throttle is documented as
@@ -15,7 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 
+from controlplane.billing.money import amount_to_units
+from controlplane.billing.spend_counters import key_spend_key, tenant_spend_key
 from controlplane.common.redis_clients import redis_key
 
 _COMMON_LUA = """
@@ -41,22 +47,34 @@ local function decision(reason, retry, rpm, rl, tpm, tl)
   if reason == '' then admitted = 1 end
   return {admitted, reason, retry, rr, rres, tr, tres}
 end
+-- KEYS[5], KEYS[6]: this month's spend of the tenant and of the key; ARGV[5], ARGV[6]: their
+-- budgets in the same units (-1: none)
+local function spend_reason()
+  local tb, kb = tonumber(ARGV[5]), tonumber(ARGV[6])
+  if tb >= 0 and tonumber(redis.call('GET', KEYS[5]) or '0') >= tb then return 'spend' end
+  if kb >= 0 and tonumber(redis.call('GET', KEYS[6]) or '0') >= kb then return 'key_spend' end
+  return ''
+end
 """
 
-# KEYS: requests bucket, tokens bucket, in-flight set, month budget counter
-# ARGV: rpm, tpm, max_concurrent, budget (-1: unlimited), cost, ticket, lease_s, budget_ttl_s
+# KEYS: requests bucket, tokens bucket, in-flight set, month budget counter, tenant spend,
+#       key spend
+# ARGV: rpm, tpm, max_concurrent, budget (-1: unlimited), tenant spend budget, key spend
+#       budget, cost, ticket, lease_s, budget_ttl_s
 # Returns {admitted, reason, retry_ms, req_remaining, req_reset_ms, tok_remaining, tok_reset_ms}
 _ACQUIRE_LUA = (
     _COMMON_LUA
     + """
 local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
 local conc, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
-local cost, lease = tonumber(ARGV[5]), tonumber(ARGV[7])
+local cost, lease = tonumber(ARGV[7]), tonumber(ARGV[9])
 local rl, tl = -1, -1
 if rpm >= 0 then rl = level(KEYS[1], rpm) end
 if tpm >= 0 then tl = level(KEYS[2], tpm) end
-local reason, retry = '', 0
-if tpm >= 0 and cost > tpm then
+local reason, retry = spend_reason(), 0
+if reason ~= '' then
+  -- over a spend budget: nothing else matters
+elseif tpm >= 0 and cost > tpm then
   reason = 'too_large'
 elseif rpm >= 0 and rl < 1 then
   reason = 'requests'; retry = math.ceil((1 - rl) * 60000 / rpm)
@@ -75,12 +93,12 @@ if reason == '' then
   if rpm >= 0 then rl = rl - 1; put(KEYS[1], rl) end
   if tpm >= 0 then tl = tl - cost; put(KEYS[2], tl) end
   if conc >= 0 then
-    redis.call('ZADD', KEYS[3], now + lease, ARGV[6])
+    redis.call('ZADD', KEYS[3], now + lease, ARGV[8])
     redis.call('EXPIRE', KEYS[3], lease)
   end
   if budget >= 0 then
     redis.call('INCRBY', KEYS[4], cost)
-    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[8]))
+    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[10]))
   end
 end
 return decision(reason, retry, rpm, rl, tpm, tl)
@@ -98,8 +116,10 @@ local conc, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local rl, tl = -1, -1
 if rpm >= 0 then rl = level(KEYS[1], rpm) end
 if tpm >= 0 then tl = level(KEYS[2], tpm) end
-local reason, retry = '', 0
-if rpm == 0 then
+local reason, retry = spend_reason(), 0
+if reason ~= '' then
+  -- over a spend budget
+elseif rpm == 0 then
   reason = 'requests'; retry = 60000
 elseif tpm == 0 then
   reason = 'too_large'
@@ -132,7 +152,7 @@ return 1
 """
 )
 
-REASONS = ("requests", "tokens", "too_large", "concurrency", "budget")
+REASONS = ("requests", "tokens", "too_large", "concurrency", "budget", "spend", "key_spend")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +163,8 @@ class Limits:
     tokens_per_minute: int | None = None
     max_concurrent_requests: int | None = None
     monthly_token_budget: int | None = None
+    monthly_spend_budget: Decimal | None = None  # the tenant's, in BILLING_CURRENCY
+    key_monthly_spend_budget: Decimal | None = None  # the key's own
 
     @property
     def unlimited(self) -> bool:
@@ -151,6 +173,8 @@ class Limits:
             and self.tokens_per_minute is None
             and self.max_concurrent_requests is None
             and self.monthly_token_budget is None
+            and self.monthly_spend_budget is None
+            and self.key_monthly_spend_budget is None
         )
 
 
@@ -169,6 +193,10 @@ class Decision:
 
 def _arg(value: int | None) -> int:
     return -1 if value is None else int(value)
+
+
+def _amount_arg(amount: Decimal | None) -> int:
+    return -1 if amount is None else amount_to_units(amount)
 
 
 def _opt(raw: int, scale: float = 1.0) -> float | None:
@@ -199,21 +227,27 @@ class RateLimiter:
         self.lease_seconds = lease_seconds
 
     @staticmethod
-    def _limit_args(script: str, tenant_id: int, limits: Limits) -> list:
+    def _limit_args(script: str, tenant_id: int, key_prefix: str, limits: Limits) -> list:
         """A script's keys and the limits, as the acquire and peek scripts read them."""
         return [
             script,
-            4,
+            6,
             *_keys(tenant_id),
             _month_key(tenant_id),
+            tenant_spend_key(tenant_id),
+            key_spend_key(tenant_id, key_prefix),
             _arg(limits.requests_per_minute),
             _arg(limits.tokens_per_minute),
             _arg(limits.max_concurrent_requests),
             _arg(limits.monthly_token_budget),
+            _amount_arg(limits.monthly_spend_budget),
+            _amount_arg(limits.key_monthly_spend_budget),
         ]
 
-    def _acquire_args(self, tenant_id: int, limits: Limits, cost: int, ticket: str) -> list:
-        args = self._limit_args(_ACQUIRE_LUA, tenant_id, limits)
+    def _acquire_args(
+        self, tenant_id: int, key_prefix: str, limits: Limits, cost: int, ticket: str
+    ) -> list:
+        args = self._limit_args(_ACQUIRE_LUA, tenant_id, key_prefix, limits)
         return [*args, int(cost), ticket, self.lease_seconds, 40 * 86400]
 
     @staticmethod
@@ -230,22 +264,40 @@ class RateLimiter:
         )
 
     async def acquire(
-        self, redis, *, tenant_id: int, limits: Limits, cost: int, ticket: str
+        self,
+        redis,
+        *,
+        tenant_id: int,
+        limits: Limits,
+        cost: int,
+        ticket: str,
+        key_prefix: str = "",
     ) -> Decision:
-        """Admit (and reserve ``cost`` tokens) or refuse, atomically. ``redis``: async client."""
-        return self._decision(
-            await redis.eval(*self._acquire_args(tenant_id, limits, cost, ticket))
-        )
+        """Admit (and reserve ``cost`` tokens) or refuse, atomically. ``redis``: async client;
+        ``key_prefix``: the calling key, whose own spend budget is in ``limits``."""
+        args = self._acquire_args(tenant_id, key_prefix, limits, cost, ticket)
+        return self._decision(await redis.eval(*args))
 
     def acquire_sync(
-        self, redis, *, tenant_id: int, limits: Limits, cost: int, ticket: str
+        self,
+        redis,
+        *,
+        tenant_id: int,
+        limits: Limits,
+        cost: int,
+        ticket: str,
+        key_prefix: str = "",
     ) -> Decision:
-        return self._decision(redis.eval(*self._acquire_args(tenant_id, limits, cost, ticket)))
+        args = self._acquire_args(tenant_id, key_prefix, limits, cost, ticket)
+        return self._decision(redis.eval(*args))
 
-    async def peek(self, redis, *, tenant_id: int, limits: Limits) -> Decision:
+    async def peek(
+        self, redis, *, tenant_id: int, limits: Limits, key_prefix: str = ""
+    ) -> Decision:
         """Whether any request would be refused now (out of requests, out of tokens, at the
-        concurrency limit, over budget), reserving nothing: a cheap check before planning."""
-        return self._decision(await redis.eval(*self._limit_args(_PEEK_LUA, tenant_id, limits)))
+        concurrency limit, over a budget), reserving nothing: a cheap check before planning."""
+        args = self._limit_args(_PEEK_LUA, tenant_id, key_prefix, limits)
+        return self._decision(await redis.eval(*args))
 
     def release_into(
         self, pipe, *, tenant_id: int, limits: Limits, reserved: int, used: int, ticket: str

@@ -7,13 +7,19 @@ serve it, grant to tenants, validate again, delete. Every write goes through
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from controlplane.adapters import services, serving
 from controlplane.adapters.models import Adapter
 from controlplane.common.admin_rows import adopt_created_row
+from controlplane.deployments.selectors import generation_model_ids
+
+NO_TENANT_WARNING = (
+    "{name} is granted to no tenant, so no API key can call it yet; staff can try it in the "
+    "playground. Grant it to tenants here, under Tenants."
+)
 
 
 class AdapterAddForm(forms.ModelForm):
@@ -37,6 +43,12 @@ class AdapterAddForm(forms.ModelForm):
     class Meta:
         model = Adapter
         fields = ["name", "base_model", "tenants"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # LoRA adapters apply to generation models; an embeddings model is no base.
+        base = self.fields["base_model"]
+        base.queryset = base.queryset.filter(pk__in=generation_model_ids())
 
     def clean(self):
         data = super().clean()
@@ -149,13 +161,13 @@ class AdapterAdmin(admin.ModelAdmin):
         adopt_created_row(obj, created)
 
     def save_related(self, request, form, formsets, change):
-        if not change:
-            return  # the upload service granted them
-        services.adapter_set_tenants(
-            adapter=form.instance,
-            tenants=form.cleaned_data.get("tenants") or (),
-            actor=request.user,
-        )
+        tenants = form.cleaned_data.get("tenants") or ()
+        if change:  # on add, the upload service granted them
+            services.adapter_set_tenants(adapter=form.instance, tenants=tenants, actor=request.user)
+        if not tenants:
+            self.message_user(
+                request, NO_TENANT_WARNING.format(name=form.instance.name), messages.WARNING
+            )
 
     def delete_model(self, request, obj):
         services.adapter_delete(adapter=obj, actor=request.user)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.db.models import F, QuerySet
 
 from controlplane.adapters.models import Adapter
+from controlplane.tenants.models import Tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +53,18 @@ def _servable() -> QuerySet[Adapter]:
     return Adapter.objects.filter(state=Adapter.State.READY, base_model__is_active=True)
 
 
+def _staff_playground_tenant_ids() -> frozenset[int]:
+    """The tenants staff users' playgrounds run under: they may try every servable adapter,
+    granted or not, so an operator can check an adapter before granting it to anyone."""
+    rows = Tenant.objects.filter(playground_user__is_staff=True, playground_user__is_active=True)
+    return frozenset(rows.values_list("id", flat=True))
+
+
 def _visible(tenant_id: int) -> QuerySet[Adapter]:
-    return _servable().select_related("base_model").filter(tenants__id=tenant_id)
+    adapters = _servable().select_related("base_model")
+    if tenant_id in _staff_playground_tenant_ids():
+        return adapters
+    return adapters.filter(tenants__id=tenant_id)
 
 
 def adapters_visible_to(*, tenant_id: int) -> list[AdapterRoute]:
@@ -69,19 +80,22 @@ def adapter_route_for(*, tenant_id: int, name: str) -> AdapterRoute | None:
 
 
 def adapter_routes_granted() -> dict[AdapterRoute, frozenset[int]]:
-    """Every servable adapter granted to some tenant, with those tenants' ids, ordered by
-    name: what the API processes cache (controlplane.catalog.cache), in one query."""
+    """Every servable adapter with the ids of the tenants that may call it (those granted it,
+    and the staff playgrounds' tenants), ordered by name: what the API processes cache
+    (controlplane.catalog.cache), in two queries."""
     rows = (
         _servable()
         .select_related("base_model")
-        .annotate(grantee=F("tenants__id"))  # one row per (adapter, tenant)
-        .filter(grantee__isnull=False)
+        .annotate(grantee=F("tenants__id"))  # one row per (adapter, tenant), or one with None
         .order_by("name")
     )
+    staff = _staff_playground_tenant_ids()
     granted: dict[AdapterRoute, set[int]] = {}
     for adapter in rows:
-        granted.setdefault(_route(adapter), set()).add(adapter.grantee)
-    return {route: frozenset(tenants) for route, tenants in granted.items()}
+        tenants = granted.setdefault(_route(adapter), set(staff))
+        if adapter.grantee is not None:
+            tenants.add(adapter.grantee)
+    return {route: frozenset(tenants) for route, tenants in granted.items() if tenants}
 
 
 def tenant_adapter_names(*, tenant_id: int) -> frozenset[str]:

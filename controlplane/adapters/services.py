@@ -16,12 +16,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.adapters import engine_sync
+from controlplane.adapters.inspection import adapter_inspect
 from controlplane.adapters.models import Adapter, adapter_name_validator
 from controlplane.adapters.uploads import ADAPTER_FILES, store_upload
 from controlplane.audit.services import audit_record
@@ -42,11 +42,6 @@ __all__ = [
     "adapter_upload",
     "adapter_validate",
 ]
-
-
-def _max_lora_rank() -> int:
-    """The engines' max_lora_rank: adapters above it could never be loaded."""
-    return int(getattr(settings, "ENGINE_MAX_LORA_RANK", 64))
 
 
 def _resolve_base(base: ServedModel | str) -> ServedModel:
@@ -234,7 +229,7 @@ def adapter_validate(*, adapter_id: int) -> Adapter | None:
         if was_ready:  # not servable while validating again
             catalog_epoch_bump()
 
-    outcome = _inspect(adapter)
+    outcome = adapter_inspect(adapter)
     with transaction.atomic():
         current = Adapter.objects.select_for_update().filter(pk=adapter_id).first()
         if current is None:
@@ -269,27 +264,6 @@ def adapter_validate(*, adapter_id: int) -> Adapter | None:
             engine_sync.withdraw_adapter(model=adapter.base_model.name, name=current.name)
         catalog_epoch_bump()
     return current
-
-
-def _inspect(adapter: Adapter):
-    """The AdapterSpec, or a readable failure reason."""
-    # Imported here: the worker may load engine code, API processes never import this path.
-    from engine.lora.shapes import BaseModelShape
-    from engine.lora.validation import inspect_adapter
-
-    try:
-        base = BaseModelShape.from_pretrained(adapter.base_model.path)
-    except ValueError as exc:
-        return f"base model {adapter.base_model.name}: {exc}"
-    try:
-        return inspect_adapter(adapter.path, base, max_lora_rank=_max_lora_rank())
-    except ValueError as exc:  # AdapterError is a ValueError
-        return str(exc)
-    except OSError as exc:
-        return f"could not read the adapter files: {exc}"
-    except Exception as exc:
-        logger.exception("validating adapter %s failed unexpectedly", adapter.name)
-        return f"unexpected error while validating: {exc}"
 
 
 @transaction.atomic

@@ -3,20 +3,12 @@
 from django.contrib import admin
 
 from controlplane.audit.models import AuditEvent
+from controlplane.common.read_only_admin import ReadOnlyModelAdmin
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyModelAdmin):
     list_display = ("created_at", "actor_label", "action", "target_type", "target_repr")
     list_filter = ("action", "target_type")
     search_fields = ("actor_label", "target_repr", "action")
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

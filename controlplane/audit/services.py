@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 from typing import Any
 
 from django.db import models
@@ -29,3 +31,12 @@ def audit_record(
         target_repr=str(target)[:300],
         details=details or {},
     )
+
+
+def shell_actor(command: str) -> str:
+    """Who ran a management command, for the audit log: ``manage.py deploy (alice)``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (some containers)
+        user = f"uid {os.getuid()}"
+    return f"manage.py {command} ({user})"

@@ -1,12 +1,14 @@
-"""The model catalog every API process caches: served models, and the adapters tenants may call.
+"""The model catalog every API process caches: served models, the adapters tenants may call, and
+the active shared prefixes (controlplane/shared_prefixes/).
 
 Every request looks its model up, so each process keeps one snapshot of the catalog (loaded in
-two queries) and never queries the database for it in steady state. As with the key cache
-(controlplane/access/keycache.py), every write that changes what the snapshot holds bumps the
-*catalog epoch* in Redis after commit (``catalog_epoch_bump`` in common/redis_epoch.py: the
-served-model and adapter services call it), each process re-reads the epoch at most every
-``AUTH_EPOCH_CHECK_SECONDS`` (default 1 s), and ``max_age`` bounds staleness should a bump be lost. While Redis is
-unreachable the snapshot is still served, reloaded from the database every max_age.
+four queries, five while shared prefixes are active) and never queries the database for it in
+steady state. As with the key cache (controlplane/access/keycache.py), every write that changes
+what the snapshot holds bumps the *catalog epoch* in Redis after commit (``catalog_epoch_bump``
+in common/redis_epoch.py: the served-model, adapter and shared-prefix services call it), each
+process re-reads the epoch at most every ``AUTH_EPOCH_CHECK_SECONDS`` (default 1 s), and
+``max_age`` bounds staleness should a bump be lost. While Redis is unreachable the snapshot is
+still served, reloaded from the database every max_age.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from controlplane.adapters.selectors import AdapterRoute, adapter_routes_granted
 from controlplane.common.redis_epoch import CATALOG_EPOCH, RedisEpoch, epoch_subscribe
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.selectors import served_models_by_name
+from controlplane.shared_prefixes.selectors import SharedPrefixRecord, shared_prefixes_active
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +35,12 @@ class CatalogModel:
     architecture: str
     max_model_len: int
     created: int  # Unix time, for /v1/models
-    is_embedding: bool  # served by a pooling engine (/v1/embeddings)
+    is_embedding: bool  # served by a pooling engine (/v1/embeddings, /v1/rerank, /v1/score)
     completions_only: bool = False  # no chat template: /v1/completions only
     tool_parser: str = "hermes"  # how tool_choice "auto" reads calls (tool_parsers.py)
+    reasoning_parser: str = ""  # how thinking is told from the answer (reasoning_parsers.py)
+    drop_attribution_header: bool = True  # Claude Code's per-turn line (inference/messages/)
+    is_cross_encoder: bool = False  # a reranker: pair scores, no embeddings
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +48,15 @@ class CatalogSnapshot:
     """What requests may name, as of one load.
 
     ``models``: the active served models by name, in name order. ``adapters``: the ready
-    adapters granted to some tenant, by name, in name order, each with the ids of the tenants
-    granted it; every adapter's base model is in ``models``.
+    adapters, by name, in name order, each with the ids of the tenants that may call it (those
+    granted it, and staff users' playground tenants); every adapter's base model is in
+    ``models``. ``shared_prefixes``: the active shared prefixes, by name and newest version
+    first.
     """
 
     models: Mapping[str, CatalogModel]
     adapters: Mapping[str, tuple[AdapterRoute, frozenset[int]]]
+    shared_prefixes: tuple[SharedPrefixRecord, ...] = ()
 
     def adapter_route(self, *, tenant_id: int, name: str) -> AdapterRoute | None:
         """The adapter ``name`` if granted to the tenant; None for unknown and not granted
@@ -70,11 +79,14 @@ def _catalog_model(model: ServedModel) -> CatalogModel:
         is_embedding=model.is_embedding,
         completions_only=model.completions_only,
         tool_parser=model.effective_tool_parser,
+        reasoning_parser=model.reasoning_parser,
+        drop_attribution_header=model.drop_attribution_header,
+        is_cross_encoder=model.is_cross_encoder,
     )
 
 
 def catalog_load() -> CatalogSnapshot:
-    """Read the catalog from the database (two queries)."""
+    """Read the catalog from the database (four queries; five with active shared prefixes)."""
     active = served_models_by_name()
     models = {m.name: _catalog_model(m) for m in active}
     # A base deactivated between the two queries takes its adapters with it.
@@ -83,7 +95,9 @@ def catalog_load() -> CatalogSnapshot:
         for route, tenants in adapter_routes_granted().items()
         if route.base_model in models
     }
-    return CatalogSnapshot(models=models, adapters=adapters)
+    return CatalogSnapshot(
+        models=models, adapters=adapters, shared_prefixes=shared_prefixes_active()
+    )
 
 
 class CatalogCache:

@@ -17,7 +17,14 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from controlplane.dashboard.selectors import engine_status_list, tenant_token_charts
+from controlplane.dashboard.selectors import (
+    engine_replicas,
+    engine_status_list,
+    served_model_states,
+    tenant_names_by_slug,
+    tenant_spend,
+    tenant_token_charts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,22 +48,36 @@ def _tenant_metrics() -> list[dict]:
     from controlplane.metrics import tenant_metrics_summary
 
     try:
-        return [asdict(t) for t in tenant_metrics_summary()]
+        rows = [asdict(t) for t in tenant_metrics_summary()]
     except Exception:  # the dashboard keeps working without Redis metrics
         logger.warning("tenant metrics unavailable", exc_info=True)
         return []
+    # Metrics carry the tenant's slug; the charts name tenants as the admin does, and one
+    # tenant is one name (and one colour) everywhere on the page.
+    names = tenant_names_by_slug()
+    for row in rows:
+        row["slug"] = row["tenant"]
+        row["tenant"] = names.get(row["slug"], row["slug"])
+    return rows
 
 
 @never_cache
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     if not _may_view(request.user):
         return JsonResponse({"error": "staff with the permission to view usage only"}, status=403)
+    engines = engine_status_list()
+    fleet = engine_replicas()
+    for engine in engines:
+        deployment, node = fleet.get(engine["engine_id"], ("", ""))
+        engine["deployment"], engine["node"] = deployment, node
     return JsonResponse(
         {
             "now": time.time(),
-            "engines": engine_status_list(),
+            "engines": engines,
+            "models": served_model_states(engines),
             **tenant_token_charts(),
             # Per-tenant prefix-cache hit rate and TTFT, from the request metrics in Redis.
             "tenants": _tenant_metrics(),
+            "spend": tenant_spend(),
         }
     )

@@ -67,8 +67,15 @@ class ServedModelAdmin(admin.ModelAdmin):
         "max_model_len",
         "completions_only",
         "is_active",
-    )  # the tool parser is on the change page and in the filters: the list stays 1280 px wide
-    list_filter = ("state", "is_active", "completions_only", "tool_parser", "architecture")
+    )  # the parsers are on the change page and in the filters: the list stays 1280 px wide
+    list_filter = (
+        "state",
+        "is_active",
+        "completions_only",
+        "tool_parser",
+        "reasoning_parser",
+        "architecture",
+    )
     search_fields = ("name", "path", "source")
     actions = ["register_again"]
     readonly_on_change = (
@@ -114,7 +121,15 @@ class ServedModelAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ["name", "path"]
-        return [*self.readonly_on_change, "max_model_len", "tool_parser", "is_active"]
+        editable = [
+            "max_model_len",
+            "tool_parser",
+            "reasoning_parser",
+            "speculative_decoding",
+            "drop_attribution_header",
+            "is_active",
+        ]
+        return [*self.readonly_on_change, *editable]
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:

@@ -1,8 +1,9 @@
 """What a path given to ``load_model`` holds, and how it becomes a checkpoint engines serve.
 
-Four kinds: a Hugging Face safetensors directory with a chat template (chat and completions),
+Five kinds: a Hugging Face safetensors directory with a chat template (chat and completions),
 one without (completions only), a sentence-transformers directory (embeddings, has
-modules.json), and a GGUF file or a directory holding one, converted once to a safetensors
+modules.json), a cross-encoder (a one-label sequence-classification head: rerank and score),
+and a GGUF file or a directory holding one, converted once to a safetensors
 checkpoint under VAR_DIR/models/gguf. Everything here reads config files, safetensors headers
 and tokenizers only; the conversion runs ``python -m engine.tooling.gguf_convert`` in a subprocess, so
 the control plane never imports torch.
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from controlplane.deployments.models import POOLING_ARCHITECTURES
+from controlplane.deployments.models import CROSS_ENCODER_ARCHITECTURES, POOLING_ARCHITECTURES
+from controlplane.deployments.reasoning_parsers import default_reasoning_parser
 from controlplane.deployments.tool_parsers import default_tool_parser
 
 Progress = Callable[[str], None]
@@ -44,6 +46,7 @@ class Checkpoint:
     max_model_len: int
     completions_only: bool = False
     tool_parser: str = ""
+    reasoning_parser: str = ""
 
     def fields(self) -> dict:
         return asdict(self)
@@ -58,6 +61,8 @@ def checkpoint_inspect(*, path: str | Path, progress: Progress = no_progress) ->
         source = gguf_convert(
             gguf_file=gguf_file, out_dir=gguf_cache_dir(gguf_file), progress=progress
         )
+    if _architecture(source) in CROSS_ENCODER_ARCHITECTURES:
+        return _cross_encoder_checkpoint(source.resolve(), progress)
     if (source / "modules.json").is_file():
         return _embedding_checkpoint(source.resolve(), progress)
     return _generation_checkpoint(source, progress)
@@ -105,12 +110,12 @@ def _generation_checkpoint(path: Path, progress: Progress) -> Checkpoint:
         max_model_len=info.max_model_len,
         completions_only=completions_only,
         tool_parser=default_tool_parser(info.architecture, tokenizer.chat_template),
+        reasoning_parser=default_reasoning_parser(tokenizer.chat_template),
     )
 
 
 def _embedding_checkpoint(path: Path, progress: Progress) -> Checkpoint:
     """A sentence-transformers checkpoint, served by ``python -m engine.pooling``."""
-    from engine.text.tokenizer import ChatTokenizer, TokenizerError
 
     progress("reading config.json, sentence_bert_config.json and safetensors headers")
     config = _read_json(path / "config.json")
@@ -132,6 +137,28 @@ def _embedding_checkpoint(path: Path, progress: Progress) -> Checkpoint:
         f"embeddings: architecture {architecture}, {num_parameters / 1e6:.1f}M parameters, "
         f"{dtype}, inputs up to {max_len} tokens"
     )
+    return _pooling_checkpoint(
+        path,
+        architecture=architecture,
+        dtype=dtype,
+        num_parameters=num_parameters,
+        max_len=max_len,
+        progress=progress,
+    )
+
+
+def _pooling_checkpoint(
+    path: Path,
+    *,
+    architecture: str,
+    dtype: str,
+    num_parameters: int,
+    max_len: int,
+    progress: Progress,
+) -> Checkpoint:
+    """The checkpoint of an embeddings model or cross-encoder, once its tokenizer loads."""
+    from engine.text.tokenizer import ChatTokenizer, TokenizerError
+
     progress("loading the tokenizer")
     try:
         ChatTokenizer(path)
@@ -143,6 +170,54 @@ def _embedding_checkpoint(path: Path, progress: Progress) -> Checkpoint:
         dtype=dtype,
         num_parameters=num_parameters,
         max_model_len=max_len,
+    )
+
+
+def _architecture(path: Path) -> str:
+    """The first architecture config.json names ("" when it names none or cannot be read:
+    the checks of each kind say what is wrong)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+        return str((config.get("architectures") or [""])[0])
+    except (OSError, ValueError, AttributeError, TypeError):
+        return ""
+
+
+def _cross_encoder_checkpoint(path: Path, progress: Progress) -> Checkpoint:
+    """A reranker (sentence-transformers' CrossEncoder, a bge or ms-marco reranker), served
+    by ``python -m engine.pooling`` on /v1/rerank and /v1/score."""
+    from engine.checkpoint_info import cross_encoder_num_labels
+
+    progress("reading config.json and safetensors headers")
+    config = _read_json(path / "config.json")
+    architecture = config["architectures"][0]
+    num_labels = cross_encoder_num_labels(config)
+    if num_labels != 1:
+        raise ModelRegistrationError(
+            f"{architecture} with {num_labels} labels is a classifier, not a cross-encoder "
+            "(a reranker's head has one label); it cannot be served"
+        )
+    num_parameters, dtype = _safetensors_totals(path)
+    # RoBERTa-style position tables start after the padding index: two positions fewer.
+    max_len = int(config.get("max_position_embeddings") or 512)
+    if config.get("model_type") in ("roberta", "xlm-roberta"):
+        max_len -= 2
+    tokenizer_config = path / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        trained = _read_json(tokenizer_config).get("model_max_length")
+        if isinstance(trained, int) and 0 < trained < max_len:
+            max_len = trained
+    progress(
+        f"cross-encoder (reranker): architecture {architecture}, "
+        f"{num_parameters / 1e6:.1f}M parameters, {dtype}, pairs up to {max_len} tokens"
+    )
+    return _pooling_checkpoint(
+        path,
+        architecture=architecture,
+        dtype=dtype,
+        num_parameters=num_parameters,
+        max_len=max_len,
+        progress=progress,
     )
 
 

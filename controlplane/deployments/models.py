@@ -4,10 +4,23 @@ from pathlib import Path
 
 from django.db import models
 
+from controlplane.deployments.reasoning_parsers import REASONING_PARSER_CHOICES
 from controlplane.deployments.tool_parsers import TOOL_PARSER_CHOICES, default_tool_parser
 
-# Architectures served by a pooling engine (embeddings) rather than a generation engine.
-POOLING_ARCHITECTURES = frozenset({"BertModel", "XLMRobertaModel", "MPNetModel"})
+# Cross-encoders (rerankers): a sequence-classification head with one label scores
+# (query, document) pairs on /v1/rerank and /v1/score.
+CROSS_ENCODER_ARCHITECTURES = frozenset(
+    {
+        "BertForSequenceClassification",
+        "RobertaForSequenceClassification",
+        "XLMRobertaForSequenceClassification",
+    }
+)
+# Architectures served by a pooling engine (embeddings, or a cross-encoder's relevance scores)
+# rather than a generation engine.
+POOLING_ARCHITECTURES = (
+    frozenset({"BertModel", "XLMRobertaModel", "MPNetModel"}) | CROSS_ENCODER_ARCHITECTURES
+)
 
 
 class ServedModel(models.Model):
@@ -59,6 +72,20 @@ class ServedModel(models.Model):
         help_text="The format the model writes tool calls in, which tool_choice 'auto' parses. "
         "Set at registration from the architecture and chat template.",
     )
+    reasoning_parser = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        choices=[("", "None (the whole output is the answer)"), *REASONING_PARSER_CHOICES],
+        help_text="How the model's thinking is told from its answer (returned as "
+        "reasoning_content / reasoning). Set at registration from the chat template.",
+    )
+    drop_attribution_header = models.BooleanField(
+        default=True,
+        help_text="Drop the per-turn attribution line Claude Code puts first in its system "
+        "prompt (x-anthropic-billing-header: ...; cch=...;) before templating, so that turn two "
+        "of a conversation reuses turn one's prefix cache (/v1/messages only; docs/api.md).",
+    )
     quantization = models.CharField(
         max_length=8,
         blank=True,
@@ -66,6 +93,14 @@ class ServedModel(models.Model):
         choices=[("", "None (the checkpoint's weights)"), ("int8", "int8"), ("int4", "int4")],
         help_text="Weight-only quantization the engine applies at load (CPU engines); set with "
         "load_model --quantization.",
+    )
+    speculative_decoding = models.BooleanField(
+        default=False,
+        help_text="Engines of this model verify draft tokens proposed from the prompt and the "
+        "tenant's recent outputs (no draft model); output is unchanged, speed grows on work "
+        "that copies from its context. Requests may opt out; engines back off under load. "
+        "Takes effect when its engines start. Off by default until it pays on this hardware: "
+        "docs/benchmarks.md.",
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -93,8 +128,14 @@ class ServedModel(models.Model):
         return self.tool_parser or default_tool_parser(self.architecture)
 
     @property
+    def is_cross_encoder(self) -> bool:
+        """A reranker: scores (query, document) pairs (/v1/rerank, /v1/score), embeds nothing."""
+        return self.architecture in CROSS_ENCODER_ARCHITECTURES
+
+    @property
     def is_embedding(self) -> bool:
-        """Served by a pooling engine (/v1/embeddings) rather than a generation engine."""
+        """Served by a pooling engine (/v1/embeddings, /v1/rerank, /v1/score; a cross-encoder
+        too) rather than a generation engine."""
         if self.architecture in POOLING_ARCHITECTURES:
             return True
         # sentence-transformers checkpoints describe their pooling in modules.json.

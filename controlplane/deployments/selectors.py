@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from controlplane.deployments.models import ServedModel
@@ -29,6 +32,16 @@ def served_model_names() -> list[str]:
     return list(ServedModel.objects.values_list("name", flat=True))
 
 
+def served_models_named(names: Iterable[str]) -> list[ServedModel]:
+    """The registered models of these names; ValidationError naming any that is unknown."""
+    names = sorted(set(names))
+    models = list(ServedModel.objects.filter(name__in=names))
+    missing = set(names) - {m.name for m in models}
+    if missing:
+        raise ValidationError(f"unknown models: {', '.join(sorted(missing))}")
+    return models
+
+
 def served_model_get(*, name: str) -> ServedModel | None:
     return ServedModel.objects.filter(name=name).first()
 
@@ -36,3 +49,9 @@ def served_model_get(*, name: str) -> ServedModel | None:
 def served_model_get_by_pk(*, pk: int) -> ServedModel:
     """The stored row (raises ServedModel.DoesNotExist)."""
     return ServedModel.objects.get(pk=pk)
+
+
+def generation_model_ids() -> list[int]:
+    """Ids of the registered generation models (chat or completions-only), the models LoRA
+    adapters can be built on; embeddings models are excluded."""
+    return [model.pk for model in ServedModel.objects.all() if not model.is_embedding]

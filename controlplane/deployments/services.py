@@ -38,7 +38,13 @@ def served_model_validate(
 
 
 def served_model_register(
-    *, path: str | Path, name: str, progress: Progress = no_progress, quantization: str = ""
+    *,
+    path: str | Path,
+    name: str,
+    progress: Progress = no_progress,
+    quantization: str = "",
+    actor: Any = None,
+    actor_label: str | None = None,
 ) -> ServedModel:
     """Validate the checkpoint at ``path`` and register (or update) it as ``name``, here and
     now (``load_model``; the admin registers in the background, registration.py): a chat
@@ -63,7 +69,14 @@ def served_model_register(
     if quantization and ServedModel(**fields).is_embedding:
         raise ModelRegistrationError("quantization applies to generation models, not embeddings")
     with transaction.atomic():
-        model, _ = ServedModel.objects.update_or_create(name=name.strip(), defaults=fields)
+        model, created = ServedModel.objects.update_or_create(name=name.strip(), defaults=fields)
+        audit_record(
+            actor=actor,
+            actor_label=actor_label,
+            action="model.register" if created else "model.reregister",
+            target=model,
+            details={"source": str(path), "quantization": quantization},
+        )
         catalog_epoch_bump()
     return model
 
@@ -73,9 +86,18 @@ def served_model_update(
     *, model: ServedModel, actor: Any = None, actor_label: str | None = None, **changes: Any
 ) -> ServedModel:
     """Deactivate or reactivate a model, or change its context length (``is_active``,
-    ``max_model_len``) or its tool-call format (``tool_parser``). A new path or name is a new
-    registration (``served_model_register``)."""
-    unknown = set(changes) - {"is_active", "max_model_len", "tool_parser"}
+    ``max_model_len``), how its output is parsed (``tool_parser``, ``reasoning_parser``),
+    whether its engines speculate (``speculative_decoding``, for engines started afterwards) or
+    whether Claude Code's attribution line is dropped (``drop_attribution_header``). A new path
+    or name is a new registration (``served_model_register``)."""
+    unknown = set(changes) - {
+        "is_active",
+        "max_model_len",
+        "tool_parser",
+        "reasoning_parser",
+        "speculative_decoding",
+        "drop_attribution_header",
+    }
     if unknown:
         raise ValidationError(
             f"cannot change {', '.join(sorted(unknown))} with served_model_update"

@@ -4,8 +4,6 @@ agents into engine processes."""
 
 from __future__ import annotations
 
-import getpass
-import os
 from typing import Any
 
 from django.db import transaction
@@ -258,12 +256,3 @@ def deployment_undeploy(*, name: str, actor: Any = None, actor_label: str | None
         details={"replicas": deployment.replicas},
     )
     deployment.delete()
-
-
-def shell_actor(command: str) -> str:
-    """Who ran a management command, for the audit log: ``manage.py deploy (alice)``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (some containers)
-        user = f"uid {os.getuid()}"
-    return f"manage.py {command} ({user})"

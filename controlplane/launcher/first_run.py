@@ -119,9 +119,11 @@ def ensure_demo_models(*, var_dir: Path, progress: Progress) -> list[ServedModel
     path = gguf_convert(
         gguf_file=demo_gguf_file(), out_dir=var_dir / "models" / DEMO_CHAT_MODEL, progress=progress
     )
-    served_model_register(path=path, name=DEMO_CHAT_MODEL, progress=progress)
+    served_model_register(
+        path=path, name=DEMO_CHAT_MODEL, progress=progress, actor_label="manage.py serve"
+    )
     for old in chat:
         served_model_update(model=old, actor_label="manage.py serve", is_active=False)
-    if not any(m.is_embedding for m in models):
+    if not any(m.is_embedding and not m.is_cross_encoder for m in models):
         embedding_model_register(name=EMBEDDING_MODEL)
     return served_model_list()

@@ -127,6 +127,27 @@ NUM_PREEMPTIONS = MetricSpec(
     "Cumulative number of preemption from the engine.",
     ENGINE_LABELS,
 )
+SPEC_DECODE_NUM_DRAFTS = MetricSpec(
+    "vllm:spec_decode_num_drafts",
+    "counter",
+    "Number of spec decoding drafts (verification steps with draft tokens).",
+    ENGINE_LABELS,
+)
+SPEC_DECODE_NUM_DRAFT_TOKENS = MetricSpec(
+    "vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.", ENGINE_LABELS
+)
+SPEC_DECODE_NUM_ACCEPTED_TOKENS = MetricSpec(
+    "vllm:spec_decode_num_accepted_tokens",
+    "counter",
+    "Number of accepted tokens.",
+    ENGINE_LABELS,
+)
+SPEC_DECODE_ACCEPTANCE_RATE = MetricSpec(
+    "vllm:spec_decode_draft_acceptance_rate",
+    "gauge",
+    "Speculative token acceptance rate since the engine started (accepted / draft tokens).",
+    ENGINE_LABELS,
+)
 
 LORA_REQUESTS_INFO = MetricSpec(
     "vllm:lora_requests_info",
@@ -145,6 +166,10 @@ ENGINE_STATUS_FIELDS: tuple[tuple[MetricSpec, str], ...] = (
     (PROMPT_TOKENS, "prompt_tokens_total"),
     (GENERATION_TOKENS, "generation_tokens_total"),
     (NUM_PREEMPTIONS, "num_preemptions"),
+    (SPEC_DECODE_NUM_DRAFTS, "spec_decode_num_drafts"),
+    (SPEC_DECODE_NUM_DRAFT_TOKENS, "spec_decode_num_draft_tokens"),
+    (SPEC_DECODE_NUM_ACCEPTED_TOKENS, "spec_decode_num_accepted_tokens"),
+    (SPEC_DECODE_ACCEPTANCE_RATE, "spec_decode_acceptance_rate"),
 )
 
 # ---------------------------------------------------------------- recorded by API processes

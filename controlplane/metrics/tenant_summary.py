@@ -1,4 +1,5 @@
-"""Per-tenant figures for the admin dashboard: prefix-cache hit rate and TTFT percentiles.
+"""Per-tenant figures for the admin dashboard: prefix-cache hit rate, TTFT and queue-wait
+percentiles (how fair share treats each tenant: docs/architecture.md).
 
 vLLM's prefix-cache counters are per engine, and engines serve every tenant, so neither vLLM
 nor the Grafana anchors show these per tenant. They are read here from the same Redis hashes
@@ -25,6 +26,9 @@ class TenantMetrics:
     # Estimated from the TTFT histogram as Prometheus's histogram_quantile does.
     ttft_p50_s: float | None
     ttft_p95_s: float | None
+    # Time waiting in an engine before being scheduled, from vllm:request_queue_time_seconds.
+    queue_p50_s: float | None = None
+    queue_p95_s: float | None = None
 
 
 def histogram_quantile(q: float, cumulative: list[tuple[float, float]]) -> float | None:
@@ -58,6 +62,20 @@ class _Totals:
     prompt_tokens: float = 0.0
     cached: int = 0
     ttft: list[int] | None = None
+    queue: list[int] | None = None
+
+
+def _add_counts(total: list[int] | None, histogram) -> list[int] | None:
+    if histogram is None:
+        return total
+    counts = [count for _, count in histogram.cumulative]
+    return counts if total is None else [a + b for a, b in zip(total, counts, strict=True)]
+
+
+def _quantiles(spec, counts: list[int] | None) -> tuple[float | None, float | None]:
+    """p50 and p95 of summed cumulative ``counts`` of histogram ``spec``."""
+    cumulative = list(zip([*spec.buckets, math.inf], counts, strict=True)) if counts else []
+    return histogram_quantile(0.5, cumulative), histogram_quantile(0.95, cumulative)
 
 
 def summarize(series: list[tuple[tuple[str, str], StoredSeries]]) -> list[TenantMetrics]:
@@ -70,17 +88,13 @@ def summarize(series: list[tuple[tuple[str, str], StoredSeries]]) -> list[Tenant
         prompts = stored.histogram(d.REQUEST_PROMPT_TOKENS)
         if prompts is not None:
             t.prompt_tokens += prompts.total
-        ttft = stored.histogram(d.TIME_TO_FIRST_TOKEN)
-        if ttft is not None:
-            counts = [count for _, count in ttft.cumulative]
-            t.ttft = (
-                counts if t.ttft is None else [a + b for a, b in zip(t.ttft, counts, strict=True)]
-            )
-    bounds = [*d.TIME_TO_FIRST_TOKEN.buckets, math.inf]
+        t.ttft = _add_counts(t.ttft, stored.histogram(d.TIME_TO_FIRST_TOKEN))
+        t.queue = _add_counts(t.queue, stored.histogram(d.REQUEST_QUEUE_TIME))
     result = []
     for tenant in sorted(totals):
         t = totals[tenant]
-        cumulative = list(zip(bounds, t.ttft, strict=True)) if t.ttft else []
+        ttft_p50, ttft_p95 = _quantiles(d.TIME_TO_FIRST_TOKEN, t.ttft)
+        queue_p50, queue_p95 = _quantiles(d.REQUEST_QUEUE_TIME, t.queue)
         prompt_tokens = round(t.prompt_tokens)
         result.append(
             TenantMetrics(
@@ -89,8 +103,10 @@ def summarize(series: list[tuple[tuple[str, str], StoredSeries]]) -> list[Tenant
                 prompt_tokens=prompt_tokens,
                 cached_prompt_tokens=t.cached,
                 prefix_cache_hit_rate=(t.cached / prompt_tokens) if prompt_tokens else None,
-                ttft_p50_s=histogram_quantile(0.5, cumulative),
-                ttft_p95_s=histogram_quantile(0.95, cumulative),
+                ttft_p50_s=ttft_p50,
+                ttft_p95_s=ttft_p95,
+                queue_p50_s=queue_p50,
+                queue_p95_s=queue_p95,
             )
         )
     return result

@@ -10,5 +10,6 @@ from controlplane.settings.database import *  # noqa: F403
 from controlplane.settings.logging import *  # noqa: F403
 from controlplane.settings.login_lockout import *  # noqa: F403
 from controlplane.settings.metrics import *  # noqa: F403
+from controlplane.settings.portal import *  # noqa: F403
 from controlplane.settings.security import *  # noqa: F403
 from controlplane.settings.services import *  # noqa: F403

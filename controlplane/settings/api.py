@@ -16,6 +16,22 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "OpenAI-compatible inference API and control plane.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ (Swagger UI) and /api/redoc/ from drf-spectacular-sidecar's files, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # "Authorize" in Swagger UI takes an API key; "Try it out" sends it as a bearer token.
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKey": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "An API key (sk-...), sent as Authorization: Bearer sk-...",
+            }
+        }
+    },
+    "SECURITY": [{"ApiKey": []}],
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True, "tryItOutEnabled": False},
     # OpenAI's objects have many "type" fields; these name their shared choice sets.
     "ENUM_NAME_OVERRIDES": {
         "FunctionTypeEnum": ["function"],
@@ -27,6 +43,11 @@ SPECTACULAR_SETTINGS = {
         # The management API's fleet objects: a replica's and a node's states.
         "ReplicaStateEnum": "controlplane.fleet.models.Replica.State",
         "NodeStateEnum": "controlplane.fleet.models.Node.State",
+        # Reasoning: OpenAI's effort levels (chat's reasoning_effort, Responses' reasoning.effort)
+        # and Anthropic's (output_config.effort) differ; a Responses summary's three modes.
+        "ReasoningEffortEnum": "inference.reasoning.template.EFFORTS",
+        "AnthropicEffortEnum": "inference.messages.serializers.EFFORTS",
+        "ReasoningSummaryEnum": ["auto", "concise", "detailed"],
     },
 }
 

@@ -19,6 +19,8 @@ INSTALLED_APPS = [
     "django_prometheus",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's and ReDoc's files, served by the platform (no CDN): /api/docs/.
+    "drf_spectacular_sidecar",
     "channels",
     "axes",
     "controlplane.launcher",
@@ -27,10 +29,13 @@ INSTALLED_APPS = [
     "controlplane.deployments",
     "controlplane.fleet",
     "controlplane.adapters",
+    "controlplane.shared_prefixes",
+    "controlplane.billing",
     "controlplane.usage",
     "controlplane.audit",
     "controlplane.batches",
     "controlplane.responses",
+    "controlplane.portal",
     "controlplane.dashboard",
     "inference",
 ]

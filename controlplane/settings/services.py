@@ -66,3 +66,8 @@ CELERY_BEAT_SCHEDULE = {
 # token (gated and private repos); huggingface_hub's own variable names.
 HF_ENDPOINT = env.str("HF_ENDPOINT", "https://huggingface.co")
 HF_TOKEN = env.str("HF_TOKEN", "")
+
+# Spend (controlplane/billing): the currency prices and budgets are in, and the percentages
+# of a monthly spend budget at which an alert fires (once each per budget and month).
+BILLING_CURRENCY = env.str("BILLING_CURRENCY", "USD")
+BUDGET_ALERT_THRESHOLDS = tuple(env.list("BUDGET_ALERT_THRESHOLDS", cast=int, default=[80, 100]))

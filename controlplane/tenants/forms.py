@@ -21,7 +21,7 @@ class ApiKeyCreateForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["tenant", "name", "scopes", "expires_at"]
+        fields = ["tenant", "name", "scopes", "expires_at", "monthly_spend_budget"]
         help_texts = {"expires_at": "Empty: never expires."}
 
     def clean(self):

@@ -1,5 +1,6 @@
 """Tenants and their API keys."""
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 # Endpoint names a key's scopes may list; an empty scope list means every endpoint of the
@@ -11,7 +12,10 @@ API_SCOPES = (
     "chat.completions",
     "completions",
     "responses",
+    "messages",
     "embeddings",
+    "rerank",  # /v1/rerank and /v2/rerank
+    "score",
     "files",
     "batches",
     "models",
@@ -22,6 +26,8 @@ API_SCOPES = (
     "admin",
 )
 ADMIN_SCOPE = "admin"
+MAX_SHARE_WEIGHT = 1000
+SERVICE_CLASSES = ("interactive", "batch")  # as engine.core.fair_share.SERVICE_CLASSES
 
 
 class Tenant(models.Model):
@@ -39,6 +45,26 @@ class Tenant(models.Model):
     tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
+    # Fair share in the engines (engine/core/fair_share.py): a tenant of weight 3 gets three
+    # times the tokens of a tenant of weight 1 while both wait; every interactive request goes
+    # before any batch one. Batch API lines always run in the batch class.
+    share_weight = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_SHARE_WEIGHT)],
+        help_text="Relative share of the engines' tokens while tenants compete (1-1000).",
+    )
+    service_class = models.CharField(
+        max_length=16,
+        choices=[("interactive", "interactive"), ("batch", "batch")],
+        default="interactive",
+        help_text="Interactive requests are scheduled before batch ones.",
+    )
+    # Spend per calendar month (UTC) in BILLING_CURRENCY, priced by controlplane/billing.
+    monthly_spend_budget = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True
+    )
+    # Receives a JSON POST when spend crosses an alert threshold of this tenant's budgets.
+    budget_alert_webhook_url = models.URLField(max_length=500, blank=True)
     # Grants. No model granted means every served model. Adapter grants live on the adapter
     # (``Adapter.tenants``, reverse name ``tenant.allowed_adapters``), read from the per-process
     # model catalog (controlplane/catalog/cache.py); granting bumps the catalog's epoch.
@@ -78,6 +104,10 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Flushed from Redis periodically (see ``api_key_flush_last_used``), never per request.
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # This key's own spend per calendar month, inside its tenant's budget; empty: none.
+    monthly_spend_budget = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

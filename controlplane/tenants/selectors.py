@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.db.models import QuerySet
 
@@ -31,6 +32,10 @@ class KeyRecord:
     tokens_per_minute: int | None
     max_concurrent_requests: int | None
     monthly_token_budget: int | None
+    share_weight: int = 1
+    service_class: str = "interactive"
+    monthly_spend_budget: Decimal | None = None  # the tenant's
+    key_monthly_spend_budget: Decimal | None = None  # the key's own
 
 
 def _tenant_model_names(tenant: Tenant) -> frozenset[str] | None:
@@ -55,6 +60,10 @@ def key_record_for(key: ApiKey | None, tenant: Tenant) -> KeyRecord:
         tokens_per_minute=tenant.tokens_per_minute,
         max_concurrent_requests=tenant.max_concurrent_requests,
         monthly_token_budget=tenant.monthly_token_budget,
+        share_weight=tenant.share_weight,
+        service_class=tenant.service_class,
+        monthly_spend_budget=tenant.monthly_spend_budget,
+        key_monthly_spend_budget=key.monthly_spend_budget if key else None,
     )
 
 

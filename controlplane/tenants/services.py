@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -19,17 +20,24 @@ from django.utils.text import slugify
 
 from controlplane.audit.services import audit_record
 from controlplane.common.redis_clients import redis_key, sync_redis
-from controlplane.common.redis_epoch import auth_epoch_bump
-from controlplane.deployments.models import ServedModel
+from controlplane.common.redis_epoch import auth_epoch_bump, catalog_epoch_bump
+from controlplane.deployments.selectors import served_models_named
 from controlplane.tenants.key_secrets import hash_secret, new_secret
-from controlplane.tenants.models import ADMIN_SCOPE, API_SCOPES, ApiKey, Tenant
+from controlplane.tenants.models import (
+    ADMIN_SCOPE,
+    API_SCOPES,
+    ApiKey,
+    Tenant,
+)
 from controlplane.tenants.selectors import tenant_staff_owner
+from controlplane.tenants.validation import check_limits, check_share, check_spend_budget
 
 __all__ = [
     "CreatedKey",
     "api_key_create",
     "api_key_flush_last_used",
     "api_key_revoke",
+    "api_key_set_spend_budget",
     "hash_secret",
     "tenant_create",
     "tenant_get_or_create_playground",
@@ -38,22 +46,23 @@ __all__ = [
     "tenant_update",
 ]
 
+SHARE_FIELDS = ("share_weight", "service_class")
 _LIMIT_FIELDS = (
     "requests_per_minute",
     "tokens_per_minute",
     "max_concurrent_requests",
     "monthly_token_budget",
 )
+_BUDGET_FIELDS = ("monthly_spend_budget", "budget_alert_webhook_url")
+
+
+def _audited(values: list) -> list:
+    """Values as the audit log's JSON keeps them (amounts as strings)."""
+    return [str(v) if isinstance(v, Decimal) else v for v in values]
 
 
 def _new_cache_salt() -> str:
     return secrets.token_hex(32)
-
-
-def _check_limits(limits: dict[str, int | None]) -> None:
-    for name, value in limits.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValidationError(f"{name} must be a positive integer or empty (unlimited)")
 
 
 def _unique_slug(name: str) -> str:
@@ -72,6 +81,10 @@ def tenant_create(
     tokens_per_minute: int | None = None,
     max_concurrent_requests: int | None = None,
     monthly_token_budget: int | None = None,
+    share_weight: int = 1,
+    service_class: str = "interactive",
+    monthly_spend_budget: Decimal | None = None,
+    budget_alert_webhook_url: str = "",
     actor: Any = None,
     actor_label: str | None = None,
 ) -> Tenant:
@@ -86,12 +99,26 @@ def tenant_create(
         "max_concurrent_requests": max_concurrent_requests,
         "monthly_token_budget": monthly_token_budget,
     }
-    _check_limits(limits)
+    check_limits(limits)
+    share = {"share_weight": share_weight, "service_class": service_class}
+    check_share(share)
+    spend_budget = check_spend_budget(monthly_spend_budget)
     tenant = Tenant.objects.create(
-        name=name, slug=_unique_slug(name), cache_salt=_new_cache_salt(), **limits
+        name=name,
+        slug=_unique_slug(name),
+        cache_salt=_new_cache_salt(),
+        monthly_spend_budget=spend_budget,
+        budget_alert_webhook_url=budget_alert_webhook_url or "",
+        **limits,
+        **share,
     )
+    details = {
+        **limits,
+        **share,
+        "monthly_spend_budget": None if spend_budget is None else str(spend_budget),
+    }
     audit_record(
-        actor=actor, actor_label=actor_label, action="tenant.create", target=tenant, details=limits
+        actor=actor, actor_label=actor_label, action="tenant.create", target=tenant, details=details
     )
     return tenant
 
@@ -100,17 +127,20 @@ def tenant_create(
 def tenant_update(
     *, tenant: Tenant, actor: Any = None, actor_label: str | None = None, **changes: Any
 ) -> Tenant:
-    """Change name, activity or limits (keyword names as on the model)."""
-    allowed = {"name", "is_active", *_LIMIT_FIELDS}
+    """Change name, activity, limits, fair share or budgets (keyword names as on the model)."""
+    allowed = {"name", "is_active", *_LIMIT_FIELDS, *SHARE_FIELDS, *_BUDGET_FIELDS}
     unknown = set(changes) - allowed
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))} with tenant_update")
-    _check_limits({k: v for k, v in changes.items() if k in _LIMIT_FIELDS})
+    check_limits({k: v for k, v in changes.items() if k in _LIMIT_FIELDS})
+    check_share(changes)
+    if "monthly_spend_budget" in changes:
+        changes["monthly_spend_budget"] = check_spend_budget(changes["monthly_spend_budget"])
     before = {k: getattr(tenant, k) for k in changes}
     for field, value in changes.items():
         setattr(tenant, field, value)
     tenant.save(update_fields=list(changes) or None)
-    diff = {k: [before[k], v] for k, v in changes.items() if before[k] != v}
+    diff = {k: _audited([before[k], v]) for k, v in changes.items() if before[k] != v}
     if diff:
         audit_record(
             actor=actor,
@@ -128,11 +158,8 @@ def tenant_set_allowed_models(
     *, tenant: Tenant, model_names: Iterable[str], actor: Any = None, actor_label: str | None = None
 ) -> Tenant:
     """Grant exactly these served models (an empty list grants every model)."""
-    names = sorted(set(model_names))
-    models = list(ServedModel.objects.filter(name__in=names))
-    missing = set(names) - {m.name for m in models}
-    if missing:
-        raise ValidationError(f"unknown models: {', '.join(sorted(missing))}")
+    models = served_models_named(model_names)
+    names = [m.name for m in models]
     tenant.allowed_models.set(models)
     audit_record(
         actor=actor,
@@ -173,6 +200,7 @@ def tenant_get_or_create_playground(*, user: Any) -> Tenant:
         playground_user=user,
     )
     audit_record(actor=user, action="tenant.create_playground", target=tenant)
+    catalog_epoch_bump()  # the catalog lists staff playgrounds among every adapter's callers
     return tenant
 
 
@@ -254,6 +282,33 @@ def api_key_revoke(*, key: ApiKey, actor: Any = None, actor_label: str | None = 
         action="api_key.revoke",
         target=key,
         details={"prefix": key.prefix},
+    )
+    auth_epoch_bump()
+    return key
+
+
+@transaction.atomic
+def api_key_set_spend_budget(
+    *,
+    key: ApiKey,
+    monthly_spend_budget: Decimal | None,
+    actor: Any = None,
+    actor_label: str | None = None,
+) -> ApiKey:
+    """Set (or clear, with None) the key's own monthly spend budget; API processes apply it
+    within seconds."""
+    key = ApiKey.objects.select_for_update().get(pk=key.pk)
+    budget = check_spend_budget(monthly_spend_budget)
+    if key.monthly_spend_budget == budget:
+        return key
+    before, key.monthly_spend_budget = key.monthly_spend_budget, budget
+    key.save(update_fields=["monthly_spend_budget"])
+    audit_record(
+        actor=actor,
+        actor_label=actor_label,
+        action="api_key.set_spend_budget",
+        target=key,
+        details={"prefix": key.prefix, "monthly_spend_budget": _audited([before, budget])},
     )
     auth_epoch_bump()
     return key

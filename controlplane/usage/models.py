@@ -1,6 +1,10 @@
 """Usage: one record per API request, and daily rollups per tenant, key, model and adapter."""
 
+from decimal import Decimal
+
 from django.db import models
+
+from controlplane.billing.money import units_to_amount
 
 
 class UsageRecord(models.Model):
@@ -26,6 +30,9 @@ class UsageRecord(models.Model):
     event_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
     # Set for a request run by the Batch API (the batch's id); empty for live traffic.
     batch_id = models.CharField(max_length=64, blank=True, db_index=True)
+    # What the request cost at the model's price in effect when it finished, in units of
+    # 10^-10 of BILLING_CURRENCY (exact; controlplane/billing/money.py). 0: no price set.
+    cost_units = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -37,6 +44,10 @@ class UsageRecord(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def cost(self) -> Decimal:
+        return units_to_amount(self.cost_units)
 
 
 class DailyUsage(models.Model):
@@ -54,6 +65,7 @@ class DailyUsage(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     cached_tokens = models.PositiveBigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0)  # as UsageRecord.cost_units
 
     class Meta:
         ordering = ["-date", "tenant_id", "model"]
@@ -67,3 +79,7 @@ class DailyUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.date} {self.tenant_id} {self.key_prefix} {self.model}"
+
+    @property
+    def cost(self) -> Decimal:
+        return units_to_amount(self.cost_units)

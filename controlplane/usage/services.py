@@ -1,4 +1,5 @@
-"""Moving queued usage events from Redis into UsageRecord rows and daily rollups."""
+"""Moving queued usage events from Redis into UsageRecord rows and daily rollups, each
+record priced when it is written (the model's price in effect when the request finished)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from datetime import UTC, datetime
 from django.db import transaction
 from django.db.models import F
 
+from controlplane.billing.costs import request_cost_units
+from controlplane.billing.selectors import PriceBook, price_book
 from controlplane.common.redis_clients import redis_key, sync_redis
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.tenants.services import api_key_flush_last_used
+from controlplane.usage.budgets import spend_after_write
 from controlplane.usage.events import UsageEvent, usage_processing_key, usage_queue_key
 from controlplane.usage.models import DailyUsage, UsageRecord
 from controlplane.usage.selectors import unwritten_usage_events
@@ -22,18 +26,29 @@ logger = logging.getLogger(__name__)
 BATCH_SIZE = 1000
 
 
-def _record(event: UsageEvent, known_keys: set[int]) -> UsageRecord:
+def _record(event: UsageEvent, known_keys: set[int], prices: PriceBook) -> UsageRecord:
+    created_at = datetime.fromtimestamp(event.finished_at, tz=UTC)
+    prompt_tokens = max(0, event.prompt_tokens)
+    completion_tokens = max(0, event.completion_tokens)
+    cached_tokens = max(0, event.cached_tokens)
+    cost_units = request_cost_units(
+        prices.at(event.model, created_at),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens,
+    )
     return UsageRecord(
-        created_at=datetime.fromtimestamp(event.finished_at, tz=UTC),
+        created_at=created_at,
         request_id=event.request_id[:64],
         tenant_id=event.tenant_id,
         api_key_id=event.key_id if event.key_id in known_keys else None,
         key_prefix=event.key_prefix,
         model=event.model,
         adapter=event.adapter,
-        prompt_tokens=max(0, event.prompt_tokens),
-        completion_tokens=max(0, event.completion_tokens),
-        cached_tokens=max(0, event.cached_tokens),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens,
+        cost_units=cost_units,
         time_to_first_token=event.time_to_first_token,
         latency=event.latency,
         status=event.status,
@@ -44,7 +59,7 @@ def _record(event: UsageEvent, known_keys: set[int]) -> UsageRecord:
 
 
 def _roll_up(records: list[UsageRecord]) -> None:
-    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     for r in records:
         group = (r.created_at.date(), r.tenant_id, r.key_prefix, r.model, r.adapter)
         t = totals[group]
@@ -53,6 +68,7 @@ def _roll_up(records: list[UsageRecord]) -> None:
         t[2] += r.prompt_tokens
         t[3] += r.completion_tokens
         t[4] += r.cached_tokens
+        t[5] += r.cost_units
     for (date, tenant_id, prefix, model, adapter), t in totals.items():
         row, _ = DailyUsage.objects.select_for_update().get_or_create(
             date=date, tenant_id=tenant_id, key_prefix=prefix, model=model, adapter=adapter
@@ -63,6 +79,7 @@ def _roll_up(records: list[UsageRecord]) -> None:
             prompt_tokens=F("prompt_tokens") + t[2],
             completion_tokens=F("completion_tokens") + t[3],
             cached_tokens=F("cached_tokens") + t[4],
+            cost_units=F("cost_units") + t[5],
         )
 
 
@@ -78,10 +95,12 @@ def _write_batch(raw_events: list[bytes]) -> int:
             "pk", flat=True
         )
     )
-    records = [_record(e, known_keys) for e in events]
+    prices = price_book(models={e.model for e in events})
+    records = [_record(e, known_keys, prices) for e in events]
     with transaction.atomic():
         UsageRecord.objects.bulk_create(records)
         _roll_up(records)
+        spend_after_write(records)
     return len(records)
 
 

@@ -6,6 +6,13 @@ per block finds the longest cached prefix. The extra keys are the cache salt and
 adapter identity: two tenants (different salts) or two adapters never share a block, even for
 the same tokens. sha256, not Python's ``hash``: tenants share one process, and a collision
 would hand one tenant's KV to another.
+
+Salt regions: a request may carry a ``PublicPrefix`` (an operator-declared shared prefix the
+API matched, docs/architecture.md "Shared prefixes"). Blocks lying wholly inside its first
+``num_tokens`` tokens are hashed under its public salt, so every tenant sending that prefix
+finds them; the block holding the boundary and every later one under the request's own salt,
+so nothing after the boundary is ever shared across tenants. Public extra keys have another
+shape than private ones, so no private salt can ever name a public block.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -26,11 +34,40 @@ if TYPE_CHECKING:
 ROOT_HASH = hashlib.sha256(b"llm-platform/prefix-cache/v1").digest()
 
 
+@dataclass(frozen=True, slots=True)
+class PublicPrefix:
+    """The first ``num_tokens`` prompt tokens are a declared shared prefix, cached under ``salt``.
+
+    The engine trusts it as it trusts ``cache_salt``: the API derives both on the server."""
+
+    salt: str
+    num_tokens: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.salt, str) or not self.salt:
+            raise ValueError("a public prefix needs a non-empty salt")
+        if type(self.num_tokens) is not int or self.num_tokens <= 0:
+            raise ValueError("a public prefix's num_tokens must be a positive integer")
+
+
+def public_prefix_or_none(salt: str, num_tokens: int) -> PublicPrefix | None:
+    """A message's shared-prefix fields as a PublicPrefix (ValueError when malformed); None
+    when both are empty: the whole prompt is private."""
+    return PublicPrefix(salt, num_tokens) if salt or num_tokens else None
+
+
 @lru_cache(maxsize=4096)
 def extra_keys(cache_salt: str | None, adapter: AdapterIdentity | None) -> bytes:
     """Unambiguous bytes for the salt and adapter (JSON, so no separator can be forged)."""
     adapter_key = None if adapter is None else [adapter.name, adapter.checksum]
     return json.dumps([cache_salt, adapter_key], separators=(",", ":")).encode()
+
+
+@lru_cache(maxsize=1024)
+def public_extra_keys(salt: str, adapter: AdapterIdentity | None) -> bytes:
+    """Like ``extra_keys`` but a three-element list: never equal to any private one."""
+    adapter_key = None if adapter is None else [adapter.name, adapter.checksum]
+    return json.dumps(["public", salt, adapter_key], separators=(",", ":")).encode()
 
 
 def hash_block(parent: bytes, token_ids: Sequence[int], extra: bytes) -> bytes:
@@ -47,8 +84,13 @@ def update_block_hashes(request: Request, block_size: int) -> None:
     if len(hashes) >= num_full:
         return
     extra = extra_keys(request.cache_salt, request.adapter)
+    public = request.public_prefix
+    # Only blocks wholly inside the declared prefix are public (floor, never round up).
+    num_public = public.num_tokens // block_size if public is not None else 0
+    public_extra = public_extra_keys(public.salt, request.adapter) if num_public else extra
     tokens = request.all_token_ids
     parent = hashes[-1] if hashes else ROOT_HASH
     for i in range(len(hashes), num_full):
-        parent = hash_block(parent, tokens[i * block_size : (i + 1) * block_size], extra)
+        block_extra = public_extra if i < num_public else extra
+        parent = hash_block(parent, tokens[i * block_size : (i + 1) * block_size], block_extra)
         hashes.append(parent)

@@ -118,5 +118,18 @@ class KVCacheManager:
                 self.pool.uncache_block(block)
         self.pool.free_blocks(reversed(blocks))
 
+    def free_excess_blocks(self, request: Request, num_tokens: int) -> None:
+        """Give back the blocks past the first ``num_tokens`` tokens: those allocated for
+        draft tokens that verification rejected (engine/spec_decode/). They were never
+        registered in the prefix cache (only blocks of known tokens are)."""
+        blocks = self.req_to_blocks.get(request.request_id)
+        num_kept = -(-num_tokens // self.block_size)
+        if not blocks or len(blocks) <= num_kept:
+            return
+        excess = blocks[num_kept:]
+        del blocks[num_kept:]
+        del self.req_to_block_ids[request.request_id][num_kept:]
+        self.pool.free_blocks(reversed(excess))
+
     def get_block_ids(self, request_id: str) -> list[int]:
         return self.req_to_block_ids[request_id]

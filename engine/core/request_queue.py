@@ -74,3 +74,11 @@ def make_queue(policy: str) -> FCFSQueue | PriorityQueue:
     if policy == "priority":
         return PriorityQueue()
     return FCFSQueue()
+
+
+def lowest_ranked(running: list[Request], policy: str) -> Request:
+    """The running request to preempt first: the latest admitted (FCFS), or the one of the
+    lowest priority, then the latest arrival (priority)."""
+    if policy == "priority":
+        return max(running, key=lambda r: (r.priority, r.timestamps.arrival or 0.0))
+    return running[-1]

@@ -16,6 +16,10 @@ preempted. A waiting request whose adapter was unloaded meanwhile ends as aborte
 Structured outputs (engine/structured/): a request whose grammar is still compiling is skipped
 the same way; one whose grammar failed ends as aborted with the error. After each sampled
 token the grammar advances, and a grammar that is complete ends the request ("stop").
+
+Speculative decoding (engine/spec_decode/, docs/kernels.md): a decoding request may be
+scheduled for 1 + draft tokens; its accepted drafts and one sampled token are appended (each
+checked for a stop), and the rejected drafts' KV blocks are freed.
 """
 
 from __future__ import annotations
@@ -26,14 +30,17 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from engine.core.block_hash import update_block_hashes
+from engine.core.fair_share import FairQueue, VirtualTokenCounter
 from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.request_queue import make_queue
+from engine.core.output_tokens import append_output_tokens
+from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.lora.manager import LoraManager
+    from engine.spec_decode import Speculator
 
 logger = logging.getLogger(__name__)
 
@@ -47,25 +54,17 @@ class Scheduler:
         max_model_len: int,
         eos_token_ids: Iterable[int] = (),
         lora: LoraManager | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
-        if num_blocks * config.block_size < max_model_len:
-            raise ValueError(
-                f"the KV cache ({num_blocks} blocks of {config.block_size} tokens) cannot hold "
-                f"one sequence of max_model_len={max_model_len} tokens; raise num_gpu_blocks "
-                "or lower max_model_len"
-            )
-        if not config.enable_chunked_prefill and config.max_num_batched_tokens < max_model_len:
-            raise ValueError(
-                f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be at least "
-                f"max_model_len ({max_model_len}) when chunked prefill is disabled, or long "
-                "prompts could never be scheduled"
-            )
+        config.check_schedulable(num_blocks=num_blocks, max_model_len=max_model_len)
         self.config = config
         self.block_size = config.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.waiting = make_queue(config.scheduling_policy)
+        # The fair policy's counters (engine/core/fair_share.py); None under fcfs/priority.
+        self.fair = VirtualTokenCounter() if config.scheduling_policy == "fair" else None
+        self.waiting = FairQueue(self.fair) if self.fair else make_queue(config.scheduling_policy)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
@@ -75,6 +74,7 @@ class Scheduler:
         self.generation_tokens_total = 0
         self.lora = lora  # None when the model cannot serve adapters
         self._lora_holders: set[str] = set()  # ids of requests holding their adapter
+        self.speculator = speculator  # None: speculative decoding is off
 
     # -- admission and removal -------------------------------------------------------------
 
@@ -84,7 +84,11 @@ class Scheduler:
         if self.config.enable_prefix_caching:
             update_block_hashes(request, self.block_size)
         request.status = RequestStatus.WAITING
+        if self.speculator is not None:
+            self.speculator.attach(request)
         request.timestamps.queued = time.monotonic()
+        if self.fair is not None:
+            self.fair.on_arrival(request, self.requests.values())
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
@@ -105,6 +109,8 @@ class Scheduler:
         return finished
 
     def _free(self, request: Request) -> None:
+        if self.speculator is not None:
+            self.speculator.on_finished(request)
         self._release_adapter(request)
         self.kv_cache.free(request)
         del self.requests[request.request_id]
@@ -118,13 +124,15 @@ class Scheduler:
         """False, after ending it as aborted, if the head request's adapter was unloaded."""
         if self.lora is not None and self.lora.knows(request.adapter):
             return True
+        return self._drop_head(request, out, f"adapter {request.adapter.name} unloaded")
+
+    def _drop_head(self, request: Request, out: SchedulerOutput, reason: str) -> bool:
+        """End the head waiting request as aborted, ``reason`` in the log; False."""
         self.waiting.pop()
         request.status = RequestStatus.FINISHED_ABORTED
         del self.requests[request.request_id]
         out.dropped_requests.append(request)
-        logger.info(
-            "request %s dropped: adapter %s unloaded", request.request_id, request.adapter.name
-        )
+        logger.info("request %s dropped: %s", request.request_id, reason)
         return False
 
     @property
@@ -136,24 +144,22 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        num_tokens = out.num_scheduled_tokens
+        # A full batch makes room for a waiting tenant under its share (fair policy only).
+        num_yielded = self._yield_to_waiting(out) if self.fair is not None else 0
 
-        # Running requests first: decodes and the next chunk of unfinished prefills.
-        i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
-            budget += self._make_room(request, num_new, out)
-            if request.status != RequestStatus.RUNNING:
-                break  # it was the lowest-ranked request itself: nothing after it fits either
-            out.running_requests.append(request)
-            num_tokens[request.request_id] = num_new
-            budget -= num_new
-            i = self.running.index(request) + 1 if out.preempted_requests else i + 1
+        # Running requests first: decodes and the next chunk of unfinished prefills. Under the
+        # fair policy, prefills of tenants over the best waiting request's go after admission.
+        if self.speculator is not None:
+            self.speculator.begin_step(len(self.running))
+        ahead, behind = list(self.running), []
+        if self.fair is not None and self.waiting:
+            ahead, behind = self.fair.split_running(self.running, self.waiting.peek())
+        budget = self._schedule_running(ahead, out, budget)
 
         # Then waiting requests, unless this step already had to preempt (no room to grow).
-        if not out.preempted_requests:
+        if len(out.preempted_requests) == num_yielded:
             budget = self._admit_waiting(out, budget)
+        budget = self._schedule_running(behind, out, budget)
 
         out.total_num_scheduled_tokens = self.config.max_num_batched_tokens - budget
         for request in out.scheduled_requests:
@@ -168,6 +174,27 @@ class Scheduler:
                 len(self.waiting),
             )
         return out
+
+    def _schedule_running(self, requests: list[Request], out: SchedulerOutput, budget: int) -> int:
+        """Schedule the next tokens of running ``requests`` in order while budget lasts,
+        preempting others when blocks run out; returns the budget left."""
+        num_tokens = out.num_scheduled_tokens
+        for request in requests:
+            if budget <= 0:
+                break
+            if request.status != RequestStatus.RUNNING or request.request_id in num_tokens:
+                continue  # preempted meanwhile, or re-admitted already this step
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            if request.spec is not None:  # draft tokens to verify with this decode
+                num_new += self.speculator.propose(request, budget - num_new, self.kv_cache)
+            budget += self._make_room(request, num_new, out)
+            if request.status != RequestStatus.RUNNING:
+                break  # it was the lowest-ranked request itself: nothing after it fits either
+            out.running_requests.append(request)
+            num_tokens[request.request_id] = num_new
+            self._charge(request, num_new)
+            budget -= num_new
+        return budget
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         now = time.monotonic()
@@ -206,6 +233,7 @@ class Scheduler:
             self.running.append(request)
             out.new_requests.append(request)
             out.num_scheduled_tokens[request.request_id] = num_new
+            self._charge(request, num_new)
             budget -= num_new
         for request in reversed(skipped):
             self.waiting.prepend(request)
@@ -222,13 +250,8 @@ class Scheduler:
             return False
         if not grammar.error:
             return True
-        self.waiting.pop()
         request.error = grammar.error
-        request.status = RequestStatus.FINISHED_ABORTED
-        del self.requests[request.request_id]
-        out.dropped_requests.append(request)
-        logger.info("request %s dropped: %s", request.request_id, grammar.error)
-        return False
+        return self._drop_head(request, out, grammar.error)
 
     def _make_room(self, request: Request, num_new: int, out: SchedulerOutput) -> int:
         """Allocate slots for ``request``, preempting others until it fits or is preempted.
@@ -237,23 +260,37 @@ class Scheduler:
         """
         refund = 0
         while self.kv_cache.allocate_slots(request, num_new) is None:
-            victim = self._pick_victim()
+            policy = self.config.scheduling_policy
+            victim = (
+                self.fair.victim(self.running) if self.fair else lowest_ranked(self.running, policy)
+            )
             refund += self._preempt(victim, out)
             if victim is request:
                 break
         return refund
 
-    def _pick_victim(self) -> Request:
-        if self.config.scheduling_policy == "priority":
-            return max(self.running, key=lambda r: (r.priority, r.timestamps.arrival or 0.0))
-        return self.running[-1]
+    def _charge(self, request: Request, num_new: int) -> None:
+        if self.fair is not None:  # the fair policy's virtual counter (fair_share.py)
+            self.fair.charge(request, request.num_computed_tokens + num_new)
+
+    def _yield_to_waiting(self, out: SchedulerOutput) -> int:
+        """Preempt (at most) one running request of an over-share tenant when the batch is
+        full and the best waiting request's tenant is under its share; returns the count."""
+        if len(self.running) < self.config.max_num_seqs or not self.waiting:
+            return 0
+        victim = self.fair.fairness_victim(self.waiting.peek(), self.running)
+        if victim is None:
+            return 0
+        self._preempt(victim, out)
+        return 1
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> int:
         self.running.remove(request)
         self._release_adapter(request)
         refund = out.num_scheduled_tokens.pop(request.request_id, 0)
-        if refund:  # already scheduled earlier in this step (priority policy): undo it
-            out.running_requests.remove(request)
+        if refund:  # already scheduled earlier in this step (priority, fair policy): undo it
+            scheduled = out.new_requests if request in out.new_requests else out.running_requests
+            scheduled.remove(request)
             self.kv_cache.free(request, num_written_tokens=request.num_computed_tokens)
         else:
             self.kv_cache.free(request)
@@ -287,39 +324,27 @@ class Scheduler:
             token = sampled.get(rid)
             if token is None:
                 continue
-            request.append_output_token(token)
-            self.generation_tokens_total += 1
-            if request.pending_logprobs is not None and rid in model_out.logprobs:
-                request.pending_logprobs.append(model_out.logprobs[rid])
-            if request.timestamps.first_token is None:
-                request.timestamps.first_token = now
-            request.timestamps.last_token = now
+            tokens, logprobs = [token], [model_out.logprobs.get(rid)]
+            outcome = model_out.draft_outcomes.get(rid)
+            if outcome is not None:
+                tokens[:0], logprobs[:0] = outcome.accepted_token_ids, outcome.accepted_logprobs
+                request.num_computed_tokens -= outcome.num_rejected
+                self.kv_cache.free_excess_blocks(request, request.num_computed_tokens)
+                self.speculator.on_verified(request, outcome)
+            status, appended = append_output_tokens(
+                request,
+                tokens,
+                logprobs,
+                now,
+                eos_token_ids=self.eos_token_ids,
+                max_model_len=self.max_model_len,
+            )
+            self.generation_tokens_total += appended
             if caching:
                 update_block_hashes(request, self.block_size)
-            status = self._check_stop(request, token)
             if status is not None:
                 request.status = status
                 self.running.remove(request)
                 self._free(request)
             updated.append(request)
         return updated
-
-    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
-        params = request.sampling_params
-        grammar = request.grammar
-        if grammar is not None and not grammar.accept(token):
-            request.error = grammar.error
-            return RequestStatus.FINISHED_ABORTED
-        if request.num_output_tokens >= params.min_tokens:
-            if token in params.stop_token_set:
-                request.stop_reason = token
-                return RequestStatus.FINISHED_STOPPED
-            if not params.ignore_eos and token in self.eos_token_ids:
-                return RequestStatus.FINISHED_STOPPED
-        if grammar is not None and grammar.is_terminated:
-            return RequestStatus.FINISHED_STOPPED  # the output is complete: nothing else fits
-        if request.num_output_tokens >= request.max_tokens:
-            return RequestStatus.FINISHED_LENGTH
-        if request.num_tokens >= self.max_model_len:
-            return RequestStatus.FINISHED_LENGTH
-        return None

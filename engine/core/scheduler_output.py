@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.request import Request
+    from engine.spec_decode.speculator import DraftOutcome
 
 
 @dataclass(slots=True)
@@ -43,9 +44,12 @@ class SchedulerOutput:
 class ModelRunnerOutput:
     """Per request that reached the end of its known tokens: the sampled token and logprobs.
 
-    Requests in the middle of a chunked prefill sample nothing and do not appear here.
+    Requests in the middle of a chunked prefill sample nothing and do not appear here. A
+    request that verified draft tokens also has its ``draft_outcomes`` entry: the drafts it
+    accepted, emitted before its sampled token.
     """
 
     sampled_token_ids: dict[str, int] = field(default_factory=dict)
     logprobs: dict[str, object] = field(default_factory=dict)  # request id -> TokenLogprobs
     prompt_logprobs: dict[str, list] = field(default_factory=dict)  # request id -> new entries
+    draft_outcomes: dict[str, DraftOutcome] = field(default_factory=dict)

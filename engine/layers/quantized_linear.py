@@ -58,12 +58,21 @@ class Int4Weight:
 QuantizedWeight = Int8Weight | Int4Weight
 
 
+# Rows quantized at a time: the float temporaries of a whole LM head (49152 x 576 floats in
+# SmolLM2, 108 MiB each) would otherwise add several copies to the engine's peak memory.
+_INT8_CHUNK_ROWS = 4096
+
+
 def quantize_int8(weight: torch.Tensor) -> Int8Weight:
     """[out, in] float -> int8 with one scale per output row (round to nearest)."""
-    w = weight.float()
-    scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
-    return Int8Weight(q.contiguous(), scales.contiguous())
+    q = torch.empty(weight.shape, dtype=torch.int8)
+    scales = torch.empty(weight.shape[0], dtype=torch.float32)
+    for start in range(0, weight.shape[0], _INT8_CHUNK_ROWS):
+        w = weight[start : start + _INT8_CHUNK_ROWS].float()
+        chunk_scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        q[start : start + len(w)] = torch.round(w / chunk_scales[:, None]).clamp(-127, 127)
+        scales[start : start + len(w)] = chunk_scales
+    return Int8Weight(q, scales)
 
 
 def int4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -61,8 +61,13 @@ class DecoderLM:
         dtype: torch.dtype,
         device: torch.device,
         backend: AttentionBackend,
+        transform: Callable[[str, torch.Tensor], Weight] | None = None,
     ) -> None:
+        """``weights`` may read lazily (each name once); ``transform`` turns each projection
+        ("projection") and the LM head ("lm_head") into the form kept (quantized or packed)
+        as it is built (engine.models.quantize.load_transform)."""
         self.config = config
+        self._transform = transform or (lambda kind, weight: weight)
         self.backend = backend
         self.dtype = dtype
         self.device = device
@@ -77,10 +82,11 @@ class DecoderLM:
         self.norm = take("model.norm.weight")
         self.lm_head: Weight
         if config.tie_word_embeddings and "lm_head.weight" not in weights:
-            self.lm_head = self.embed_tokens
+            self.lm_head = self._transform("lm_head", self.embed_tokens)
         else:
-            self.lm_head = take("lm_head.weight")
+            self.lm_head = self._transform("lm_head", take("lm_head.weight"))
         take.check_all_used()
+        del self._transform  # loading is over; the model keeps no reference to it
         self.rotary = RotaryEmbedding(
             self.head_dim,
             config.rope_theta,
@@ -93,22 +99,28 @@ class DecoderLM:
     def _layer(self, take: _WeightTaker, i: int) -> LayerWeights:
         p = f"model.layers.{i}."
         attn, mlp, cfg = p + "self_attn.", p + "mlp.", self.config
+
+        def projection(weight: torch.Tensor) -> Weight:
+            return self._transform("projection", weight)
+
         return LayerWeights(
             input_norm=take(p + "input_layernorm.weight"),
-            qkv=take.cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+            qkv=projection(
+                take.cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight")
+            ),
             qkv_bias=take.cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias")
             if cfg.qkv_bias
             else None,
             q_norm=take(attn + "q_norm.weight") if cfg.qk_norm else None,
             k_norm=take(attn + "k_norm.weight") if cfg.qk_norm else None,
-            o_proj=take(attn + "o_proj.weight"),
+            o_proj=projection(take(attn + "o_proj.weight")),
             o_bias=take(attn + "o_proj.bias") if cfg.o_bias else None,
             post_norm=take(p + "post_attention_layernorm.weight"),
-            gate_up=take.cat(mlp + "gate_proj.weight", mlp + "up_proj.weight"),
+            gate_up=projection(take.cat(mlp + "gate_proj.weight", mlp + "up_proj.weight")),
             gate_up_bias=take.cat(mlp + "gate_proj.bias", mlp + "up_proj.bias")
             if cfg.mlp_bias
             else None,
-            down=take(mlp + "down_proj.weight"),
+            down=projection(take(mlp + "down_proj.weight")),
             down_bias=take(mlp + "down_proj.bias") if cfg.mlp_bias else None,
         )
 

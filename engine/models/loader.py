@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import torch
 from safetensors import safe_open
@@ -10,21 +14,84 @@ from safetensors import safe_open
 from engine.attention.backend import AttentionBackend
 from engine.model_config import ModelConfig
 from engine.models.decoder import DecoderLM
-from engine.models.quantize import check_quantization, pack_model, quantize_model
+from engine.models.quantize import check_quantization, load_transform, log_weights
 
 logger = logging.getLogger(__name__)
 
 
-def read_weights(config: ModelConfig) -> dict[str, torch.Tensor]:
-    files = sorted(config.path.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"{config.path} has no .safetensors weights")
-    weights: dict[str, torch.Tensor] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as fh:
-            for name in fh.keys():  # noqa: SIM118 - safe_open is not a mapping
-                weights[name] = fh.get_tensor(name)
-    return weights
+# safetensors' dtype names (the header's "dtype") as torch dtypes.
+_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+class CheckpointWeights(Mapping[str, torch.Tensor]):
+    """A checkpoint's tensors by name, each read from its safetensors file when asked for.
+
+    Mapped (the default): safetensors' zero-copy tensors on the file's pages, shared by every
+    engine on the host through the page cache; right when the model keeps the float weights.
+    Read (``mapped=False``): each tensor copied into memory of its own with plain reads, for a
+    model that converts its weights as it loads (quantization, packing): the file's pages then
+    never count against the engine, which holds one layer's floats at a time, not the file.
+    """
+
+    def __init__(self, path: Path, *, mapped: bool = True):
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise ValueError(f"{path} has no .safetensors weights")
+        self._mapped = mapped
+        self._where: dict[str, tuple] = {}
+        for file in files:
+            if mapped:
+                handle = safe_open(str(file), framework="pt")
+                self._where.update((name, (handle,)) for name in handle.keys())  # noqa: SIM118
+            else:
+                self._where.update(_read_header(file))
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        where = self._where[name]
+        if self._mapped:
+            return where[0].get_tensor(name)
+        file, dtype, shape, start, end = where
+        tensor = torch.empty(shape, dtype=dtype)
+        with open(file, "rb") as fh:
+            fh.seek(start)
+            if fh.readinto(tensor.view(-1).view(torch.uint8).numpy()) != end - start:
+                raise ValueError(f"{file} ends inside tensor {name!r}")
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _read_header(file: Path) -> dict[str, tuple]:
+    """name -> (file, dtype, shape, start, end) from a safetensors file's JSON header (an
+    8-byte little-endian length, then the header; data offsets count from its end)."""
+    with open(file, "rb") as fh:
+        (length,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(length))
+    base = 8 + length
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in _DTYPES:
+            raise ValueError(f"{file}: tensor {name!r} has unsupported dtype {info['dtype']}")
+        start, end = info["data_offsets"]
+        tensors[name] = (file, _DTYPES[info["dtype"]], info["shape"], base + start, base + end)
+    return tensors
 
 
 def load_model(
@@ -38,13 +105,16 @@ def load_model(
     """The model in ``dtype`` on ``device``; ``quantization`` ("int8", "int4") stores the
     projection weights weight-only quantized (engine.models.quantize)."""
     check_quantization(quantization, device)
-    weights = read_weights(config)
-    model = DecoderLM(config, weights, dtype=dtype, device=device, backend=backend)
-    del weights  # the float copies go as each projection is quantized
-    if quantization is not None:
-        quantize_model(model, quantization)
-    else:
-        pack_model(model)
+    transform = load_transform(quantization, dtype, device)
+    model = DecoderLM(
+        config,
+        CheckpointWeights(config.path, mapped=transform is None),
+        dtype=dtype,
+        device=device,
+        backend=backend,
+        transform=transform,
+    )
+    log_weights(model, quantization)
     logger.info(
         "loaded %s (%s, %d layers) on %s as %s%s",
         config.path,

@@ -1,5 +1,5 @@
-"""Weight-only quantization of a loaded DecoderLM (``EngineConfig.quantization``), and the
-oneDNN packing of unquantized bfloat16 projections on CPUs with bfloat16 kernels.
+"""Weight-only quantization of a DecoderLM's weights as they load (``EngineConfig.quantization``),
+and the oneDNN packing of unquantized bfloat16 projections on CPUs with bfloat16 kernels.
 
 The four projections of every layer take the chosen method; the LM head (the largest single
 matrix of a small model, 49152 x 576 in SmolLM2-135M) is always int8, as llama.cpp's 4-bit
@@ -11,12 +11,13 @@ Norms, biases and the KV cache keep the engine's dtype.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
 from engine.layers.packed_linear import can_pack, pack
 from engine.layers.quantized_linear import QUANTIZATION_METHODS, quantize, weight_bytes
-from engine.models.decoder import DecoderLM
+from engine.models.decoder import DecoderLM, Weight
 
 logger = logging.getLogger(__name__)
 
@@ -38,33 +39,36 @@ def check_quantization(method: str | None, device: torch.device) -> None:
         )
 
 
-def quantize_model(model: DecoderLM, method: str) -> None:
-    """Replace the model's projection weights by their quantized form, in place."""
-    before = _projection_bytes(model)
-    for layer in model.layers:
-        for name in _PROJECTIONS:
-            setattr(layer, name, quantize(getattr(layer, name), method))
-    model.lm_head = quantize(model.lm_head, "int8")
-    logger.info(
-        "quantized the projections to %s and the LM head to int8: %.0f MiB -> %.0f MiB",
-        method,
-        before / 2**20,
-        _projection_bytes(model) / 2**20,
-    )
+# What a layer's projection or the LM head becomes as the checkpoint is read: called with
+# ("projection" | "lm_head", the float weight), it returns the weight the model keeps.
+WeightTransform = Callable[[str, torch.Tensor], Weight]
 
 
-def pack_model(model: DecoderLM) -> bool:
-    """Pack the projections and the LM head for oneDNN where that helps (engine.layers.
-    packed_linear); False, leaving the model as it was, where it does not. A tied LM head is
-    packed as a copy: the embedding lookup keeps reading the plain table."""
-    if not can_pack(model.dtype, model.device):
-        return False
-    for layer in model.layers:
-        for name in _PROJECTIONS:
-            setattr(layer, name, pack(getattr(layer, name)))
-    model.lm_head = pack(model.lm_head)
-    logger.info("packed the bfloat16 projections and LM head for oneDNN")
-    return True
+def load_transform(
+    method: str | None, dtype: torch.dtype, device: torch.device
+) -> WeightTransform | None:
+    """How the loader turns each projection and the LM head into what the model keeps: the
+    quantized form (``method`` "int8"/"int4"; the LM head always int8), or the oneDNN-packed
+    one (unquantized bfloat16 on CPUs with bfloat16 kernels); None keeps the float weights.
+
+    Applied to each weight as the loader builds it, so the float copy of the whole model never
+    exists at once: a checkpoint's peak memory is one layer's floats over the kept weights.
+    """
+    if method is not None:
+        return lambda kind, weight: quantize(weight, method if kind == "projection" else "int8")
+    if can_pack(dtype, device):
+        # A tied LM head is packed as a copy: the embedding lookup keeps the plain table.
+        return lambda kind, weight: pack(weight)
+    return None
+
+
+def log_weights(model: DecoderLM, method: str | None) -> None:
+    if method is not None:
+        logger.info(
+            "quantized the projections to %s and the LM head to int8 while loading: %.0f MiB",
+            method,
+            _projection_bytes(model) / 2**20,
+        )
 
 
 def _projection_bytes(model: DecoderLM) -> int:

@@ -1,4 +1,5 @@
-"""``python -m engine.pooling``: serve an embedding model (default all-MiniLM-L6-v2) over Redis."""
+"""``python -m engine.pooling``: serve an embedding model (default all-MiniLM-L6-v2) or a
+cross-encoder over Redis."""
 
 from __future__ import annotations
 

@@ -18,16 +18,21 @@ REPLY_TTL_S = 60
 
 
 class EmbedRequest(msgspec.Struct, tag="embed", kw_only=True):
-    """Token ids of every input of one /v1/embeddings call (already checked by the API)."""
+    """Token ids of every input of one /v1/embeddings, /v1/rerank or /v1/score call (already
+    checked by the API). For a cross-encoder each input is a (query, document) pair, and
+    ``token_type_ids`` (one list per input, as long as it) says which segment each token is in;
+    empty means every token is of type 0."""
 
     request_id: str
     reply_key: str
     inputs: list[list[int]]
     arrival_time: float = 0.0
+    token_type_ids: list[list[int]] = msgspec.field(default_factory=list)
 
 
 class EmbedReply(msgspec.Struct, tag="embed_reply", kw_only=True):
-    """One float32 vector per input, in input order; ``error`` set when the engine failed."""
+    """One float32 vector per input, in input order (a cross-encoder's: its one score);
+    ``error`` set when the engine failed."""
 
     request_id: str
     vectors: list[bytes] = msgspec.field(default_factory=list)

@@ -1,4 +1,5 @@
-"""The pooling engine's service loop: read embedding requests from Redis, batch, reply.
+"""The pooling engine's service loop: read embedding (or pair scoring) requests from Redis,
+batch, reply.
 
 Phases per turn: ``read`` (every queued request, up to a batch), ``embed`` (one runner call for
 all their inputs), ``reply`` (one list push per request, then ack). A status thread keeps the
@@ -23,6 +24,17 @@ logger = logging.getLogger(__name__)
 
 STATUS_TTL_S = 5
 MAX_REQUESTS_PER_BATCH = 64
+
+
+def _token_types(requests: list[messages.EmbedRequest]) -> list[list[int]] | None:
+    """Every input's token types (zeros where a request sent none), None when none sent any."""
+    if not any(request.token_type_ids for request in requests):
+        return None
+    return [
+        types
+        for request in requests
+        for types in request.token_type_ids or [[0] * len(ids) for ids in request.inputs]
+    ]
 
 
 class PoolingService:
@@ -74,7 +86,7 @@ class PoolingService:
         requests = [request for _, request in decoded]
         inputs = [ids for request in requests for ids in request.inputs]
         try:
-            vectors = self.runner.embed(inputs).numpy().astype("<f4")
+            vectors = self.runner.embed(inputs, _token_types(requests)).numpy().astype("<f4")
             error = ""
         except Exception as exc:
             logger.exception("embedding batch failed")

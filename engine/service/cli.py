@@ -20,7 +20,18 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
     parser.add_argument("--redis-url", help="default: $REDIS_URL, else redis://127.0.0.1:6379/0")
     parser.add_argument("--engine-id", help="default: host-pid-random")
-    parser.add_argument("--max-queued", type=int, help="read requests only while fewer wait here")
+    parser.add_argument(
+        "--max-queued",
+        type=int,
+        help="read requests only while fewer wait here (default: max(16, max-num-seqs/4), "
+        "plus --fair-lookahead under the fair policy)",
+    )
+    parser.add_argument(
+        "--fair-lookahead",
+        type=int,
+        help="fair policy, default --max-queued: requests read beyond that bound, so the "
+        "scheduler sees other tenants behind one tenant's backlog (default 256)",
+    )
     parser.add_argument("--status-interval", type=float, help="default 1 s")
     parser.add_argument("--status-ttl", type=float, help="default 5 s")
     parser.add_argument("--drain-timeout", type=float, help="default 30 s")

@@ -20,6 +20,7 @@ import redis
 
 from engine import protocol
 from engine.config import ServiceSettings
+from engine.core.block_hash import public_prefix_or_none
 from engine.lora.registry import AdapterRegistry
 from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
@@ -29,6 +30,7 @@ from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
 
 if TYPE_CHECKING:
+    from engine.config import EngineConfig
     from engine.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,14 @@ class ActiveRequest:
     started: bool = False
 
 
+def default_max_queued(config: EngineConfig, settings: ServiceSettings) -> int:
+    """The backpressure bound when ``--max-queued`` is not given: a quarter of the batch (at
+    least 16), and under the fair policy ``fair_lookahead`` more, so the scheduler sees other
+    tenants' requests behind one tenant's backlog in the stream."""
+    bound = max(16, config.max_num_seqs // 4)
+    return bound + settings.fair_lookahead if config.scheduling_policy == "fair" else bound
+
+
 class EngineService:
     """Runs ``engine`` for one served model until drained or stopped. Redis is reached only
     from its threads: the two readers, the writer and the heartbeat."""
@@ -68,7 +78,7 @@ class EngineService:
         self.adapters = AdapterRegistry(engine, model)
         self.recent_aborts: dict[str, float] = {}  # request id -> time.monotonic()
         self.num_steps = 0
-        self.max_queued = settings.max_queued or max(16, engine.config.max_num_seqs // 4)
+        self.max_queued = settings.max_queued or default_max_queued(engine.config, settings)
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested = False
@@ -249,6 +259,12 @@ class EngineService:
                 priority=request.priority,
                 arrival_time=time.monotonic() - queued_for if request.arrival_time else None,
                 resumed_output_tokens=request.resumed_output_tokens,
+                public_prefix=public_prefix_or_none(
+                    request.shared_prefix_salt, request.shared_prefix_tokens
+                ),
+                tenant=request.tenant,
+                weight=request.weight,
+                service_class=request.service_class,
             )
         except (ValueError, TypeError) as exc:
             logger.info("request %s refused: %s", request_id, exc)

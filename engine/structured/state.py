@@ -50,6 +50,15 @@ class GrammarState:
         self.error = f"the grammar refused token {token_id}: {self.matcher.get_error()[:200]}"
         return False
 
+    def fork(self, token_id: int) -> GrammarState:
+        """A copy advanced past ``token_id`` (the mask after a draft token, engine/spec_decode/);
+        this state does not move."""
+        fork = GrammarState.__new__(GrammarState)
+        fork._future, fork.error = None, ""
+        fork.matcher = self.matcher.deep_copy()
+        fork.matcher.consume_token(token_id)
+        return fork
+
     @property
     def is_terminated(self) -> bool:
         """The grammar is complete and admits nothing more: the sample is done."""

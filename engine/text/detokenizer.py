@@ -63,10 +63,18 @@ class IncrementalDetokenizer:
         return new_text
 
     def flush(self) -> str:
-        """At the end of generation: whatever is held back (an incomplete character) as is."""
+        """At the end of generation: the held-back text, less a character left incomplete.
+
+        A length cut can fall between the bytes of one character (an emoji is four bytes,
+        often two tokens); its decoded half is U+FFFD, which is no part of what the model
+        wrote, so it is dropped rather than ending the text with a replacement character.
+        (A model that wrote U+FFFD itself as its very last character loses it too: the bytes
+        cannot tell the two apart.)
+        """
         prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
         full_text = self._decode(self._ids[self._prefix_offset :])
         self._prefix_offset = self._read_offset = len(self._ids)
         new_text = full_text[len(prefix_text) :] if len(full_text) > len(prefix_text) else ""
+        new_text = new_text.rstrip(REPLACEMENT_CHAR)
         self.text += new_text
         return new_text

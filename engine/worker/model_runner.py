@@ -28,6 +28,7 @@ from engine.outputs import TokenLogprobs
 from engine.request import Request
 from engine.resume import advance_generator
 from engine.sample import Sampler, SamplingBatch
+from engine.spec_decode.verify import DraftRow, DraftVerifier, draft_rows
 from engine.structured.bitmask import GrammarBitmask
 from engine.worker.cpu_allocator import keep_freed_memory_mapped
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
@@ -50,8 +51,9 @@ class ModelInputs:
     positions: torch.Tensor  # [num_tokens]
     attention: AttentionMetadata
     lora: LoraApply | None  # None: no request of this step uses an adapter
-    # Requests that reach the end of their known tokens and so sample one, and their last row.
-    sample_requests: list[Request]
+    # Requests that reach the end of their known tokens and so sample one, and their last row;
+    # a request with draft tokens samples every verified row (one DraftRow each).
+    sample_requests: list[Request | DraftRow]
     sample_rows: list[int]
 
 
@@ -173,7 +175,12 @@ class ModelRunner:
             seq_lens.append(end)
             query_start_loc.append(query_start_loc[-1] + n)
             tables.append(table)
-            if end == r.num_tokens:
+            num_drafts = end - r.num_tokens  # draft tokens to verify (engine/spec_decode/)
+            if num_drafts > 0:
+                input_ids.extend(r.spec.draft_token_ids[:num_drafts])
+                sample_requests.extend(draft_rows(r, num_drafts))
+                sample_rows.extend(range(query_start_loc[-1] - num_drafts - 1, query_start_loc[-1]))
+            elif end == r.num_tokens:
                 sample_requests.append(r)
                 sample_rows.append(query_start_loc[-1] - 1)
 
@@ -233,13 +240,23 @@ class ModelRunner:
             vocab_size=self.model_config.vocab_size,
             device=self.device,
         )
+        verifier = DraftVerifier(self.generators, self.model_config.vocab_size)
+        verifier.save_generators(inputs.sample_requests, will_draw=not batch.all_greedy)
         sampled = self.sampler(logits, batch)
         for r, token, lp in zip(
             inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True
         ):
+            if isinstance(r, DraftRow):
+                verifier.add(r, token, lp)
+                continue
             result.sampled_token_ids[r.request_id] = token
             if lp is not None:
                 result.logprobs[r.request_id] = lp
+        for rid, (token, lp, outcome) in verifier.settle().items():
+            result.sampled_token_ids[rid] = token
+            if lp is not None:
+                result.logprobs[rid] = lp
+            result.draft_outcomes[rid] = outcome
         return result
 
     def _lora_apply(self, ordered: list[Request], counts: dict[str, int]) -> LoraApply | None:

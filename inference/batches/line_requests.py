@@ -43,6 +43,7 @@ async def _generate(endpoint: str, principal: Principal, body: dict, batch_id: s
     generation.admission.batch_id = batch_id
     # Behind interactive requests in engines that schedule by priority (lower runs first).
     generation.plan.priority = settings.BATCH_ENGINE_PRIORITY
+    generation.plan.service_class = "batch"  # after every interactive request (fair policy)
     await generation.open()
     return await generation.response()
 

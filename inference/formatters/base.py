@@ -14,19 +14,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.generation.plan import GenerationPlan, GenerationStats
+from inference.reasoning.split import split_reasoning
 from inference.transport import GenerationChunk, TokenLogprob
 
 # (prompt index, choice index, chunk): what the engine stream yields for every choice.
 EngineItem = tuple[int, int, GenerationChunk]
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
-    return {
+def usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
+    reasoning_tokens: int | None = None,
+    prediction_tokens: tuple[int, int] = (0, 0),
+) -> dict[str, Any]:
+    """OpenAI's usage object. ``completion_tokens_details`` holds ``reasoning_tokens`` for
+    models with a reasoning parser, and ``prediction_tokens``, (accepted, rejected) draft
+    tokens of speculative decoding, as OpenAI reports predicted outputs, when there were any."""
+    body: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    details: dict[str, int] = {}
+    if reasoning_tokens is not None:
+        details["reasoning_tokens"] = reasoning_tokens
+    accepted, rejected = prediction_tokens
+    if accepted or rejected:
+        details["accepted_prediction_tokens"] = accepted
+        details["rejected_prediction_tokens"] = rejected
+    if details:
+        body["completion_tokens_details"] = details
+    return body
 
 
 @dataclass
@@ -34,6 +54,7 @@ class ChoiceOutput:
     """Everything one choice produced, gathered for a whole (non-streamed) response."""
 
     texts: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
@@ -41,6 +62,10 @@ class ChoiceOutput:
     @property
     def text(self) -> str:
         return "".join(self.texts)
+
+    @property
+    def reasoning_text(self) -> str | None:
+        return "".join(self.reasoning) if self.reasoning else None
 
 
 class ResponseFormatter(ABC):
@@ -57,6 +82,19 @@ class ResponseFormatter(ABC):
     @abstractmethod
     async def collect(self, items: AsyncIterator[EngineItem]) -> dict[str, Any]:
         """The whole response once the generation has finished."""
+
+
+class EventsFormatter(ResponseFormatter):
+    """A shape whose last stream event completes the whole response (``self.final``, set by
+    ``stream``): the whole response is the stream, run to its end."""
+
+    final: dict[str, Any] | None = None
+
+    async def collect(self, items: AsyncIterator[EngineItem]) -> dict[str, Any]:
+        async for _event in self.stream(items):
+            pass
+        assert self.final is not None
+        return self.final
 
 
 class ChoiceFormatter(ResponseFormatter):
@@ -93,7 +131,14 @@ class ChoiceFormatter(ResponseFormatter):
 
     def final_usage(self) -> dict[str, Any]:
         stats = self.stats
-        return usage(self.plan.prompt_tokens, stats.num_completion_tokens, stats.num_cached_tokens)
+        reasoning = stats.num_reasoning_tokens if self.plan.reasoning is not None else None
+        return usage(
+            self.plan.prompt_tokens,
+            stats.num_completion_tokens,
+            stats.num_cached_tokens,
+            reasoning_tokens=reasoning,
+            prediction_tokens=stats.prediction_tokens,
+        )
 
     def stream_chunk(self, choices: list[dict], *, final_usage: bool = False) -> dict[str, Any]:
         plan = self.plan
@@ -109,7 +154,7 @@ class ChoiceFormatter(ResponseFormatter):
             if final_usage:
                 chunk["usage"] = self.final_usage()
             elif plan.continuous_usage and choices:
-                chunk["usage"] = usage(plan.prompt_tokens, self.stats.num_completion_tokens)
+                chunk["usage"] = self.final_usage()  # so far, cached tokens included
             else:
                 chunk["usage"] = None
         return chunk
@@ -130,15 +175,15 @@ class ChoiceFormatter(ResponseFormatter):
 def stream_events(
     formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
 ) -> AsyncIterator[dict]:
-    """The formatter's stream events for ``items``."""
-    return formatter.stream(items)
+    """The formatter's stream events for ``items`` (thinking split from answers first)."""
+    return formatter.stream(split_reasoning(items, formatter.plan.reasoning))
 
 
 async def collect_response(
     formatter: ResponseFormatter, items: AsyncIterator[EngineItem]
 ) -> dict[str, Any]:
-    """The formatter's whole response for ``items``."""
-    return await formatter.collect(items)
+    """The formatter's whole response for ``items`` (thinking split from answers first)."""
+    return await formatter.collect(split_reasoning(items, formatter.plan.reasoning))
 
 
 async def _choice_chunks(
@@ -167,6 +212,8 @@ async def _whole_response(
         formatter.stats.observe(prompt_index, choice, chunk)
         output = outputs[choice]
         output.texts.append(chunk.text)
+        if chunk.reasoning:
+            output.reasoning.append(chunk.reasoning)
         if chunk.logprobs:
             output.logprobs.extend(chunk.logprobs)
         if chunk.finish_reason:

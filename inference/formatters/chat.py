@@ -61,6 +61,12 @@ def tool_call_deltas(events: list[Event]) -> tuple[str, list[dict]]:
     return "".join(texts), list(entries.values())
 
 
+def reasoning_fields(text: str | None) -> dict[str, Any]:
+    """The thinking under both names clients read: ``reasoning_content`` (DeepSeek's, vLLM
+    before 0.11) and ``reasoning`` (vLLM's and OpenRouter's since)."""
+    return {"reasoning_content": text, "reasoning": text}
+
+
 def tool_calls_json(calls: list[ToolCall]) -> list[dict]:
     return [
         {
@@ -98,19 +104,21 @@ class ChatFormatter(ChoiceFormatter):
     def delta_choice(self, choice: int, chunk: GenerationChunk) -> dict | None:
         wants_logprobs = self.plan.logprobs and chunk.logprobs
         logprobs = chat_logprobs(chunk.logprobs) if wants_logprobs else None
+        delta = reasoning_fields(chunk.reasoning) if chunk.reasoning else {}
         parser = self._parsers[choice]
         if parser is None:
-            if not (chunk.text or wants_logprobs):
-                return None
-            return _delta_choice(choice, {"content": chunk.text}, logprobs=logprobs)
-        events = parser.feed(chunk.text)
-        if chunk.finish_reason:
-            events += parser.finish()
-        content, calls = tool_call_deltas(events)
-        delta: dict[str, Any] = {"content": content} if content else {}
-        if calls:
-            delta["tool_calls"] = calls
-            self._called[choice] = True
+            if chunk.text or (wants_logprobs and not delta):
+                delta["content"] = chunk.text
+        else:
+            events = parser.feed(chunk.text)
+            if chunk.finish_reason:
+                events += parser.finish()
+            content, calls = tool_call_deltas(events)
+            if content:
+                delta["content"] = content
+            if calls:
+                delta["tool_calls"] = calls
+                self._called[choice] = True
         if not (delta or wants_logprobs):
             return None
         return _delta_choice(choice, delta, logprobs=logprobs)
@@ -127,6 +135,9 @@ class ChatFormatter(ChoiceFormatter):
             message["content"] = parsed.content
             if parsed.calls:
                 message["tool_calls"] = tool_calls_json(parsed.calls)
+        if self.plan.reasoning is not None:  # a thinking model: its thinking apart, by both names
+            message.update(reasoning_fields(output.reasoning_text))
+            message["content"] = message["content"] or None
         called = bool(message.get("tool_calls"))
         return {
             "index": choice,

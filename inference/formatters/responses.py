@@ -1,7 +1,8 @@
 """The Responses API's objects: typed stream events and the whole ``response``.
 
-One state machine serves both: the engine's text becomes output items (an assistant message,
-or ``function_call`` items when the request's tools are parsed), each announced, filled and
+One state machine serves both: the engine's text becomes output items (a ``reasoning`` item
+for a thinking model's thinking, then an assistant message, or ``function_call`` items when
+the request's tools are parsed), each announced, filled and
 closed with the events the openai SDK's ``responses.stream`` accumulates, numbered by
 ``sequence_number``. The whole response is the last event's ``response``.
 """
@@ -13,14 +14,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from inference.formatters.base import EngineItem, ResponseFormatter
+from inference.formatters.base import EngineItem, EventsFormatter
 from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.responses import objects
 from inference.responses.context import ResponseContext, new_item_id
 from inference.tools import ArgumentsDelta, ContentDelta, ToolCallStart, parser_for
 
 
-class ResponsesFormatter(ResponseFormatter):
+class ResponsesFormatter(EventsFormatter):
     def __init__(self, plan: GenerationPlan, stats: GenerationStats):
         super().__init__(plan, stats)
         assert plan.response is not None, "a Responses plan carries its ResponseContext"
@@ -30,6 +31,8 @@ class ResponsesFormatter(ResponseFormatter):
         self._sequence = 0
         self.output: list[dict[str, Any]] = []
         self._message: int | None = None  # output index of the open message
+        self._reasoning: int | None = None  # output index of the open reasoning item
+        self._thoughts: list[str] = []
         self._texts: list[str] = []
         self._calls: dict[int, int] = {}  # parser's call index -> output index
         self._arguments: dict[int, list[str]] = {}
@@ -57,23 +60,63 @@ class ResponsesFormatter(ResponseFormatter):
             self.context, model=self.plan.model, status=status, output=output, **extra
         )
 
-    def _open_message(self) -> list[dict]:
+    def _add_item(self, item: dict[str, Any], part: dict[str, Any]) -> tuple[int, list[dict]]:
+        """Announce ``item`` at the end of the output, then its one (empty) content part."""
         index = len(self.output)
-        item = objects.message_item(new_item_id("msg"), status="in_progress", text=None)
         self.output.append(item)
-        self._message, self._texts = index, []
         added = self.event(
             "response.output_item.added", output_index=index, item=copy.deepcopy(item)
         )
-        item["content"] = [objects.output_text_part("")]
-        part = self.event(
+        item["content"] = [part]
+        part_added = self.event(
             "response.content_part.added",
             item_id=item["id"],
             output_index=index,
             content_index=0,
-            part=objects.output_text_part(""),
+            part=copy.deepcopy(part),
         )
-        return [added, part]
+        return index, [added, part_added]
+
+    def _item_done(
+        self, index: int, status: str, part: dict[str, Any], done: str, **extra: Any
+    ) -> list[dict]:
+        """Close the item at ``index`` with its whole part: ``done`` (its text's last event),
+        the part's and the item's."""
+        item = self.output[index]
+        fields = dict(item_id=item["id"], output_index=index, content_index=0)
+        item["status"] = status
+        item["content"] = [part]
+        return [
+            self.event(done, **fields, text=part["text"], **extra),
+            self.event("response.content_part.done", **fields, part=copy.deepcopy(part)),
+            self.event("response.output_item.done", output_index=index, item=copy.deepcopy(item)),
+        ]
+
+    def _think(self, text: str) -> list[dict]:
+        events: list[dict] = []
+        if self._reasoning is None:
+            item = objects.reasoning_item(new_item_id("rs"), status="in_progress", text=None)
+            self._reasoning, events = self._add_item(item, objects.reasoning_text_part(""))
+            self._thoughts = []
+        self._thoughts.append(text)  # joined once, when the item closes
+        item = self.output[self._reasoning]
+        fields = dict(item_id=item["id"], output_index=self._reasoning, content_index=0)
+        events.append(self.event("response.reasoning_text.delta", **fields, delta=text))
+        return events
+
+    def _close_reasoning(self, status: str) -> list[dict]:
+        if self._reasoning is None:
+            return []
+        index, self._reasoning = self._reasoning, None
+        part = objects.reasoning_text_part("".join(self._thoughts))
+        return self._item_done(index, status, part, "response.reasoning_text.done")
+
+    def _open_message(self) -> list[dict]:
+        opening = self._close_reasoning("completed")  # the answer starts: thinking is over
+        item = objects.message_item(new_item_id("msg"), status="in_progress", text=None)
+        self._message, events = self._add_item(item, objects.output_text_part(""))
+        self._texts = []
+        return [*opening, *events]
 
     def _text(self, text: str) -> list[dict]:
         events = self._open_message() if self._message is None else []
@@ -87,19 +130,11 @@ class ResponsesFormatter(ResponseFormatter):
         if self._message is None:
             return []
         index, self._message = self._message, None
-        item = self.output[index]
-        text = "".join(self._texts)
-        fields = dict(item_id=item["id"], output_index=index, content_index=0)
-        item["status"] = status
-        item["content"] = [objects.output_text_part(text)]
-        return [
-            self.event("response.output_text.done", **fields, text=text, logprobs=[]),
-            self.event("response.content_part.done", **fields, part=objects.output_text_part(text)),
-            self.event("response.output_item.done", output_index=index, item=copy.deepcopy(item)),
-        ]
+        part = objects.output_text_part("".join(self._texts))
+        return self._item_done(index, status, part, "response.output_text.done", logprobs=[])
 
     def _call_start(self, call: ToolCallStart) -> list[dict]:
-        events = self._close_message("completed")
+        events = self._close_reasoning("completed") + self._close_message("completed")
         index = len(self.output)
         item = objects.function_call_item(
             new_item_id("fc"), call_id=call.id, name=call.name, arguments="", status="in_progress"
@@ -167,12 +202,17 @@ class ResponsesFormatter(ResponseFormatter):
         events = self._parsed(self._parser.finish()) if self._parser is not None else []
         reason = objects.INCOMPLETE_REASON.get(self.stats.finish_reason or "")
         status = "incomplete" if reason else "completed"
+        events.extend(self._close_reasoning(status))
         if not self.output:  # nothing generated: still one (empty) message
             events.extend(self._open_message())
         events.extend(self._close_message(status))
         events.extend(self._close_calls(status))
+        stats = self.stats
         usage = objects.usage(
-            self.plan.prompt_tokens, self.stats.num_completion_tokens, self.stats.num_cached_tokens
+            self.plan.prompt_tokens,
+            stats.num_completion_tokens,
+            stats.num_cached_tokens,
+            stats.num_reasoning_tokens,
         )
         self.final = self._response(
             status, usage=usage, incomplete_reason=reason, completed_at=int(time.time())
@@ -188,6 +228,9 @@ class ResponsesFormatter(ResponseFormatter):
         yield self.event("response.in_progress", response=self._response("in_progress"))
         async for prompt_index, choice, chunk in items:
             self.stats.observe(prompt_index, choice, chunk)
+            if chunk.reasoning:
+                for event in self._think(chunk.reasoning):
+                    yield event
             if not chunk.text:
                 continue
             if self._parser is None:
@@ -198,9 +241,3 @@ class ResponsesFormatter(ResponseFormatter):
                 yield event
         for event in self._finish():
             yield event
-
-    async def collect(self, items: AsyncIterator[EngineItem]) -> dict[str, Any]:
-        async for _event in self.stream(items):
-            pass
-        assert self.final is not None
-        return self.final

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Literal
 
 from controlplane.adapters.selectors import AdapterRoute
 from engine.protocol import AdapterRef, SamplingOptions
+from inference.generation.shared_prefixes import SharedPrefixMatch
+from inference.reasoning import ReasoningSetup
 from inference.tools import ToolSetup
 from inference.transport import EngineRequest, GenerationChunk, OutputOptions
 
 if TYPE_CHECKING:
     from inference.responses.context import ResponseContext
 
-Kind = Literal["chat", "completion", "response"]
+Kind = Literal["chat", "completion", "response", "messages"]
 
 
 @dataclass
@@ -35,6 +37,10 @@ class GenerationPlan:
     # Stop strings and how text shows: what the API applies to the engines' tokens.
     output: OutputOptions = field(default_factory=OutputOptions)
     priority: int = 0
+    # Fair share in the engines: the tenant's opaque id, weight and class (Principal).
+    engine_tenant: str = ""
+    share_weight: float = 1.0
+    service_class: str = "interactive"
     logprobs: bool = False
     echo: bool = False
     stream: bool = False
@@ -45,6 +51,11 @@ class GenerationPlan:
     tools: ToolSetup | None = None
     # A Responses API request (kind "response"): what its Response object echoes and stores.
     response: ResponseContext | None = None
+    # Per prompt, the declared shared prefix it starts with (inference/generation/
+    # shared_prefixes.py), or None; empty: none matched.
+    shared_prefixes: list[SharedPrefixMatch | None] = field(default_factory=list)
+    # How the model's thinking is told from its answer (inference/reasoning); None: it is not.
+    reasoning: ReasoningSetup | None = None
 
     @property
     def n(self) -> int:
@@ -65,6 +76,7 @@ class GenerationPlan:
         if route is not None:  # the catalog's route, as the engines know an adapter
             adapter = AdapterRef(name=route.name, checksum=route.checksum, path=route.path)
         single = len(self.prompts) == 1
+        shared = self.shared_prefixes or [None] * len(self.prompts)
         return [
             EngineRequest.build(
                 model=self.engine_model or self.model,
@@ -73,9 +85,13 @@ class GenerationPlan:
                 sampling=self.sampling,
                 adapter=adapter,
                 cache_salt=self.cache_salt,
-                tenant=self.tenant,
+                tenant=self.engine_tenant,
+                weight=self.share_weight,
+                service_class=self.service_class,
                 priority=self.priority,
                 output=self.output,
+                shared_prefix_salt=shared[index].salt if shared[index] else "",
+                shared_prefix_tokens=shared[index].num_tokens if shared[index] else 0,
             )
             for index, (_text, token_ids) in enumerate(self.prompts)
         ]
@@ -97,6 +113,14 @@ class GenerationStats:
     queue_time: float | None = None
     prefill_time: float | None = None
     decode_time: float | None = None
+    # Per choice, with a reasoning parser: tokens spent thinking, and the thinking's text.
+    reasoning_tokens: dict[int, int] = field(default_factory=dict)
+    reasoning_texts: dict[int, list[str]] = field(default_factory=dict)
+    # Speculative decoding per choice: (draft tokens verified, accepted), cumulative.
+    draft_tokens: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Refused before any engine took it (no engine, overloaded, none answered in time): it
+    # is billed nothing (settlement records zero prompt tokens).
+    never_reached_engine: bool = False
 
     def observe(self, prompt_index: int, choice: int, chunk: GenerationChunk) -> None:
         if chunk.token_ids:
@@ -113,6 +137,14 @@ class GenerationStats:
         )
         if chunk.finish_reason:
             self.finish_reason = chunk.finish_reason
+        if chunk.reasoning_tokens:
+            self.reasoning_tokens[choice] = (
+                self.reasoning_tokens.get(choice, 0) + chunk.reasoning_tokens
+            )
+        if chunk.reasoning:
+            self.reasoning_texts.setdefault(choice, []).append(chunk.reasoning)
+        if chunk.draft_tokens:
+            self.draft_tokens[choice] = (chunk.draft_tokens, chunk.accepted_draft_tokens)
         # One request's intervals: the longest over its samples and prompts.
         for name in ("queue_time", "prefill_time", "decode_time"):
             value = getattr(chunk, name, None)
@@ -124,8 +156,24 @@ class GenerationStats:
         return sum(self.completion_tokens.values())
 
     @property
+    def num_reasoning_tokens(self) -> int:
+        return sum(self.reasoning_tokens.values())
+
+    def reasoning_text(self, choice: int = 0) -> str | None:
+        """The whole thinking of ``choice`` so far (None when it had none): the one place any
+        formatter reads it from once the sample has ended."""
+        texts = self.reasoning_texts.get(choice)
+        return "".join(texts) if texts else None
+
+    @property
     def num_cached_tokens(self) -> int:
         return sum(self.cached_tokens.values())
+
+    @property
+    def prediction_tokens(self) -> tuple[int, int]:
+        """(accepted, rejected) draft tokens of speculative decoding over all choices."""
+        accepted = sum(a for _, a in self.draft_tokens.values())
+        return accepted, sum(d for d, _ in self.draft_tokens.values()) - accepted
 
     @property
     def time_to_first_token(self) -> float | None:

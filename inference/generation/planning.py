@@ -14,6 +14,7 @@ prompt that cannot fit the context however it tokenizes is refused before any of
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable
@@ -24,10 +25,21 @@ from django.conf import settings
 
 from controlplane.access.admission import check_request_limits
 from controlplane.access.principals import Principal, engine_cache_salt
+from controlplane.catalog.cache import CatalogSnapshot, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
-from inference.errors import ApiError, invalid_request
+from inference.errors import invalid_request
 from inference.generation.plan import GenerationPlan
+from inference.generation.prompt_limits import (
+    chat_text_length,
+    check_token_ids,
+    max_tokens_for,
+    refuse_prompts_too_long,
+    refuse_text_too_long,
+)
+from inference.generation.shared_prefixes import mark_shared_prefixes
+from inference.reasoning import reasoning_setup
+from inference.reasoning.template import thinking_kwargs
 from inference.sampling import build_sampling
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
@@ -63,6 +75,9 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
         ),
         "cache_salt": engine_cache_salt(principal, body.get("cache_salt")),
         "tenant": principal.tenant_slug,
+        "engine_tenant": principal.engine_tenant,
+        "share_weight": float(principal.share_weight),
+        "service_class": principal.service_class,
         "priority": body.get("priority", 0),
         "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),
@@ -70,27 +85,43 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
     }
 
 
-def plan_chat(
-    principal: Principal, body: dict[str, Any], entry: ModelEntry, tokenizer: ChatTokenizer
-) -> GenerationPlan:
+def chat_prompt(
+    body: dict[str, Any], entry: ModelEntry, tokenizer: ChatTokenizer
+) -> tuple[ToolSetup | None, str, list[int]]:
+    """A validated chat body's tools and its prompt (text, token ids), as the engine sees it."""
     tools = ToolSetup.from_request(
         tools=body.get("tools"),
         tool_choice=body.get("tool_choice"),
         parallel_tool_calls=body.get("parallel_tool_calls"),
         parser=entry.tool_parser,
     )
+    return tools, *render_chat_prompt(tokenizer, body, tools)
+
+
+def plan_chat(
+    principal: Principal,
+    body: dict[str, Any],
+    entry: ModelEntry,
+    tokenizer: ChatTokenizer,
+    *,
+    fit_max_tokens: bool = False,
+) -> GenerationPlan:
+    tools, text, token_ids = chat_prompt(body, entry, tokenizer)
     structured = structured_output_for(body, tools)
-    text, token_ids = render_chat_prompt(tokenizer, body, tools)
     requested = body.get("max_completion_tokens") or body.get("max_tokens")
     max_tokens = max_tokens_for(
         prompt_tokens=len(token_ids),
         requested=requested,
         max_model_len=entry.max_model_len,
         param="messages",
+        fit=fit_max_tokens,
     )
     if requested is None:
         max_tokens = min(settings.CHAT_DEFAULT_MAX_TOKENS, max_tokens)
     logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
+    common = _common(body, principal)
+    if entry.reasoning_parser == "gpt_oss":  # harmony's channel markers are special tokens
+        common["output"] = dataclasses.replace(common["output"], skip_special_tokens=False)
     return GenerationPlan(
         kind="chat",
         model=entry.name,
@@ -103,7 +134,8 @@ def plan_chat(
         ),
         logprobs=bool(body.get("logprobs")),
         tools=tools,
-        **_common(body, principal),
+        reasoning=reasoning_setup(entry.reasoning_parser, text),
+        **common,
     )
 
 
@@ -144,12 +176,13 @@ def plan_completion(
 
 
 async def _validated(
-    kind: str, principal: Principal, raw_body: dict[str, Any]
+    kind: str, principal: Principal, raw_body: dict[str, Any], *, count_request: bool = True
 ) -> tuple[dict[str, Any], ModelEntry, ChatTokenizer]:
-    """The cheap refusals first: the body's fields, the tenant's request limits (429), the
-    model; the template and the tokenizer run later, off the event loop."""
+    """The cheap refusals first: the body's fields, the tenant's request limits (429; not
+    for a mere count), the model; the template and tokenizer run later, off the loop."""
     body = validate_body(SERIALIZERS[kind], raw_body)
-    await check_request_limits(principal, model=body["model"])
+    if count_request:
+        await check_request_limits(principal, model=body["model"])
     entry, tokenizer = await load_generation_model(principal, body["model"])
     return body, entry, tokenizer
 
@@ -159,11 +192,13 @@ def _check_stop_token_ids(body: dict[str, Any], tokenizer: ChatTokenizer) -> Non
         check_token_ids(tokenizer, body["stop_token_ids"], param="stop_token_ids")
 
 
-async def prepare_chat(
-    principal: Principal, raw_body: dict[str, Any]
-) -> tuple[GenerationPlan, ChatTokenizer]:
-    """Validate a /v1/chat/completions body and plan it; raises ApiError for anything wrong."""
-    body, entry, tokenizer = await _validated("chat", principal, raw_body)
+async def _chat_request(
+    principal: Principal, raw_body: dict[str, Any], *, count_request: bool = True
+) -> tuple[dict[str, Any], ModelEntry, ChatTokenizer]:
+    """A /v1/chat/completions body checked up to its template: 400, 404 or 429 if wrong."""
+    body, entry, tokenizer = await _validated(
+        "chat", principal, raw_body, count_request=count_request
+    )
     if entry.completions_only:
         raise invalid_request(
             f"`{entry.name}` is a base model without a chat template, so it serves "
@@ -173,7 +208,27 @@ async def prepare_chat(
     _check_stop_token_ids(body, tokenizer)
     length = chat_text_length(body["messages"])
     refuse_text_too_long(length, max_model_len=entry.max_model_len, param="messages")
-    return await off_loop(plan_chat, principal, body, entry, tokenizer), tokenizer
+    return body, entry, tokenizer
+
+
+async def prepare_chat(
+    principal: Principal, raw_body: dict[str, Any], *, fit_max_tokens: bool = False
+) -> tuple[GenerationPlan, ChatTokenizer]:
+    """Validate a /v1/chat/completions body and plan it; raises ApiError for anything wrong.
+    ``fit_max_tokens``: a ``max_completion_tokens`` beyond what the context leaves is lowered
+    to it instead of refused (the Messages API's choice, see inference/messages/)."""
+    body, entry, tokenizer = await _chat_request(principal, raw_body)
+    catalog = await acatalog_snapshot()
+    planner = functools.partial(plan_chat, fit_max_tokens=fit_max_tokens)
+    plan = await off_loop(_planned, planner, principal, body, entry, tokenizer, catalog)
+    return plan, tokenizer
+
+
+async def chat_prompt_tokens(principal: Principal, raw_body: dict[str, Any]) -> list[int]:
+    """The prompt token ids of a chat body (tools included), under no request limit."""
+    body, entry, tokenizer = await _chat_request(principal, raw_body, count_request=False)
+    _tools, _text, token_ids = await off_loop(chat_prompt, body, entry, tokenizer)
+    return token_ids
 
 
 async def prepare_completion(
@@ -183,7 +238,29 @@ async def prepare_completion(
     body, entry, tokenizer = await _validated("completion", principal, raw_body)
     _check_stop_token_ids(body, tokenizer)
     refuse_prompts_too_long(body["prompt"], max_model_len=entry.max_model_len, param="prompt")
-    return await off_loop(plan_completion, principal, body, entry, tokenizer), tokenizer
+    catalog = await acatalog_snapshot()
+    plan = await off_loop(_planned, plan_completion, principal, body, entry, tokenizer, catalog)
+    return plan, tokenizer
+
+
+def _planned(
+    planner: Callable[..., GenerationPlan],
+    principal: Principal,
+    body: dict[str, Any],
+    entry: ModelEntry,
+    tokenizer: ChatTokenizer,
+    catalog: CatalogSnapshot,
+) -> GenerationPlan:
+    """``planner``'s plan, its prompts matched against the model's declared shared prefixes."""
+    plan = planner(principal, body, entry, tokenizer)
+    mark_shared_prefixes(
+        plan,
+        client_salt=body.get("cache_salt"),
+        catalog=catalog,
+        tokenizer=tokenizer,
+        tool_parser=entry.tool_parser,
+    )
+    return plan
 
 
 # Prompts ------------------------------------------------------------------------------------
@@ -210,11 +287,13 @@ def render_chat_prompt(
     """The chat template applied to ``messages`` (and ``tools``, see inference/tools/
     rendering.py): (prompt text, prompt token ids)."""
     messages, tool_kwargs = template_input(body["messages"], tools, tokenizer.chat_template)
+    explicit = body.get("chat_template_kwargs") or {}
+    thinking = thinking_kwargs(body.get("reasoning_effort"), tokenizer.chat_template, explicit)
     try:
         text = tokenizer.render_chat(
             messages,
             add_generation_prompt=body.get("add_generation_prompt", True),
-            **{**(body.get("chat_template_kwargs") or {}), **tool_kwargs},
+            **{**thinking, **explicit, **tool_kwargs},
         )
     except TokenizerError:
         raise
@@ -239,73 +318,3 @@ def completion_prompts(
             check_token_ids(tokenizer, prompt, param="prompt")
             out.append((tokenizer.decode(prompt, skip_special_tokens=False), list(prompt)))
     return out
-
-
-def check_token_ids(tokenizer: ChatTokenizer, token_ids: list[int], *, param: str) -> None:
-    vocab = tokenizer.vocab_size
-    if not token_ids or max(token_ids) < vocab:  # max() runs in C; the loop only to name one
-        return
-    bad = next(t for t in token_ids if t >= vocab)
-    raise invalid_request(
-        f"Token id {bad} is out of vocabulary (this model has {vocab} tokens).", param=param
-    )
-
-
-def refuse_prompts_too_long(
-    prompts: list[str | list[int]], *, max_model_len: int, param: str
-) -> None:
-    """Context-length 400 for a prompt that cannot fit however it tokenizes: as many token
-    ids as the context, or more text than the context holds (``refuse_text_too_long``)."""
-    for prompt in prompts:
-        if isinstance(prompt, str):
-            refuse_text_too_long(len(prompt), max_model_len=max_model_len, param=param)
-        elif len(prompt) >= max_model_len:
-            raise _context_exceeded(max_model_len, f"{len(prompt)} tokens", param)
-
-
-def refuse_text_too_long(num_chars: int, *, max_model_len: int, param: str) -> None:
-    """Context-length 400, before tokenizing, for text longer than the context holds at
-    PROMPT_MAX_CHARS_PER_TOKEN characters a token."""
-    if num_chars > max_model_len * settings.PROMPT_MAX_CHARS_PER_TOKEN:
-        raise _context_exceeded(max_model_len, f"{num_chars} characters", param)
-
-
-def chat_text_length(messages: list[dict[str, Any]]) -> int:
-    """Characters of the messages' text: the template's output has at least as many."""
-    return sum(
-        len(m["content"])
-        + len(m.get("name") or "")
-        + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls") or ())
-        for m in messages
-    )
-
-
-def _context_exceeded(max_model_len: int, size: str, param: str) -> ApiError:
-    return ApiError(
-        f"This model's maximum context length is {max_model_len} tokens. However, your "
-        f"{param} ({size}) cannot fit in it. Please reduce the length of the {param}.",
-        status=400,
-        param=param,
-        code="context_length_exceeded",
-    )
-
-
-def max_tokens_for(
-    *, prompt_tokens: int, requested: int | None, max_model_len: int, param: str
-) -> int:
-    """How many tokens may be generated; 400 when the prompt plus request exceeds the context."""
-    if prompt_tokens >= max_model_len or (
-        requested is not None and prompt_tokens + requested > max_model_len
-    ):
-        total = prompt_tokens + (requested or 0)
-        raise ApiError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you "
-            f"requested {total} tokens ({prompt_tokens} in the {param}, {requested or 0} in "
-            "the completion). Please reduce the length of the prompt or of the completion.",
-            status=400,
-            param=param,
-            code="context_length_exceeded",
-        )
-    if prompt_tokens == 0:
-        raise invalid_request("The prompt is empty after tokenization.", param=param)
-    return requested if requested is not None else max_model_len - prompt_tokens

@@ -5,7 +5,8 @@
     async for event in generation.events(): ...   # or: await generation.response()
 
 However it ends (done, error, client gone, cancelled), the generation is settled exactly once:
-limits released, usage queued and metrics recorded, with the prompt tokens it was planned with.
+limits released, usage queued and metrics recorded, with the prompt tokens it was planned with,
+or none when no engine took it (no engine, overloaded, none answered in time): never billed.
 Settlement runs shielded from cancellation: SDKs close the connection right after
 ``data: [DONE]``, which cancels the request task, and the reservation must still be released
 and the request still counted.
@@ -27,11 +28,15 @@ from inference.formatters import collect_response, formatter_for, stream_events
 from inference.formatters.base import EngineItem
 from inference.generation.engine_stream import engine_chunks
 from inference.generation.plan import GenerationPlan, GenerationStats
-from inference.transport import EngineClient
+from inference.transport import EngineClient, EngineOverloaded, EngineTimeout, EngineUnavailable
 
 # What each caller picks: prepare_chat, prepare_completion (planning.py) or the Responses API's
 # prepare_response; validates a raw body and plans it, or raises ApiError.
 Planner = Callable[[Principal, dict[str, Any]], Awaitable[tuple[GenerationPlan, ChatTokenizer]]]
+
+
+# What ``open`` raises when no engine took the request (before its first output).
+_NEVER_REACHED_ENGINE = (EngineUnavailable, EngineOverloaded, EngineTimeout)
 
 
 def _status_of(exc: BaseException) -> int:
@@ -73,9 +78,12 @@ async def _settle(
     admission: Admission, plan: GenerationPlan, stats: GenerationStats, *, status: int
 ) -> None:
     latency = time.monotonic() - stats.started
+    # A request no engine took costs nothing and counts no prompt tokens in the metrics; it
+    # is still counted as a finished (refused) request.
+    prompt_tokens = 0 if stats.never_reached_engine else plan.prompt_tokens
     await finish(
         admission,
-        prompt_tokens=plan.prompt_tokens,
+        prompt_tokens=prompt_tokens,
         completion_tokens=stats.num_completion_tokens,
         cached_tokens=stats.num_cached_tokens,
         status=status,
@@ -88,7 +96,7 @@ async def _settle(
         model=plan.model,
         tenant=plan.tenant,
         finished_reason=_finished_reason(stats, status),
-        prompt_tokens=plan.prompt_tokens,
+        prompt_tokens=prompt_tokens,
         generation_tokens=stats.num_completion_tokens,
         e2e_latency=latency,
         time_to_first_token=stats.time_to_first_token,
@@ -161,6 +169,9 @@ class Generation:
         try:
             self._items = await _prefetched(engine_chunks(client, self.plan, self.tokenizer))
         except BaseException as exc:
+            # Refused by the capacity check (nothing sent), or sent and no engine answered
+            # before the silence timeout: no engine worked on it.
+            self.stats.never_reached_engine = isinstance(exc, _NEVER_REACHED_ENGINE)
             await self.settle(_status_of(exc))
             raise
 

@@ -36,5 +36,7 @@ class ResponseContext:
     top_p: float | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    # The request's ``reasoning`` ({"effort", "summary"}), echoed as given.
+    reasoning: dict[str, Any] = field(default_factory=lambda: {"effort": None, "summary": None})
     id: str = field(default_factory=new_response_id)
     created_at: int = field(default_factory=lambda: int(time.time()))

@@ -80,6 +80,30 @@ def _function_call_output(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _reasoning_parts(raw: dict[str, Any], field: str, kind: str) -> list[dict[str, Any]]:
+    parts = raw.get(field) or []
+    if not isinstance(parts, list):
+        _fail(f"a reasoning item's {field} must be a list of {kind} parts.")
+    out = []
+    for part in parts:
+        if not isinstance(part, dict) or part.get("type") != kind:
+            _fail(f"a reasoning item's {field} holds {kind} parts only.")
+        out.append({"type": kind, "text": _text(part.get("text"), f"a {kind}'s text")})
+    return out
+
+
+def _reasoning(raw: dict[str, Any]) -> dict[str, Any]:
+    """Thinking given back (``encrypted_content`` is not used: this server encrypts none)."""
+    return {
+        "id": raw.get("id") or new_item_id("rs"),
+        "type": "reasoning",
+        "summary": _reasoning_parts(raw, "summary", "summary_text"),
+        "content": _reasoning_parts(raw, "content", "reasoning_text"),
+        "encrypted_content": None,
+        "status": "completed",
+    }
+
+
 def _item(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         _fail("each input item must be an object.")
@@ -90,9 +114,11 @@ def _item(raw: Any) -> dict[str, Any]:
         return _function_call(raw)
     if kind == "function_call_output":
         return _function_call_output(raw)
+    if kind == "reasoning":
+        return _reasoning(raw)
     _fail(
-        f"input items of type {kind!r} are not supported; use message, function_call or "
-        "function_call_output."
+        f"input items of type {kind!r} are not supported; use message, function_call, "
+        "function_call_output or reasoning."
     )
     raise AssertionError  # unreachable: _fail raised
 
@@ -121,7 +147,7 @@ def output_as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if item.get("type") == "message":
             content = [_part("output_text", part.get("text", "")) for part in item["content"]]
             items.append({**item, "content": content, "status": "completed"})
-        elif item.get("type") == "function_call":
+        elif item.get("type") in ("function_call", "reasoning"):
             items.append({**item, "status": "completed"})
     return items
 
@@ -132,11 +158,16 @@ def _joined(parts: list[dict[str, Any]]) -> str:
 
 def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
     """Chat messages for ``items``: ``instructions`` first as the system message; consecutive
-    function calls become one assistant message's ``tool_calls``, outputs ``tool`` messages."""
+    function calls become one assistant message's ``tool_calls``, outputs ``tool`` messages;
+    a reasoning item is the ``reasoning_content`` of the assistant turn that follows it."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    thinking = ""
     for item in items:
+        if item["type"] == "reasoning":
+            thinking += _joined(item["content"]) or _joined(item["summary"])
+            continue
         if item["type"] == "message":
             messages.append({"role": item["role"], "content": _joined(item["content"])})
         elif item["type"] == "function_call":
@@ -155,4 +186,6 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list
             messages.append(
                 {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
             )
+        if thinking and messages[-1]["role"] == "assistant":
+            messages[-1]["reasoning_content"], thinking = thinking, ""
     return messages

@@ -10,12 +10,14 @@ from inference.responses.context import ResponseContext
 INCOMPLETE_REASON = {"length": "max_output_tokens"}
 
 
-def usage(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
+def usage(
+    input_tokens: int, output_tokens: int, cached_tokens: int, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 
@@ -47,7 +49,7 @@ def response_object(
         "output": output,
         "parallel_tool_calls": context.parallel_tool_calls,
         "previous_response_id": context.previous_response_id,
-        "reasoning": {"effort": None, "summary": None},
+        "reasoning": dict(context.reasoning),
         "service_tier": "default",
         "store": context.store,
         "temperature": 1.0 if context.temperature is None else context.temperature,
@@ -76,6 +78,23 @@ def message_item(item_id: str, *, status: str, text: str | None) -> dict[str, An
         "role": "assistant",
         "status": status,
         "content": content,
+    }
+
+
+def reasoning_text_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
+
+
+def reasoning_item(item_id: str, *, status: str, text: str | None) -> dict[str, Any]:
+    """The model's thinking, whole as ``content`` (no summary is made of it: ``summary`` is
+    empty, and nothing is encrypted); ``text`` None: no part yet (as streamed when added)."""
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": [] if text is None else [reasoning_text_part(text)],
+        "encrypted_content": None,
+        "status": status,
     }
 
 

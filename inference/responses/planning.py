@@ -14,6 +14,7 @@ from typing import Any
 from controlplane.access.principals import Principal
 from controlplane.common.api_error import ApiError
 from engine.text.tokenizer import ChatTokenizer
+from inference.errors import in_terms_of
 from inference.generation.plan import GenerationPlan
 from inference.generation.planning import prepare_chat
 from inference.responses.context import ResponseContext
@@ -35,10 +36,12 @@ SAME_AS_CHAT = (
     "frequency_penalty",
     "repetition_penalty",
     "ignore_eos",
+    "speculative_decoding",
     "cache_salt",
     "priority",
     "stream",
     "user",
+    "structured_outputs",
 )
 # Chat's names for the Responses fields they came from, for error messages.
 CHAT_TO_RESPONSES = {
@@ -82,6 +85,8 @@ def chat_body(body: dict[str, Any], context: ResponseContext) -> dict[str, Any]:
     text_format = context.text.get("format") or {"type": "text"}
     if text_format["type"] != "text":
         chat["response_format"] = _response_format(text_format)
+    if context.reasoning.get("effort") is not None:
+        chat["reasoning_effort"] = context.reasoning["effort"]
     return chat
 
 
@@ -103,18 +108,11 @@ def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> R
         top_p=body.get("top_p"),
         metadata=dict(body.get("metadata") or {}),
         user=body.get("user"),
+        reasoning={
+            "effort": (body.get("reasoning") or {}).get("effort"),
+            "summary": (body.get("reasoning") or {}).get("summary"),
+        },
     )
-
-
-def _in_responses_terms(error: ApiError) -> ApiError:
-    """A chat error's field as the Responses field it came from. Only the field: a message's
-    index counts the instructions and the previous conversation, not ``input`` alone."""
-    if error.param:
-        base = error.param.partition(".")[0].split("[", 1)[0]
-        if base in CHAT_TO_RESPONSES:
-            original, error.param = error.param, CHAT_TO_RESPONSES[base]
-            error.message = error.message.replace(f"'{original}'", f"'{error.param}'", 1)
-    return error
 
 
 async def prepare_response(
@@ -127,7 +125,7 @@ async def prepare_response(
     try:
         plan, tokenizer = await prepare_chat(principal, chat_body(body, context))
     except ApiError as exc:
-        raise _in_responses_terms(exc) from None
+        raise in_terms_of(exc, CHAT_TO_RESPONSES) from None
     return dataclasses.replace(plan, kind="response", request_id=context.id, response=context), (
         tokenizer
     )

@@ -38,6 +38,28 @@ _FUNCTION_CALL = {
     },
     "required": ["type", "call_id", "name", "arguments"],
 }
+_REASONING = {
+    "type": "object",
+    "description": "A thinking model's thinking, whole in content (summary stays empty).",
+    "properties": {
+        "id": _TEXT,
+        "type": {"type": "string", "enum": ["reasoning"]},
+        "summary": {"type": "array", "items": {"type": "object"}},
+        "content": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["reasoning_text"]},
+                    "text": _TEXT,
+                },
+                "required": ["type", "text"],
+            },
+        },
+        "status": _ITEM_STATUS,
+    },
+    "required": ["id", "type", "summary"],
+}
 _TOKENS = {"type": "integer", "minimum": 0}
 _USAGE = {
     "type": "object",
@@ -79,7 +101,7 @@ RESPONSE = {
         "model": _TEXT,
         "instructions": {"type": "string", "nullable": True},
         "previous_response_id": {"type": "string", "nullable": True},
-        "output": {"type": "array", "items": {"oneOf": [_MESSAGE, _FUNCTION_CALL]}},
+        "output": {"type": "array", "items": {"oneOf": [_REASONING, _MESSAGE, _FUNCTION_CALL]}},
         "usage": {**_USAGE, "nullable": True},
         "store": {"type": "boolean"},
     },

@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inference.reasoning.template import EFFORTS
 from inference.responses import items
 from inference.schemas.fields import (
     MAX_NAME_LENGTH,
@@ -13,6 +14,7 @@ from inference.schemas.fields import (
     StrictIntegerField,
 )
 from inference.schemas.sampling import SamplingFields
+from inference.schemas.structured import StructuredOutputsSerializer
 
 MAX_TOOLS = 128
 MAX_METADATA = 16
@@ -56,6 +58,17 @@ _INPUT_ITEM = {
                 "output": {"type": "string"},
             },
             "required": ["type", "call_id", "output"],
+        },
+        {
+            "type": "object",
+            "description": "The model's thinking (from a previous output), given back to "
+            "templates that render it.",
+            "properties": {
+                "type": {"type": "string", "enum": ["reasoning"]},
+                "content": {"type": "array", "items": {"type": "object"}},
+                "summary": {"type": "array", "items": {"type": "object"}},
+            },
+            "required": ["type"],
         },
     ]
 }
@@ -136,6 +149,17 @@ class TextConfigSerializer(serializers.Serializer):
     format = TextFormatSerializer(required=False)
 
 
+class ReasoningConfigSerializer(serializers.Serializer):
+    effort = serializers.ChoiceField(choices=list(EFFORTS), required=False, allow_null=True)
+    # Accepted; no summary is made: the reasoning item carries the whole thinking instead.
+    summary = serializers.ChoiceField(
+        choices=["auto", "concise", "detailed"], required=False, allow_null=True
+    )
+    generate_summary = serializers.ChoiceField(
+        choices=["auto", "concise", "detailed"], required=False, allow_null=True
+    )
+
+
 class ResponsesRequestSerializer(SamplingFields):
     """OpenAI's Responses fields; the sampling fields (vLLM's extras too) are chat's."""
 
@@ -156,6 +180,14 @@ class ResponsesRequestSerializer(SamplingFields):
     text = TextConfigSerializer(required=False, allow_null=True)
     metadata = serializers.DictField(
         child=StrictCharField(max_length=512), required=False, allow_null=True
+    )
+    # vLLM's extra: a regex, grammar, choice or JSON constraint on the output (text.format
+    # covers JSON only), passed to the chat generation as chat's field of that name.
+    structured_outputs = StructuredOutputsSerializer(required=False, allow_null=True)
+    reasoning = ReasoningConfigSerializer(
+        required=False,
+        allow_null=True,
+        help_text="effort goes to the chat template as chat's reasoning_effort does.",
     )
     truncation = serializers.ChoiceField(
         choices=["disabled", "auto"], required=False, allow_null=True

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 
 from inference.errors import error_from_exception, invalid_request
@@ -15,27 +13,8 @@ from inference.responses.planning import prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.responses.storage import delete_response, store_response, stored_response
 from inference.responses.stream import StoredEvents
-from inference.sse import SseBody
-from inference.views.base import AsyncApiView, json_response
-
-
-def _event_frame(event: dict[str, Any]) -> bytes:
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
-
-
-class ResponseEventsBody(SseBody):
-    """Typed SSE: ``event: <type>`` and ``data: <event>``; no ``[DONE]`` (as OpenAI)."""
-
-    def __aiter__(self):
-        return self._frames()
-
-    async def _frames(self):
-        try:
-            async for event in self._chunks:
-                yield _event_frame(event)
-        except Exception as exc:
-            yield _event_frame(self._on_error(exc))
+from inference.sse import TypedEventsBody
+from inference.views.base import AsyncApiView, event_stream, json_response
 
 
 async def create_response(generation: Generation) -> dict[str, Any]:
@@ -66,16 +45,12 @@ class ResponsesView(AsyncApiView):
         if not generation.plan.stream:
             return json_response(await create_response(generation))
         formatter = generation.formatter
-        response = StreamingHttpResponse(
-            ResponseEventsBody(
+        return event_stream(
+            TypedEventsBody(
                 StoredEvents(generation),
                 on_error=lambda exc: formatter.error_event(error_from_exception(exc).body()),
-            ),
-            content_type="text/event-stream",
+            )
         )
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"  # proxies must pass events on as they come
-        return response
 
 
 class ResponseDetailView(AsyncApiView):

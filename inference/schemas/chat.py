@@ -6,6 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from engine.text.tokenizer import TEMPLATE_RESERVED_NAMES
+from inference.reasoning.template import EFFORTS
 from inference.schemas.fields import (
     INVALID_TEXT,
     MAX_NAME_LENGTH,
@@ -66,10 +67,22 @@ class ChatMessageSerializer(serializers.Serializer):
     # An assistant turn's calls, and the call a ``tool`` message answers.
     tool_calls = tool_calls_field()
     tool_call_id = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
+    # An assistant turn's thinking, sent back in tool loops, under either name it is returned
+    # by; kept as ``reasoning_content`` and rendered as the template expects (or dropped).
+    reasoning_content = MessageContentField(required=False, allow_null=True)
+    reasoning = MessageContentField(required=False, allow_null=True)
 
     def validate(self, attrs):
         if attrs.get("content") is None:
             attrs["content"] = ""
+        thinking = attrs.pop("reasoning_content", None) or attrs.pop("reasoning", None)
+        attrs.pop("reasoning", None)
+        if thinking:
+            if attrs["role"] != "assistant":
+                raise serializers.ValidationError(
+                    {"reasoning_content": "only assistant messages carry reasoning."}
+                )
+            attrs["reasoning_content"] = thinking
         if attrs.get("tool_calls") and attrs["role"] != "assistant":
             raise serializers.ValidationError(
                 {"tool_calls": "only assistant messages have tool_calls."}
@@ -108,6 +121,13 @@ class ChatCompletionRequestSerializer(ToolRequestFields, SamplingRequestSerializ
     )
     add_generation_prompt = StrictBooleanField(required=False, default=True)
     chat_template_kwargs = ChatTemplateKwargsField(required=False, allow_null=True)
+    reasoning_effort = serializers.ChoiceField(
+        choices=list(EFFORTS),
+        required=False,
+        allow_null=True,
+        help_text="Passed to chat templates that take it (gpt-oss: reasoning_effort; Qwen3: "
+        "'none' turns enable_thinking off); ignored by templates that take neither.",
+    )
 
     def validate(self, attrs):
         attrs = super().validate(attrs)

@@ -59,6 +59,9 @@ class SamplingFields(serializers.Serializer):
         required=False, allow_null=True, min_value=0.01, max_value=MAX_REPETITION_PENALTY
     )
     ignore_eos = StrictBooleanField(required=False)
+    # false: no speculative decoding for this request (docs/api.md); the deployment decides
+    # whether its engines speculate at all.
+    speculative_decoding = StrictBooleanField(required=False)
     cache_salt = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
     )

@@ -45,6 +45,11 @@ def _native_message(message: dict[str, Any]) -> dict[str, Any]:
         ]
     if message.get("tool_call_id"):
         out["tool_call_id"] = message["tool_call_id"]
+    if message.get("reasoning_content"):
+        # An earlier turn's thinking, under each name templates read it by (Qwen3's
+        # reasoning_content, gpt-oss's thinking); a template that reads none drops it.
+        thinking = message["reasoning_content"]
+        out.update(reasoning_content=thinking, reasoning=thinking, thinking=thinking)
     return out
 
 

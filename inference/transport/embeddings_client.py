@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from controlplane.common.redis_pools import async_blocking_pool
 from engine.pooling import messages
@@ -51,6 +51,22 @@ class EmbeddingTokenizer:
         # encode_batch releases the GIL (encode holds it): a long input leaves the loop free.
         return self._tok.encode_batch([text], add_special_tokens=True)[0].ids
 
+    def encode_segments(self, texts: list[str]) -> list[Encoding]:
+        """Each text's tokens without the special ones, to cut before ``with_special_tokens``."""
+        return self._tok.encode_batch(texts, add_special_tokens=False)
+
+    def num_special_tokens(self, *, pair: bool) -> int:
+        """Tokens ``with_special_tokens`` adds to one segment, or to a pair."""
+        return self._tok.num_special_tokens_to_add(pair)
+
+    def with_special_tokens(
+        self, first: Encoding, second: Encoding | None = None
+    ) -> tuple[list[int], list[int]]:
+        """Token ids and token types of one segment, or of a (query, document) pair, as the
+        model was trained to read them ([CLS] query [SEP] document [SEP] for BERT)."""
+        encoding = self._tok.post_process(first, second, add_special_tokens=True)
+        return encoding.ids, encoding.type_ids
+
 
 class EmbeddingsClient:
     """Per-process (per event loop) client, configured from Django settings."""
@@ -81,13 +97,21 @@ class EmbeddingsClient:
             return client
         return entry[1]
 
-    async def embed(self, *, model: str, inputs: list[list[int]]) -> messages.EmbedReply:
-        """Vectors for ``inputs`` (token ids); raises the engine client's errors on failure."""
+    async def embed(
+        self, *, model: str, inputs: list[list[int]], token_type_ids: list[list[int]] = ()
+    ) -> messages.EmbedReply:
+        """Vectors for ``inputs`` (token ids; a cross-encoder's pairs with their
+        ``token_type_ids``); raises the engine client's errors on failure."""
         from inference.transport.engine_client import EngineError, EngineTimeout
 
         request_id = f"embd-{uuid.uuid4().hex}"
         reply_key = messages.embed_reply_key(request_id, self.keys)
-        request = messages.EmbedRequest(request_id=request_id, reply_key=reply_key, inputs=inputs)
+        request = messages.EmbedRequest(
+            request_id=request_id,
+            reply_key=reply_key,
+            inputs=inputs,
+            token_type_ids=list(token_type_ids),
+        )
         stream = messages.embed_requests_key(model, self.keys)
         await self.redis.xadd(stream, {messages.FIELD: messages.encode(request)})
         try:

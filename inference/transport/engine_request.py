@@ -47,8 +47,12 @@ class EngineRequest:
         adapter: AdapterRef | None = None,
         cache_salt: str = "",
         tenant: str = "",
+        weight: float = 1.0,
+        service_class: str = "interactive",
         priority: int = 0,
         output: OutputOptions | None = None,
+        shared_prefix_salt: str = "",
+        shared_prefix_tokens: int = 0,
     ) -> EngineRequest:
         message = protocol.GenerateRequest(
             request_id=request_id or uuid.uuid4().hex,
@@ -58,7 +62,11 @@ class EngineRequest:
             adapter=adapter,
             cache_salt=cache_salt,
             tenant=tenant,
+            weight=weight,
+            service_class=service_class,
             priority=priority,
+            shared_prefix_salt=shared_prefix_salt,
+            shared_prefix_tokens=shared_prefix_tokens,
         )
         return cls(model=model, message=message, output=output or OutputOptions())
 

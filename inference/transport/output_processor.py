@@ -49,6 +49,13 @@ class GenerationChunk:
     queue_time: float | None = None
     prefill_time: float | None = None
     decode_time: float | None = None
+    # Set by inference/reasoning for models with a reasoning parser: the thinking this chunk
+    # carries (``text`` is then the answer only) and how many of its tokens were thinking.
+    reasoning: str = ""
+    reasoning_tokens: int = 0
+    # Speculative decoding of this sample so far: draft tokens verified, and accepted.
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 class TokenTexts:
@@ -120,6 +127,8 @@ class _SampleOutput:
             queue_time=delta.queue_time,
             prefill_time=delta.prefill_time,
             decode_time=delta.decode_time,
+            draft_tokens=delta.num_draft_tokens,
+            accepted_draft_tokens=delta.num_accepted_tokens,
         )
 
 

@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
@@ -37,7 +37,7 @@ class AsyncApiView(APIView):
         self.started = time.monotonic()
         handler = getattr(self, request.method.lower(), None)
         if handler is None or request.method.lower() not in self.http_method_names:
-            return error_response(
+            return self.error_response(
                 ApiError(f"Method {request.method} is not allowed here.", status=405)
             )
         try:
@@ -48,10 +48,14 @@ class AsyncApiView(APIView):
         except Exception as exc:
             error = error_from_exception(exc)
             await self.finish_admission(status=error.status)
-            return error_response(error, self.response_headers)
+            return self.error_response(error, self.response_headers)
         for name, value in self.response_headers.items():
             response[name] = value
         return response
+
+    def error_response(self, error: ApiError, headers: dict[str, str] | None = None):
+        """How this route answers a refusal: OpenAI's error body (Anthropic's routes override)."""
+        return error_response(error, headers)
 
     async def authenticate(self) -> Principal:
         return await credentials.authenticate(
@@ -85,6 +89,14 @@ class AsyncApiView(APIView):
             time_to_first_token=None,
             latency=time.monotonic() - self.started,
         )
+
+
+def event_stream(body) -> StreamingHttpResponse:
+    """A streaming SSE response of ``body`` (an SseBody)."""
+    response = StreamingHttpResponse(body, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies must pass tokens on as they come
+    return response
 
 
 def json_response(payload: dict, status: int = 200) -> JsonResponse:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.errors import error_from_exception
@@ -11,7 +10,7 @@ from inference.generation.use_case import Generation, Planner
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.sse import SseBody
-from inference.views.base import AsyncApiView, json_response
+from inference.views.base import AsyncApiView, event_stream, json_response
 
 
 class GenerationView(AsyncApiView):
@@ -26,13 +25,11 @@ class GenerationView(AsyncApiView):
         await generation.open()
         if not generation.plan.stream:
             return json_response(await generation.response())
-        response = StreamingHttpResponse(
-            SseBody(generation.events(), on_error=lambda exc: error_from_exception(exc).body()),
-            content_type="text/event-stream",
-        )
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"  # proxies must pass tokens on as they come
-        return response
+        return event_stream(self.stream_body(generation))
+
+    def stream_body(self, generation: Generation) -> SseBody:
+        """OpenAI's chunks, ``data: [DONE]`` at the end, an error as one more chunk."""
+        return SseBody(generation.events(), on_error=lambda exc: error_from_exception(exc).body())
 
 
 class ChatCompletionsView(GenerationView):

@@ -30,3 +30,11 @@ def _open_asset(path: str):
 
 async def static_asset(request, path: str):
     return await sync_to_async(_open_asset, thread_sensitive=False)(path)
+
+
+async def favicon(request):
+    """Browsers ask each origin for /favicon.ico on every page they show: answer it (from
+    static/) rather than fill the logs with 404s."""
+    response = await static_asset(request, "favicon.ico")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

@@ -6,12 +6,11 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.catalog import embedding_tokenizer_for, resolve_model, tokenizer_for
 from inference.errors import invalid_request
-from inference.generation.planning import (
+from inference.generation.planning import off_loop, render_chat_prompt
+from inference.generation.prompt_limits import (
     chat_text_length,
     check_token_ids,
-    off_loop,
     refuse_text_too_long,
-    render_chat_prompt,
 )
 from inference.schemas.tokenize import DetokenizeRequestSerializer, TokenizeRequestSerializer
 from inference.schemas.validation import validate_body

@@ -29,8 +29,13 @@
       const row = body.insertRow();
       row.className = "engine";
       row.dataset.engineId = e.engine_id;
-      cell(row, e.model);
-      cell(row, e.engine_id);
+      cell(row, e.model).title = e.model;
+      // The names an operator knows: the deployment and the node (or host) and process; the
+      // engine id stays in the tooltip for matching logs.
+      const where = cell(row, [e.deployment, e.node || e.hostname].filter(Boolean).join(" on ") +
+        (e.pid ? " (pid " + e.pid + ")" : ""));
+      where.className = "engine-where";
+      where.title = "engine " + e.engine_id;
       const kv = cell(row, "", "num");
       const pct = Math.round((e.kv_cache_usage || 0) * 1000) / 10;
       const bar = document.createElement("span");
@@ -59,21 +64,71 @@
     if (!tenants.length) {
       const row = body.insertRow();
       row.className = "empty";
-      cell(row, "No requests yet.").colSpan = 6;
+      cell(row, "No requests yet.").colSpan = 8;
       return;
     }
     for (const t of tenants) {
       const row = body.insertRow();
       row.className = "tenant";
       row.dataset.tenant = t.tenant;
-      cell(row, t.tenant);
+      const name = cell(row, "");
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = window.PlatformCharts.colorFor(t.tenant);
+      name.append(swatch, t.tenant);
+      name.title = t.tenant;
       cell(row, String(t.num_requests), "num");
       cell(row, String(t.prompt_tokens), "num");
       const rate = t.prefix_cache_hit_rate;
       cell(row, rate === null ? "–" : (Math.round(rate * 1000) / 10) + "%", "num");
       cell(row, seconds(t.ttft_p50_s), "num");
       cell(row, seconds(t.ttft_p95_s), "num");
+      cell(row, seconds(t.queue_p50_s), "num");
+      cell(row, seconds(t.queue_p95_s), "num");
     }
+  }
+
+  function renderSpend(spend) {
+    document.getElementById("spend-currency").textContent = "(" + spend.currency + ")";
+    const body = root.querySelector("#spend tbody");
+    body.replaceChildren();
+    if (!spend.this_month.length) {
+      const row = body.insertRow();
+      row.className = "empty";
+      cell(row, "No priced usage this month (set prices under Billing › Model prices).").colSpan = 4;
+      return;
+    }
+    for (const t of spend.this_month) {
+      const row = body.insertRow();
+      row.className = "tenant-spend";
+      row.dataset.tenant = t.tenant;
+      cell(row, t.tenant);
+      cell(row, t.spent, "num");
+      cell(row, t.budget === null ? "–" : t.budget, "num");
+      cell(row, t.used_percent === null ? "–" : t.used_percent + "%", "num");
+    }
+  }
+
+  function amounts(series) {
+    const numbers = {};
+    for (const name of Object.keys(series)) numbers[name] = series[name].map(Number);
+    return numbers;
+  }
+
+  function renderModels(models) {
+    const body = root.querySelector("#models tbody");
+    body.replaceChildren();
+    for (const m of models) {
+      const row = body.insertRow();
+      row.className = "model";
+      row.dataset.model = m.model;
+      row.dataset.state = m.state;
+      cell(row, m.model).title = m.model;
+      cell(row, m.kind);
+      cell(row, m.state, "state");
+      cell(row, m.detail);
+    }
+    if (!models.length) cell(body.insertRow(), "No model registered yet.").colSpan = 4;
   }
 
   function recordThroughput(engines) {
@@ -95,23 +150,41 @@
 
   function shortTime(iso) { return iso.slice(11, 16); }
 
+  let lastData = null;
+
+  function drawCharts(data) {
+    const charts = window.PlatformCharts;
+    charts.drawLineChart(document.getElementById("chart-throughput"),
+      throughput.labels, throughput.series);
+    charts.drawLineChart(document.getElementById("chart-tenant-minutes"),
+      data.tokens_per_minute.minutes.map(shortTime), data.tokens_per_minute.series);
+    charts.drawLineChart(document.getElementById("chart-tenant-days"),
+      data.tokens_per_day.days, data.tokens_per_day.series);
+    charts.drawLineChart(document.getElementById("chart-tenant-spend"),
+      data.spend.per_day.days, amounts(data.spend.per_day.series));
+  }
+
+  // Charts take the page's width: drawn again when it changes.
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => { if (lastData) drawCharts(lastData); }, 150);
+  });
+
   async function poll() {
     try {
       const response = await fetch(source, { credentials: "same-origin" });
       if (!response.ok) throw new Error("HTTP " + response.status);
       const data = await response.json();
+      lastData = data;
+      renderModels(data.models || []);
       renderEngines(data.engines);
       renderTenants(data.tenants || []);
+      renderSpend(data.spend);
       recordThroughput(data.engines);
       document.getElementById("engines-updated").textContent =
         "updated " + new Date(data.now * 1000).toLocaleTimeString();
-      const charts = window.PlatformCharts;
-      charts.drawLineChart(document.getElementById("chart-throughput"),
-        throughput.labels, throughput.series);
-      charts.drawLineChart(document.getElementById("chart-tenant-minutes"),
-        data.tokens_per_minute.minutes.map(shortTime), data.tokens_per_minute.series);
-      charts.drawLineChart(document.getElementById("chart-tenant-days"),
-        data.tokens_per_day.days, data.tokens_per_day.series);
+      drawCharts(data);
       root.dataset.loaded = "true";
     } catch (error) {
       document.getElementById("engines-updated").textContent = "update failed: " + error.message;

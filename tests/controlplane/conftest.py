@@ -5,4 +5,5 @@ from tests.support.tenant_fixtures import (  # noqa: F401 (fixtures for every te
     _fresh_key_cache,
     make_key,
     make_tenant,
+    staff_client,
 )

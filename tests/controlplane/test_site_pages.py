@@ -23,7 +23,8 @@ PAGES = {
     "link-playground": "/playground/",
     "link-admin": "/admin/",
     "link-dashboard": "/dashboard/",
-    "link-api-docs": "/api/schema/",
+    "link-portal": "/portal/keys/",
+    "link-api-docs": "/api/docs/",
 }
 
 
@@ -69,6 +70,9 @@ def test_landing_page_links_the_platform_pages(site):
     for element_id, href in PAGES.items():
         assert f'id="{element_id}" href="{href}"' in response.text
     assert f'base_url="{site}/v1"' in response.text
+    # The cards say which pages need a sign-in before a visitor meets a login form.
+    dashboard_card = response.text.split('id="link-dashboard"', 1)[1].split("</a>", 1)[0]
+    assert "sign-in required" in dashboard_card
 
 
 @pytest.mark.django_db
@@ -78,12 +82,26 @@ def test_admin_view_site_link_leads_to_the_landing_page(admin_client):
 
 
 @pytest.mark.parametrize(
-    "asset", ["landing/landing.css", "admin/css/base.css", "playground/playground.css"]
+    "asset",
+    [
+        "landing/landing.css",
+        "admin/css/base.css",
+        "playground/playground.css",
+        "portal/portal.css",
+        "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui.css",
+    ],
 )
 def test_static_files_are_served_with_debug_off(site, asset):
     response = httpx.get(f"{site}/static/{asset}", timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/css")
+
+
+def test_the_favicon_is_served_so_no_page_logs_a_404(site):
+    response = httpx.get(f"{site}/favicon.ico", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"] in {"image/vnd.microsoft.icon", "image/x-icon"}
+    assert response.content[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
 
 
 def _stylesheets_that_failed(page) -> list[str]:
@@ -116,7 +134,8 @@ def test_landing_page_in_chromium_is_styled_and_leads_to_each_page(site, page):
         "/playground/": "Playground",
         "/admin/": "Admin",
         "/dashboard/": "Dashboard",
-        "/api/schema/": "API docs",
+        "/portal/keys/": "Tenant portal",
+        "/api/docs/": "API docs",
     }
 
     page.click("#link-admin")  # not logged in: the admin's login page, in the admin's style

@@ -34,11 +34,14 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]
 SCHEMATHESIS_EXAMPLES = 60  # per operation and generation mode
 MUTATION_REQUESTS = int(os.environ.get("FUZZ_MUTATIONS", "3800"))
 MUTATION_SEED = 20261122
-API_PATHS = r"^/(v1/|tokenize|detokenize)"
+API_PATHS = r"^/(v1/|v2/|tokenize|detokenize)"
+# Anthropic's Messages API answers errors in Anthropic's shape, not OpenAI's.
+ANTHROPIC_PATHS = ("/v1/messages",)
 
 
-def assert_openai_error(response, what: str) -> None:
-    """No 5xx, and a 4xx body in OpenAI's error format (an httpx or schemathesis response)."""
+def assert_openai_error(response, what: str, *, anthropic: bool = False) -> None:
+    """No 5xx, and a 4xx body in OpenAI's error format, or Anthropic's with ``anthropic`` (an
+    httpx or schemathesis response)."""
     assert response.status_code < 500, f"{what}: {response.status_code} {response.text[:500]}"
     if response.status_code < 400:
         return
@@ -47,10 +50,13 @@ def assert_openai_error(response, what: str) -> None:
     except ValueError:
         body = None
     error = body.get("error") if isinstance(body, dict) else None
-    assert isinstance(error, dict), f"{what}: not an OpenAI error: {response.text[:300]}"
+    assert isinstance(error, dict), f"{what}: not an error object: {response.text[:300]}"
     assert isinstance(error.get("message"), str) and error["message"], what
     assert isinstance(error.get("type"), str), what
-    assert "param" in error and "code" in error, what
+    if anthropic:
+        assert body.get("type") == "error", what
+    else:
+        assert "param" in error and "code" in error, what
 
 
 # ---------------------------------------------------------------- (a) schemathesis
@@ -61,7 +67,10 @@ def test_schemathesis_no_5xx(platform):
     import schemathesis
     from schemathesis import GenerationMode
 
-    auth = {"Authorization": f"Bearer {platform.api_key}"}
+    # The key in both places the API reads one: schemathesis also generates the Messages API's
+    # x-api-key header, and garbage keys there would trip the failed-authentication throttle
+    # for this address, refusing the fuzzers' later requests with 429.
+    auth = {"Authorization": f"Bearer {platform.api_key}", "x-api-key": platform.api_key}
     schema = schemathesis.openapi.from_url(f"{platform.base_url}/api/schema/", headers=auth)
     operations = [
         result.ok() for result in schema.include(path_regex=API_PATHS).get_all_operations()
@@ -100,7 +109,8 @@ def _fuzz_operation(operation, mode, base_url: str, auth: dict, failures: list[s
         sent += 1
         try:
             what = f"{case.method} {case.formatted_path} {case.query} {case.body!r:.300}"
-            assert_openai_error(response, what)
+            anthropic = case.formatted_path.startswith(ANTHROPIC_PATHS)
+            assert_openai_error(response, what, anthropic=anthropic)
         except AssertionError as failure:
             failures.append(str(failure))
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from controlplane.access.admission import finish_pending
+from controlplane.usage.events import decode_event, usage_queue_key
 from tests.support.api_platform import (
     CHAT_MODEL,
     EMBED_MODEL,
@@ -81,3 +83,15 @@ def pooling_engine(platform_env, api_platform):
 @pytest.fixture
 def auth(api_platform) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_platform.api_key}"}
+
+
+@pytest.fixture
+def usage_events(redis_client):
+    """``await usage_events()``: the usage records queued in Redis so far (emptied per test),
+    for use cases run in the test's own process."""
+
+    async def read():
+        await finish_pending()
+        return [decode_event(raw) for raw in redis_client.lrange(usage_queue_key(), 0, -1)]
+
+    return read

@@ -99,7 +99,9 @@ async def test_paths_outside_the_json_api_are_not_limited():
 
 
 def test_the_json_api_paths():
-    assert all(map(is_api_path, ["/v1", "/v1/completions", "/tokenize", "/detokenize"]))
+    assert all(
+        map(is_api_path, ["/v1", "/v1/completions", "/v2/rerank", "/tokenize", "/detokenize"])
+    )
     assert not any(map(is_api_path, ["/v1x", "/tokenizer", "/admin/", "/health", "/"]))
 
 

@@ -238,3 +238,21 @@ def test_health_and_ready(platform):
     assert ready.status_code == 200
     idle = httpx.get(f"{platform.base_url}/ready", params={"model": "tiny-llama-idle"})
     assert idle.status_code == 503
+
+
+def test_speculative_decoding_shows_in_usage_and_can_be_turned_off(platform):
+    client = platform.sdk()
+    # A prompt that repeats itself: prompt lookup proposes drafts the tiny model accepts.
+    prompt = list(range(40, 70)) * 3
+    common = dict(model=platform.chat_model, prompt=prompt, max_tokens=48, temperature=0)
+    fast = client.completions.create(**common, extra_body={"ignore_eos": True})
+    plain = client.completions.create(
+        **common, extra_body={"ignore_eos": True, "speculative_decoding": False}
+    )
+    assert fast.choices[0].text == plain.choices[0].text
+    details = fast.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > 0
+    assert details.rejected_prediction_tokens >= 0
+    assert plain.usage.completion_tokens_details is None
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(**common, extra_body={"speculative_decoding": "yes"})

@@ -85,7 +85,7 @@ def test_responses_endpoints_and_request_are_described(schema):
     text_input, item_list = _alternatives(props["input"])
     assert text_input == {"type": "string"}
     item_types = [alt["properties"]["type"]["enum"] for alt in item_list["items"]["oneOf"]]
-    assert item_types == [["message"], ["function_call"], ["function_call_output"]]
+    assert item_types == [["message"], ["function_call"], ["function_call_output"], ["reasoning"]]
     tool = _resolve(schema, props["tools"]["items"])
     assert {"type", "name"} <= set(tool["required"])
     assert "parameters" in tool["properties"]
@@ -109,7 +109,7 @@ def test_responses_answers_are_described(schema):
         alt["properties"]["type"]["enum"]
         for alt in created["properties"]["output"]["items"]["oneOf"]
     ]
-    assert output_types == [["message"], ["function_call"]]
+    assert output_types == [["reasoning"], ["message"], ["function_call"]]
     usage = created["properties"]["usage"]
     assert {"input_tokens", "output_tokens", "total_tokens", "input_tokens_details"} <= set(
         usage["required"]

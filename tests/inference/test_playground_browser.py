@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import chromium_page
+from tests.support.browser import chromium_page, playground_connect
 from tests.support.processes import REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -34,13 +34,7 @@ def test_chat_streams_and_stops(platform, page):
             else None
         ),
     )
-    page.goto(f"{platform.base_url}/playground/")
-    page.fill("#api-key", platform.api_key)
-    page.click("#connect")
-    page.wait_for_selector('#status[data-state="connected"]')
-    page.wait_for_function("document.querySelectorAll('#model option').length >= 1")
-    page.select_option("#model", platform.chat_model)
-    page.fill("#temperature", "0")
+    playground_connect(page, platform.base_url, platform.api_key, platform.chat_model)
 
     # A short answer: it streams in several pieces and finishes on its own.
     page.fill("#max_tokens", "12")

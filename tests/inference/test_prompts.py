@@ -10,12 +10,11 @@ import pytest
 
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError
-from inference.generation.planning import (
+from inference.generation.planning import off_loop, render_chat_prompt
+from inference.generation.prompt_limits import (
     chat_text_length,
-    off_loop,
     refuse_prompts_too_long,
     refuse_text_too_long,
-    render_chat_prompt,
 )
 
 USER = [{"role": "user", "content": "hi"}]

@@ -10,7 +10,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
+
 from controlplane.launcher.process_commands import manage_command
+from controlplane.usage.events import UsageEvent, decode_event
 from tests.support.platform_services import engine_status_records
 from tests.support.processes import REPO
 from tests.support.sdk_clients import SdkClients
@@ -53,6 +56,15 @@ class Platform(SdkClients):
     embed_model: str
     checkpoint: Path
     env: dict[str, str]
+
+    def usage_events(self) -> list[UsageEvent]:
+        """The usage records the API processes queued in Redis so far, oldest first."""
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            raw = client.lrange(f"{REDIS_PREFIX}:usage:queue", 0, -1)
+        finally:
+            client.close()
+        return [decode_event(item) for item in raw]
 
     def engine_status(self) -> list[dict]:
         records = engine_status_records(self.redis_url, REDIS_PREFIX, self.chat_model)
@@ -138,8 +150,14 @@ def populate(env: dict[str, str], tiny_llama) -> dict[str, str]:
             },
         ]
     }
+    return run_django(env, _POPULATE, spec)
+
+
+def run_django(env: dict[str, str], script: str, argument) -> dict:
+    """``script`` in a Django process on the platform's database (one process start, however
+    much it does), given ``argument`` as JSON in ``sys.argv[-1]``; the JSON it prints last."""
     out = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()\n" + _POPULATE, json.dumps(spec)],
+        [sys.executable, "-c", "import django; django.setup()\n" + script, json.dumps(argument)],
         cwd=REPO,
         env=env,
         check=True,

@@ -49,3 +49,15 @@ def admin_sign_in(page, base_url: str, password: str, username: str = "admin") -
     page.fill("#id_password", password)
     page.click("input[type=submit]")
     page.wait_for_selector("#site-name")
+
+
+def playground_connect(page, base_url: str, api_key: str, model: str) -> None:
+    """Open the playground at ``base_url``, connect with ``api_key`` as a person does, and
+    choose ``model`` at temperature 0 (repeatable replies)."""
+    page.goto(f"{base_url}/playground/")
+    page.fill("#api-key", api_key)
+    page.click("#connect")
+    page.wait_for_selector('#status[data-state="connected"]')
+    page.wait_for_function("document.querySelectorAll('#model option').length >= 1")
+    page.select_option("#model", model)
+    page.fill("#temperature", "0")

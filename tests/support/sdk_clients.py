@@ -1,5 +1,5 @@
-"""The official openai SDK pointed at a platform a test started: a mixin for the handles
-fixtures yield, which carry ``base_url`` and ``api_key``."""
+"""The official openai and anthropic SDKs pointed at a platform a test started: a mixin for
+the handles fixtures yield, which carry ``base_url`` and ``api_key``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ class SdkClients:
         import openai
 
         return openai.AsyncOpenAI(**self._sdk_options(kwargs))
+
+    def anthropic_sdk(self, **kwargs):
+        """Anthropic's client (it adds /v1/messages to the base URL itself)."""
+        import anthropic
+
+        options = {"base_url": self.base_url, "api_key": self.api_key, "max_retries": 0}
+        return anthropic.Anthropic(**(options | kwargs))
 
     def _sdk_options(self, kwargs: dict) -> dict:
         # No retries: a test must see the first answer, not a retried one.

@@ -39,3 +39,11 @@ def make_key():
         return created.key, created.secret
 
     return make
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    """Django's test client signed in as a superuser ("root"), for admin pages."""
+    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456")
+    client.force_login(user)
+    return client

@@ -24,13 +24,6 @@ from tests.support.engine_status import publish_engine_status
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff_client(client, django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456")
-    client.force_login(user)
-    return client
-
-
 def _files(directory):
     return {
         "config_file": SimpleUploadedFile(
@@ -178,3 +171,38 @@ def test_uploading_under_an_existing_name_updates_the_adapter(
     response = staff_client.post(url, {"name": "bot", "base_model": other.pk, **_files(newer)})
     assert response.status_code == 200
     assert "registered on base model" in response.content.decode()
+
+
+def test_the_base_model_list_offers_generation_models_only(staff_client, base_model, tmp_path):
+    minilm = tmp_path / "minilm"
+    minilm.mkdir()
+    (minilm / "modules.json").write_text("[]")  # a sentence-transformers checkpoint
+    embeddings = ServedModel.objects.create(
+        name="minilm", path=str(minilm), architecture="BertModel"
+    )
+    page = staff_client.get(reverse("admin:adapters_adapter_add")).content.decode()
+    assert f'<option value="{base_model.pk}">' in page
+    assert f'<option value="{embeddings.pk}">' not in page
+
+
+def test_an_adapter_granted_to_no_tenant_warns_and_staff_can_still_try_it(
+    staff_client, base_model, adapter_dir, make_tenant, django_capture_on_commit_callbacks
+):
+    from controlplane.tenants.services import tenant_get_or_create_playground
+
+    customer = make_tenant("Customer")
+    with django_capture_on_commit_callbacks():
+        response = staff_client.post(
+            reverse("admin:adapters_adapter_add"),
+            {"name": "nobody-bot", "base_model": base_model.pk, **_files(adapter_dir)},
+            follow=True,
+        )
+    assert "is granted to no tenant" in response.content.decode()
+    adapter = Adapter.objects.get(name="nobody-bot")
+    validate_adapter(adapter.pk)
+    staff = response.wsgi_request.user
+    playground = tenant_get_or_create_playground(user=staff)
+    assert selectors.adapter_route_for(tenant_id=customer.pk, name="nobody-bot") is None
+    assert selectors.adapter_route_for(tenant_id=playground.pk, name="nobody-bot") is not None
+    granted = {route.name: ids for route, ids in selectors.adapter_routes_granted().items()}
+    assert granted["nobody-bot"] == {playground.pk}  # what the API processes cache

@@ -15,13 +15,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def staff_client(client, django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456")
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def running_batch(make_tenant):
     tenant = make_tenant(name="Acme")
     content = jsonl([chat_line("a"), chat_line("b")])

@@ -44,7 +44,7 @@ def test_the_snapshot_holds_active_models_and_granted_ready_adapters(
     retired = served_model_register(path=tiny_llama, name="retired")
     served_model_update(model=retired, is_active=False)
 
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(4):  # models, adapters, staff playgrounds, prefixes
         snapshot = catalog_load()
 
     assert list(snapshot.models) == ["minilm", "tiny-llama"]

@@ -172,3 +172,47 @@ def test_dashboard_shows_prefix_cache_hit_rate_and_ttft_per_tenant(admin_client,
     assert tenants["acme"]["prefix_cache_hit_rate"] == pytest.approx(0.4)
     assert tenants["globex"]["prefix_cache_hit_rate"] == 0
     assert tenants["acme"]["ttft_p50_s"] < tenants["globex"]["ttft_p50_s"]
+
+
+def test_every_model_is_listed_with_what_serves_it(admin_client, redis_client, tmp_path):
+    from controlplane.deployments.models import ServedModel
+    from controlplane.fleet.models import Deployment, Node, Replica
+
+    def model(name, **fields):
+        return ServedModel.objects.create(
+            name=name, path=str(tmp_path), architecture="LlamaForCausalLM", **fields
+        )
+
+    model("live")
+    model("nobody")
+    model("coming")
+    model("sleepy")
+    model("fetching", state=ServedModel.State.REGISTERING, stage="downloading 2 files")
+    node = Node.objects.create(name="gpu-1")
+    coming = Deployment.objects.create(
+        name="coming", served_model=ServedModel.objects.get(name="coming")
+    )
+    Replica.objects.create(deployment=coming, node=node, state=Replica.State.LOADING)
+    Deployment.objects.create(
+        name="sleepy",
+        served_model=ServedModel.objects.get(name="sleepy"),
+        replicas=0,
+        scale_to_zero=True,
+    )
+    live = Deployment.objects.create(
+        name="live-d", served_model=ServedModel.objects.get(name="live")
+    )
+    Replica.objects.create(deployment=live, node=node, state=Replica.State.READY, engine_id="e9")
+    _publish(redis_client, "live", "e9", pid=4321, hostname="gpu-1")
+
+    data = admin_client.get(reverse("dashboard:data")).json()
+    states = {m["model"]: (m["state"], m["detail"]) for m in data["models"]}
+    assert states == {
+        "coming": ("starting", "1 replica starting"),
+        "fetching": ("registering", "downloading 2 files"),
+        "live": ("serving", "1 engine live"),
+        "nobody": ("no engine", "nothing serves it: deploy it, or start an engine"),
+        "sleepy": ("scaled to zero", "loads on the first request"),
+    }
+    [engine] = data["engines"]
+    assert (engine["deployment"], engine["node"], engine["pid"]) == ("live-d", "gpu-1", 4321)

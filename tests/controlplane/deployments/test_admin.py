@@ -54,7 +54,8 @@ def test_deactivating_goes_through_the_service(admin_client, add_model, tiny_lla
 
     response = admin_client.post(
         reverse("admin:deployments_servedmodel_change", args=[model.pk]),
-        {"max_model_len": 1024, "tool_parser": "hermes"},  # is_active unticked
+        # is_active unticked
+        {"max_model_len": 1024, "tool_parser": "hermes", "drop_attribution_header": "on"},
     )
     assert response.status_code == 302, response.content[:3000]
     model.refresh_from_db()

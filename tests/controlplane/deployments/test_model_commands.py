@@ -18,6 +18,7 @@ import redis
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from controlplane.audit.models import AuditEvent
 from controlplane.deployments.models import ServedModel
 from controlplane.deployments.services import ModelRegistrationError, served_model_register
 from engine import protocol
@@ -42,6 +43,10 @@ def test_load_model_registers_with_progress_and_size(tiny_llama):
     model = ServedModel.objects.get(name="tiny")
     assert model.path == str(tiny_llama.resolve()) and model.num_parameters > 0
     assert model.max_model_len == 2048
+    # Adding a model is audited, as deleting one is, with who ran the command.
+    event = AuditEvent.objects.get(action="model.register")
+    assert event.target_type == "deployments.servedmodel" and event.target_id == str(model.pk)
+    assert event.actor_label.startswith("manage.py load_model")
 
 
 @pytest.mark.django_db
@@ -166,12 +171,13 @@ def test_run_engine_serves_the_registered_model_until_drained(
     r.close()
 
 
-def test_run_engine_schedules_by_priority_unless_told_otherwise():
-    # Batch API lines carry a low priority; the platform's engines must honour it.
+def test_run_engine_schedules_fairly_unless_told_otherwise():
+    # Batch API lines run in the batch class and tenants share the engine: the platform's
+    # engines must use the fair policy (engine/core/fair_share.py).
     from controlplane.deployments.management.commands.run_engine import Command
 
     parser = Command().create_parser("manage.py", "run_engine")
-    assert parser.parse_args(["--model", "m"]).scheduling_policy == "priority"
+    assert parser.parse_args(["--model", "m"]).scheduling_policy == "fair"
     assert parser.parse_args(["--model", "m", "--scheduling-policy", "fcfs"]).scheduling_policy == (
         "fcfs"
     )

@@ -54,7 +54,12 @@ def test_admin_changes_the_format_and_the_api_sees_it(admin_client, tiny_llama):
     assert 'name="tool_parser"' in page.content.decode()
     response = admin_client.post(
         reverse("admin:deployments_servedmodel_change", args=[model.pk]),
-        {"max_model_len": model.max_model_len, "tool_parser": "llama3_json", "is_active": "on"},
+        {
+            "max_model_len": model.max_model_len,
+            "tool_parser": "llama3_json",
+            "drop_attribution_header": "on",
+            "is_active": "on",
+        },
     )
     assert response.status_code == 302, response.content[:3000]
     assert catalog_snapshot().models["tiny"].tool_parser == "llama3_json"
@@ -71,3 +76,20 @@ def test_automatic_rows_take_the_architecture_default(tiny_llama):
     )
     models = catalog_snapshot().models
     assert models["q"].tool_parser == "hermes" and models["l"].tool_parser == "llama3_json"
+
+
+def test_admin_switches_the_attribution_line_off_and_the_api_sees_it(admin_client, tiny_llama):
+    """Claude Code's attribution line is dropped by default (inference/messages/); an
+    operator keeps it in the prompt from the model's page."""
+    model = served_model_register(path=tiny_llama, name="tiny")
+    assert catalog_snapshot().models["tiny"].drop_attribution_header is True
+    page = admin_client.get(reverse("admin:deployments_servedmodel_change", args=[model.pk]))
+    assert 'name="drop_attribution_header"' in page.content.decode()
+    response = admin_client.post(
+        reverse("admin:deployments_servedmodel_change", args=[model.pk]),
+        {"max_model_len": model.max_model_len, "tool_parser": "hermes", "is_active": "on"},
+    )
+    assert response.status_code == 302, response.content[:3000]
+    assert catalog_snapshot().models["tiny"].drop_attribution_header is False
+    event = AuditEvent.objects.get(action="model.update")
+    assert event.details == {"drop_attribution_header": [True, False]}

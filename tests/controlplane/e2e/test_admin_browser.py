@@ -49,6 +49,14 @@ def test_admin_key_lifecycle_and_dashboard(live_platform, page):
     page.click("input[name=_save]")
     secret = page.inner_text("#api-key-secret").strip()
     page.screenshot(path=str(ARTIFACTS / "1-key-created.png"), full_page=True)
+    copy = page.locator("button[data-copy-target=api-key-secret]")
+    copy.click()  # copied, or (no clipboard permission headless) the secret selected to copy
+    page.wait_for_function(
+        "() => document.querySelector('button[data-copy-target=api-key-secret]').textContent"
+        " !== 'Copy'"
+    )
+    if copy.inner_text() != "Copied":
+        assert page.evaluate("() => window.getSelection().toString().trim()") == secret
     assert secret.startswith("sk-")
     prefix = secret[:11]
     assert _models_status(base, secret) == 200
@@ -67,6 +75,7 @@ def test_admin_key_lifecycle_and_dashboard(live_platform, page):
     row.locator("input.action-select").check()
     page.select_option("select[name=action]", "revoke")
     page.click("button[name=index]")
+    page.click("#confirm-revoke")  # revoking asks first
     page.wait_for_selector("ul.messagelist")
     assert "Revoked 1 key(s)" in page.inner_text("ul.messagelist")
     page.screenshot(path=str(ARTIFACTS / "2-key-revoked.png"), full_page=True)

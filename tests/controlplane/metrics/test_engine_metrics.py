@@ -38,6 +38,9 @@ def test_each_live_engine_is_one_series_with_its_status_values(redis_client):
             prefix_cache_queries=1200,
             prefix_cache_hits=640,
             num_preemptions=2,
+            spec_decode_num_drafts=40,
+            spec_decode_num_draft_tokens=200,
+            spec_decode_num_accepted_tokens=150,
         ),
     )
     _publish(redis_client, _status("tiny", "host-2-b", num_running=1, generation_tokens_total=7))
@@ -55,6 +58,10 @@ def test_each_live_engine_is_one_series_with_its_status_values(redis_client):
     assert s.value("vllm:prefix_cache_queries_total", **a) == 1200
     assert s.value("vllm:prefix_cache_hits_total", **a) == 640
     assert s.value("vllm:num_preemptions_total", **a) == 2
+    assert s.value("vllm:spec_decode_num_drafts_total", **a) == 40
+    assert s.value("vllm:spec_decode_num_draft_tokens_total", **a) == 200
+    assert s.value("vllm:spec_decode_num_accepted_tokens_total", **a) == 150
+    assert s.value("vllm:spec_decode_draft_acceptance_rate", **a) == 0.75
     assert s.value("vllm:num_requests_running", model_name="tiny", engine="host-2-b") == 1
     assert s.value("vllm:generation_tokens_total", model_name="tiny", engine="host-2-b") == 7
     assert s.value("vllm:num_requests_waiting", model_name="other", engine="host-3-c") == 9

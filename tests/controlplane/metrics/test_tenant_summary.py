@@ -8,7 +8,7 @@ from controlplane.metrics import atenant_metrics_summary, record_request, tenant
 from controlplane.metrics.tenant_summary import histogram_quantile
 
 
-async def _finished(*, tenant, model="tiny", prompt, cached, ttft):
+async def _finished(*, tenant, model="tiny", prompt, cached, ttft, queue=None):
     await record_request(
         model=model,
         tenant=tenant,
@@ -18,7 +18,7 @@ async def _finished(*, tenant, model="tiny", prompt, cached, ttft):
         e2e_latency=1.0,
         time_to_first_token=ttft,
         inter_token_latencies=[0.02] * 3,
-        queue_time=None,
+        queue_time=queue,
         prefill_time=None,
         decode_time=None,
         cached_tokens=cached,
@@ -41,12 +41,12 @@ def test_histogram_quantile_interpolates_like_promql():
 
 async def test_summary_per_tenant_over_every_model(redis_client):
     # acme: 3 requests over two models, 30 of 60 prompt tokens cached, fast first tokens.
-    await _finished(tenant="acme", prompt=20, cached=16, ttft=0.015)
-    await _finished(tenant="acme", prompt=20, cached=14, ttft=0.015)
+    await _finished(tenant="acme", prompt=20, cached=16, ttft=0.015, queue=0.004)
+    await _finished(tenant="acme", prompt=20, cached=14, ttft=0.015, queue=0.004)
     await _finished(tenant="acme", model="other", prompt=20, cached=0, ttft=0.015)
     # globex: nothing cached, slow first tokens.
     for _ in range(4):
-        await _finished(tenant="globex", prompt=50, cached=0, ttft=3.0)
+        await _finished(tenant="globex", prompt=50, cached=0, ttft=3.0, queue=2.0)
 
     acme, globex = await atenant_metrics_summary()
 
@@ -56,6 +56,8 @@ async def test_summary_per_tenant_over_every_model(redis_client):
     assert 0.01 < acme.ttft_p50_s <= 0.02 and 0.01 < acme.ttft_p95_s <= 0.02
     assert (globex.tenant, globex.num_requests, globex.prefix_cache_hit_rate) == ("globex", 4, 0)
     assert 2.5 < globex.ttft_p50_s <= 5.0 and 2.5 < globex.ttft_p95_s <= 5.0
+    # Queue wait: what fair share changes first when one tenant floods the engine.
+    assert acme.queue_p50_s <= 0.3 and 1.5 < globex.queue_p50_s <= 2.0
 
     (only_other,) = tenant_metrics_summary(model="other")
     assert (only_other.tenant, only_other.num_requests, only_other.prompt_tokens) == (

@@ -5,18 +5,17 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from controlplane.access.principals import stored_key_principal
 from controlplane.audit.models import AuditEvent
 from controlplane.tenants.key_secrets import secret_matches
 from controlplane.tenants.models import ApiKey, Tenant
+from controlplane.tenants.selectors import key_record_for
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def staff_client(client, django_user_model):
-    user = django_user_model.objects.create_superuser("root", "root@example.com", "pw-123456")
-    client.force_login(user)
-    return client
+# What the add and change forms hold unless the operator edits them.
+SHARE_DEFAULTS = {"share_weight": "1", "service_class": "interactive"}
 
 
 def test_create_tenant_and_key_shows_the_secret_once(staff_client, redis_client):
@@ -26,6 +25,7 @@ def test_create_tenant_and_key_shows_the_secret_once(staff_client, redis_client)
             "name": "Acme Corp",
             "is_active": "on",
             "requests_per_minute": "60",
+            **SHARE_DEFAULTS,
             "api_keys-TOTAL_FORMS": "0",
             "api_keys-INITIAL_FORMS": "0",
         },
@@ -67,10 +67,11 @@ def test_revoke_and_rotate_actions_go_through_the_services(
     tenant = make_tenant("Acme")
     key, _ = make_key(tenant)
     salt = tenant.cache_salt
-    staff_client.post(
-        reverse("admin:tenants_apikey_changelist"),
-        {"action": "revoke", "_selected_action": [key.pk]},
-    )
+    listing = reverse("admin:tenants_apikey_changelist")
+    asked = staff_client.post(listing, {"action": "revoke", "_selected_action": [key.pk]})
+    assert "Yes, revoke" in asked.content.decode()  # the action asks first
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+    staff_client.post(listing, {"action": "revoke", "_selected_action": [key.pk], "confirm": "yes"})
     assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
     staff_client.post(
         reverse("admin:tenants_tenant_changelist"),
@@ -100,6 +101,7 @@ def test_editing_limits_is_audited_with_the_change(staff_client, make_tenant, re
             "name": "Acme",
             "is_active": "on",
             "requests_per_minute": "20",
+            **SHARE_DEFAULTS,
             "api_keys-TOTAL_FORMS": "0",
             "api_keys-INITIAL_FORMS": "0",
         },
@@ -108,3 +110,75 @@ def test_editing_limits_is_audited_with_the_change(staff_client, make_tenant, re
     assert Tenant.objects.get(pk=tenant.pk).requests_per_minute == 20
     event = AuditEvent.objects.get(action="tenant.update")
     assert event.details == {"requests_per_minute": [10, 20]}
+
+
+def test_a_key_page_is_read_only_and_revokes_through_a_confirmation(
+    staff_client, make_tenant, make_key, redis_client
+):
+    key, _ = make_key(make_tenant("Acme"))
+    page = staff_client.get(reverse("admin:tenants_apikey_change", args=[key.pk])).content.decode()
+    assert 'name="_save"' not in page  # nothing on it can be changed
+    revoke_url = reverse("admin:tenants_apikey_revoke", args=[key.pk])
+    assert f'href="{revoke_url}"' in page
+
+    confirmation = staff_client.get(revoke_url).content.decode()
+    assert "Yes, revoke" in confirmation and key.prefix in confirmation
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is None  # asking revokes nothing
+
+    assert staff_client.post(revoke_url).status_code == 302
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+    assert AuditEvent.objects.filter(action="api_key.revoke").count() == 1
+    page = staff_client.get(reverse("admin:tenants_apikey_change", args=[key.pk])).content.decode()
+    assert revoke_url not in page  # a revoked key offers no second revocation
+
+
+def test_scopes_read_the_same_on_the_list_and_the_key_page(
+    staff_client, make_tenant, make_key, redis_client
+):
+    key, _ = make_key(make_tenant("Acme"))
+    assert key.scopes == []
+    listing = staff_client.get(reverse("admin:tenants_apikey_changelist")).content.decode()
+    detail = staff_client.get(reverse("admin:tenants_apikey_change", args=[key.pk]))
+    assert "all endpoints" in listing and "all endpoints" in detail.content.decode()
+
+
+def test_the_created_key_page_has_a_copy_button_and_the_real_base_url(
+    staff_client, make_tenant, redis_client
+):
+    tenant = make_tenant("Acme")
+    response = staff_client.post(
+        reverse("admin:tenants_apikey_add"), {"tenant": tenant.pk, "name": "ci"}
+    )
+    page = response.content.decode()
+    assert 'data-copy-target="api-key-secret"' in page
+    assert 'base_url="http://testserver/v1"' in page and ".../v1" not in page
+
+
+def test_fair_share_weight_and_class_are_edited_listed_and_reach_the_principal(
+    staff_client, make_tenant, redis_client
+):
+    tenant = make_tenant("Acme")
+    form = {
+        "name": "Acme",
+        "is_active": "on",
+        "api_keys-TOTAL_FORMS": "0",
+        "api_keys-INITIAL_FORMS": "0",
+    }
+    url = reverse("admin:tenants_tenant_change", args=[tenant.pk])
+    refused = staff_client.post(url, {**form, "share_weight": "0", "service_class": "gold"})
+    assert refused.status_code == 200
+    assert Tenant.objects.get(pk=tenant.pk).share_weight == 1
+    response = staff_client.post(url, {**form, "share_weight": "3", "service_class": "batch"})
+    assert response.status_code == 302, response.content[:3000]
+    tenant.refresh_from_db()
+    assert (tenant.share_weight, tenant.service_class) == (3, "batch")
+    event = AuditEvent.objects.get(action="tenant.update")
+    assert event.details == {"share_weight": [1, 3], "service_class": ["interactive", "batch"]}
+
+    listing = staff_client.get(reverse("admin:tenants_tenant_changelist")).content.decode()
+    assert "weight 3, batch" in listing
+
+    # What the API sends the engines: the opaque id, never the name or the salt.
+    principal = stored_key_principal(key_record_for(None, tenant), endpoint="chat.completions")
+    assert (principal.share_weight, principal.service_class) == (3, "batch")
+    assert principal.engine_tenant == f"t{tenant.pk}"

@@ -19,26 +19,16 @@ from controlplane.usage.models import DailyUsage, UsageRecord
 from controlplane.usage.services import usage_flush
 from controlplane.usage.spool import spool, spool_dir
 from inference import credentials
+from tests.controlplane.usage.finished_requests import usage_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _event(tenant_id: int, *, completion: int = 1, event_id: str | None = None) -> UsageEvent:
-    return UsageEvent(
+    return usage_event(
         finished_at=1.8e9,
-        request_id=new_event_id()[:12],
         tenant_id=tenant_id,
-        key_id=0,
-        key_prefix="session",
-        model="m",
-        adapter="",
-        prompt_tokens=3,
         completion_tokens=completion,
-        cached_tokens=0,
-        time_to_first_token=None,
-        latency=0.1,
-        status=200,
-        finish_reason="stop",
         event_id=event_id or new_event_id(),
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from controlplane.access import admission as admission_policy
 from controlplane.tenants.models import ApiKey
 from controlplane.usage.events import usage_queue_key
 from controlplane.usage.models import DailyUsage, UsageRecord
@@ -16,28 +15,15 @@ from controlplane.usage.selectors import (
     usage_records_for_tenant,
 )
 from controlplane.usage.services import usage_flush
-from inference import credentials
+from tests.controlplane.usage.finished_requests import finish_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def _request(secret, *, prompt, completion, status=200, adapter=None):
-    principal = await credentials.authenticate(f"Bearer {secret}", endpoint="completions")
-    admission = await admission_policy.admit(
-        principal, model="tiny", prompt_tokens=prompt, max_tokens=64
+    await finish_request(
+        secret, prompt=prompt, completion=completion, status=status, adapter=adapter
     )
-    await admission_policy.finish(
-        admission,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cached_tokens=prompt // 2,
-        status=status,
-        finish_reason="length",
-        time_to_first_token=0.05,
-        latency=0.2,
-        adapter=adapter,
-    )
-    await admission_policy.finish_pending()
 
 
 async def test_finish_queues_and_flush_writes_records_rollups_and_last_use(

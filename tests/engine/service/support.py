@@ -94,6 +94,22 @@ class EngineProcess:
         return self.process.returncode
 
 
+def serve_module_engine(
+    model_path, model_name: str, redis_server, prefix: str, tmp_path_factory, *extra: str
+):
+    """A module fixture's body: one live engine for the module, stopped cleanly after it."""
+    proc = EngineProcess(
+        model_path=model_path,
+        model_name=model_name,
+        redis_url=redis_server.url,
+        prefix=prefix,
+        log_dir=tmp_path_factory.mktemp("engine-logs"),
+        extra=list(extra),
+    ).wait_live()
+    yield proc
+    assert proc.stop() == 0, proc.log_tail()
+
+
 def offline_greedy(
     model_path: Path, prompts: list[list[int]], max_tokens: list[int]
 ) -> list[list[int]]:

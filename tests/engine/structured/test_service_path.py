@@ -17,7 +17,7 @@ from inference.transport.engine_client import (
     EngineRequest,
     SamplingOptions,
 )
-from tests.engine.service.support import EngineProcess
+from tests.engine.service.support import serve_module_engine
 from tests.support.structured_specs import PERSON_SCHEMA, SPECS
 
 MODEL = "tiny-structured"
@@ -28,15 +28,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama, redis_server, tmp_path_factory):
-    proc = EngineProcess(
-        model_path=tiny_llama,
-        model_name=MODEL,
-        redis_url=redis_server.url,
-        prefix=PREFIX,
-        log_dir=tmp_path_factory.mktemp("engine-logs"),
-    ).wait_live()
-    yield proc
-    assert proc.stop() == 0, proc.log_tail()
+    yield from serve_module_engine(tiny_llama, MODEL, redis_server, PREFIX, tmp_path_factory)
 
 
 @pytest.fixture

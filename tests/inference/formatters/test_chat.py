@@ -142,6 +142,22 @@ async def test_continuous_usage_counts_tokens_so_far_on_every_chunk():
     assert chunks[-1]["choices"] == []
 
 
+async def test_continuous_usage_reports_the_cached_prompt_tokens_on_every_chunk():
+    plan = make_plan(include_usage=True, continuous_usage=True)
+    items = single_prompt(
+        [
+            make_chunk("a", completion_tokens=1, cached_tokens=2),
+            make_chunk("b", completion_tokens=2, finish_reason="length", cached_tokens=2),
+        ]
+    )
+    chunks = await stream(plan, items)
+    # From the first token on (the role chunk comes before the engine said anything).
+    cached = [c["usage"]["prompt_tokens_details"]["cached_tokens"] for c in chunks[1:]]
+    assert cached == [2, 2, 2, 2]  # "a", "b", finish, the final usage chunk
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+
+
 async def test_logprobs_ride_on_the_content_delta():
     plan = make_plan(logprobs=True)
     entry = TokenLogprob(

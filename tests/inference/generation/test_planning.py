@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import pytest
 
 from controlplane.adapters.selectors import AdapterRoute
 from controlplane.catalog.cache import catalog_cache
 from controlplane.deployments.models import ServedModel
+from engine import protocol
 from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
 from inference.catalog import ModelEntry
@@ -144,6 +147,18 @@ def test_cache_salt_is_bound_to_the_tenant(plan):
     theirs = plan("chat", messages=USER, principal=other, cache_salt="user-7").cache_salt
     assert len({acme_salt, mine, theirs}) == 3
     assert acme.cache_salt not in {acme_salt, mine}
+
+
+def test_engine_requests_carry_the_tenants_opaque_id_weight_and_class(plan):
+    principal = dataclasses.replace(
+        make_principal("globex", tenant_id=7), share_weight=3, service_class="batch"
+    )
+    (request,) = plan("chat", messages=USER, principal=principal).engine_requests()
+    message = request.message
+    assert (message.tenant, message.weight, message.service_class) == ("t7", 3.0, "batch")
+    # The engines (and their logs) never see the tenant's name or salt.
+    wire = protocol.encode(message)
+    assert b"globex" not in wire and principal.cache_salt.encode() not in wire
 
 
 def test_plan_names_its_tenant_and_a_fresh_request_id(plan):

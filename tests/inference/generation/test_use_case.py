@@ -110,8 +110,8 @@ async def test_refusal_before_any_output_settles_with_its_status(usage_events, r
     with pytest.raises(type(refusal)) as info:
         await generation.open(FakeEngine([refusal]))
     assert error_from_exception(info.value).status == status
-    # Billed for the prompt it was planned with, nothing generated.
-    assert [billed(e) for e in await usage_events()] == [(status, 7, 0, "")]
+    # No engine took it: recorded with its status, billed nothing (7 prompt tokens planned).
+    assert [billed(e) for e in await usage_events()] == [(status, 0, 0, "")]
 
 
 @pytest.mark.parametrize("shape", ["events", "response"])

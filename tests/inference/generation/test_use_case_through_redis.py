@@ -97,13 +97,14 @@ async def client(redis_client, redis_server):
     await client.close()
 
 
-async def test_no_live_engine_is_503_billed_for_the_planned_prompt(usage_events, client):
+async def test_no_live_engine_is_503_and_bills_nothing(usage_events, client):
     plan = make_plan(prompts=[("Hello", [7, 8, 9, 10])])
     generation = await generation_for(plan)
     with pytest.raises(EngineUnavailable) as info:
         await generation.open(client)
     assert error_from_exception(info.value).status == 503
-    assert [billed(e) for e in await usage_events()] == [(503, 4, 0, "")]
+    # Planned with 4 prompt tokens, but no engine took it: nothing to bill.
+    assert [billed(e) for e in await usage_events()] == [(503, 0, 0, "")]
 
 
 async def test_stream_through_redis_detokenizes_and_bills(usage_events, client, tokenizer):
@@ -156,6 +157,7 @@ async def test_each_prompt_reaches_the_base_model_engines_as_its_own_request(
         engine_model=MODEL,
         adapter=route,
         cache_salt="tenant-salt",
+        engine_tenant="t7",  # the tenant as engines know it: an opaque id, never its name
         priority=2,
     )
     generation = await generation_for(plan, tokenizer=tokenizer)
@@ -190,7 +192,7 @@ async def test_each_prompt_reaches_the_base_model_engines_as_its_own_request(
             "c1",
             "/l",
         )
-        assert (request.cache_salt, request.tenant, request.priority) == ("tenant-salt", "acme", 2)
+        assert (request.cache_salt, request.tenant, request.priority) == ("tenant-salt", "t7", 2)
         assert request.sampling == SamplingOptions(n=2, max_tokens=16)
     [event] = await usage_events()
     assert (event.model, event.adapter, event.prompt_tokens, event.status) == (

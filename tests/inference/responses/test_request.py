@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.common.api_error import ApiError
-from inference.responses.planning import _context, _in_responses_terms, chat_body
+from inference.errors import in_terms_of
+from inference.responses.planning import CHAT_TO_RESPONSES, _context, chat_body
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.schemas.validation import validate_body
 from tests.support.generation_factories import make_principal
@@ -92,9 +93,12 @@ def test_bad_fields_are_400s_naming_them(body, param):
 
 
 def test_chat_errors_are_named_in_responses_terms():
-    error = _in_responses_terms(
-        ApiError("'messages[1].content': must be a string.", param="messages[1].content")
+    error = in_terms_of(
+        ApiError("'messages[1].content': must be a string.", param="messages[1].content"),
+        CHAT_TO_RESPONSES,
     )
     assert error.param == "input" and error.message == "'input': must be a string."
-    error = _in_responses_terms(ApiError("'response_format': bad.", param="response_format"))
+    error = in_terms_of(
+        ApiError("'response_format': bad.", param="response_format"), CHAT_TO_RESPONSES
+    )
     assert error.param == "text.format"

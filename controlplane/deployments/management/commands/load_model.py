@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.audit.services import shell_actor
 from controlplane.common.platform_location import change_not_announced, warn_if_no_running_platform
 from controlplane.deployments.services import ModelRegistrationError, served_model_register
 
@@ -41,11 +42,14 @@ class Command(BaseCommand):
                 name=opts["name"],
                 progress=progress,
                 quantization=opts["quantization"] or "",
+                actor_label=shell_actor("load_model"),
             )
         except ModelRegistrationError as exc:
             raise CommandError(f"not registered: {exc}") from exc
         serves = (
-            "embeddings"
+            "rerank and score (cross-encoder)"
+            if model.is_cross_encoder
+            else "embeddings"
             if model.is_embedding
             else "completions only (no chat template)"
             if model.completions_only
@@ -59,4 +63,9 @@ class Command(BaseCommand):
                 f"context {model.max_model_len}, {serves}"
             )
         )
+        if model.reasoning_parser:
+            self.stdout.write(
+                f"Reasoning parser {model.reasoning_parser!r} (from the chat template): the "
+                "thinking is returned apart from the answer (reasoning_content / reasoning)"
+            )
         self.stdout.write(f"Start an engine with: python manage.py run_engine --model {model.name}")

@@ -23,10 +23,6 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--model", required=True, help="a name registered with load_model")
         add_service_arguments(parser)
-        # The platform's engines schedule by priority: Batch API lines carry a low one, so
-        # interactive requests go first (bench/batch_interference.py). Equal priorities are
-        # served first come, first served, as with `python -m engine`'s default fcfs.
-        parser.set_defaults(scheduling_policy="priority")
 
     def handle(self, *args, **opts):
         model = served_model_get(name=opts["model"])
@@ -50,6 +46,10 @@ class Command(BaseCommand):
         args.redis_url = redis_url
         # The model's registered quantization, unless this command line names one.
         args.quantization = opts.get("quantization") or model.quantization or None
+        # Speculative decoding as the model's setting says, unless this command line turns it off.
+        args.no_speculative_decoding = (
+            opts["no_speculative_decoding"] or not model.speculative_decoding
+        )
         logging.getLogger("engine").setLevel(opts["log_level"].upper())
         code = serve(args, model_path=model.path, model_name=model.name)
         if code:

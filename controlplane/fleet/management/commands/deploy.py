@@ -8,7 +8,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.fleet.services import DeploymentError, deployment_deploy, shell_actor
+from controlplane.audit.services import shell_actor
+from controlplane.fleet.services import DeploymentError, deployment_deploy
 
 
 class Command(BaseCommand):

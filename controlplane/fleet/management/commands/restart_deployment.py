@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.fleet.services import DeploymentError, deployment_restart, shell_actor
+from controlplane.audit.services import shell_actor
+from controlplane.fleet.services import DeploymentError, deployment_restart
 
 
 class Command(BaseCommand):

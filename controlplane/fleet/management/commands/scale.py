@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.fleet.services import DeploymentError, deployment_scale, shell_actor
+from controlplane.audit.services import shell_actor
+from controlplane.fleet.services import DeploymentError, deployment_scale
 
 
 class Command(BaseCommand):

@@ -1,5 +1,8 @@
 """manage.py create_tenant NAME [--rpm N] [--tpm N] [--max-concurrent N] [--monthly-budget N]
-[--model NAME ...]."""
+[--model NAME ...] [--weight N] [--service-class interactive|batch]
+[--monthly-spend-budget AMOUNT] [--budget-webhook URL]."""
+
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
@@ -25,10 +28,41 @@ class Command(BaseCommand):
         parser.add_argument("--max-concurrent", type=positive, help="concurrent requests")
         parser.add_argument("--monthly-budget", type=positive, help="tokens per calendar month")
         parser.add_argument(
+            "--monthly-spend-budget",
+            type=Decimal,
+            help="spend per calendar month, in BILLING_CURRENCY (e.g. 250.00)",
+        )
+        parser.add_argument(
+            "--budget-webhook", default="", help="URL that receives budget alerts (JSON POST)"
+        )
+        parser.add_argument(
             "--model", action="append", default=[], help="grant only this model (repeatable)"
         )
+        parser.add_argument(
+            "--weight", type=positive, default=1, help="fair-share weight in the engines (1-1000)"
+        )
+        parser.add_argument(
+            "--service-class",
+            choices=["interactive", "batch"],
+            default="interactive",
+            help="interactive requests are scheduled before batch ones",
+        )
 
-    def handle(self, *args, name, rpm, tpm, max_concurrent, monthly_budget, model, **options):
+    def handle(
+        self,
+        *args,
+        name,
+        rpm,
+        tpm,
+        max_concurrent,
+        monthly_budget,
+        model,
+        weight,
+        service_class,
+        monthly_spend_budget,
+        budget_webhook,
+        **options,
+    ):
         warn_if_no_running_platform(self, change_not_announced("The tenant"))
         try:
             tenant = tenant_create(
@@ -37,6 +71,10 @@ class Command(BaseCommand):
                 tokens_per_minute=tpm,
                 max_concurrent_requests=max_concurrent,
                 monthly_token_budget=monthly_budget,
+                share_weight=weight,
+                service_class=service_class,
+                monthly_spend_budget=monthly_spend_budget,
+                budget_alert_webhook_url=budget_webhook,
                 actor_label="manage.py",
             )
             if model:

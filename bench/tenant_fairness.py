@@ -1,0 +1,256 @@
+"""Two tenants on one engine: the fair policy against FIFO (issue 26, part 1).
+
+Real processes: a private Redis and one ``python -m engine`` (``--max-num-seqs 8``) on a tiny
+random-weight llama, driven through the engine's Redis interface (``EngineClient``, as an API
+process does). For each policy (``fair``, then ``fcfs``, a fresh engine each):
+
+1. B idle: tenant B sends one short request every ``--interval`` s; its TTFTs.
+2. A alone: tenant A sends ``--flood`` requests of ``--prompt`` tokens at once; A's throughput.
+3. A's flood again with B sending as in 1 meanwhile: B's TTFTs, A's and total throughput.
+4. Weights: two tenants of weight 1 and 3 each send a backlog at once; the output tokens each
+   received while both were still backlogged (fair policy only; FIFO has no weights).
+
+Prints the ratios the issue asks for; with ``--record`` appends them to docs/benchmarks.md.
+
+    .venv/bin/python bench/tenant_fairness.py
+    .venv/bin/python bench/tenant_fairness.py --flood 128 --prompt 1000 --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MODEL = "fair-bench"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Driver:
+    """Sends requests of one tenant and records when their tokens arrive."""
+
+    def __init__(self, client, tokenizer, vocab: int, seed: int):
+        self.client, self.tokenizer, self.vocab = client, tokenizer, vocab
+        self.rng = random.Random(seed)
+
+    def prompt(self, length: int) -> list[int]:
+        # Random tokens: no prefix-cache hits between requests, every prompt token is computed.
+        return [self.rng.randrange(3, self.vocab) for _ in range(length)]
+
+    async def one(self, tenant: str, prompt_len: int, max_tokens: int, weight=1.0, log=None):
+        """(TTFT s, output tokens, finish time, first-token time); ``log`` gets (time,
+        tokens) per chunk."""
+        from inference.transport.engine_client import EngineRequest, SamplingOptions
+
+        request = EngineRequest.build(
+            model=MODEL,
+            prompt_token_ids=self.prompt(prompt_len),
+            sampling=SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
+            tenant=tenant,
+            weight=weight,
+            request_id=uuid.uuid4().hex,
+        )
+        start, first, tokens = time.monotonic(), None, 0
+        async for chunk in self.client.generate(request, self.tokenizer):
+            if chunk.token_ids:
+                now = time.monotonic()
+                first = first if first is not None else now - start
+                tokens += len(chunk.token_ids)
+                if log is not None:
+                    log.append((now, len(chunk.token_ids)))
+        return first, tokens, time.monotonic(), start + (first or 0.0)
+
+    async def trickle(self, tenant: str, count: int, interval: float, stop=None) -> list[float]:
+        """``count`` short requests, one every ``interval`` s (or until ``stop`` is set)."""
+        ttfts = []
+        for _ in range(count):
+            if stop is not None and stop.is_set():
+                break
+            began = time.monotonic()
+            ttft, *_ = await self.one(tenant, 16, 4)
+            ttfts.append(ttft)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
+        return ttfts
+
+    async def flood(self, tenant: str, count: int, prompt: int, output: int):
+        """``count`` requests at once: (seconds, prompt + output tokens computed)."""
+        start = time.monotonic()
+        results = await asyncio.gather(*[self.one(tenant, prompt, output) for _ in range(count)])
+        elapsed = max(r[2] for r in results) - start
+        return elapsed, count * prompt + sum(r[1] for r in results)
+
+
+async def weighted_share(driver: Driver, count: int, output: int) -> tuple[int, int]:
+    """Output tokens of tenants of weight 1 and 3 while both were backlogged."""
+    logs: dict[str, list] = {"w1": [], "w3": []}
+    tasks = {
+        name: [
+            asyncio.ensure_future(driver.one(name, 32, output, weight=weight, log=logs[name]))
+            for _ in range(count)
+        ]
+        for name, weight in (("w1", 1.0), ("w3", 3.0))
+    }
+    for group in tasks.values():
+        await asyncio.gather(*group)
+    # Both are backlogged until the first of them has its last request started (its first
+    # token): after that one tenant has nothing waiting and the other takes the free slots.
+    window_end = min(max(t.result()[3] for t in group) for group in tasks.values())
+    # The first seconds fill the batch from the stream in arrival order; skip them.
+    start = min(t for log in logs.values() for t, _ in log)
+    window_start = start + (window_end - start) * 0.2
+    counts = [
+        sum(n for t, n in logs[name] if window_start <= t <= window_end) for name in ("w1", "w3")
+    ]
+    return counts[0], counts[1]
+
+
+async def scenario(url: str, prefix: str, tokenizer, vocab: int, args, policy: str) -> dict:
+    from inference.transport.engine_client import EngineClient
+
+    client = EngineClient(url, prefix=prefix, silence_timeout=600.0, max_waiting=10**6)
+    driver = Driver(client, tokenizer, vocab, seed=0)
+    await driver.trickle("tB", 3, 0.1)  # warm-up
+    result: dict = {"policy": policy}
+    result["b_idle"] = await driver.trickle("tB", args.idle_samples, args.interval)
+    result["a_alone"] = await driver.flood("tA", args.flood, args.prompt, args.output)
+    stop = asyncio.Event()
+    b_task = asyncio.ensure_future(driver.trickle("tB", 10**6, args.interval, stop))
+    result["a_with_b"] = await driver.flood("tA", args.flood, args.prompt, args.output)
+    stop.set()
+    result["b_flood"] = await b_task
+    if policy == "fair":
+        result["weights"] = await weighted_share(driver, args.weighted, args.weighted_output)
+    await client.close()
+    return result
+
+
+def report(fair: dict, fifo: dict) -> list[str]:
+    lines = []
+
+    def ttft_line(r: dict, key: str, label: str) -> str:
+        values = r[key]
+        return (
+            f"| {r['policy']} | B's TTFT {label} | p50 {statistics.median(values) * 1000:.0f} ms, "
+            f"p99 {percentile(values, 0.99) * 1000:.0f} ms (n={len(values)}) |"
+        )
+
+    lines += ["| policy | measure | value |", "|---|---|---|"]
+    for r in (fair, fifo):
+        lines.append(ttft_line(r, "b_idle", "idle"))
+        lines.append(ttft_line(r, "b_flood", "under A's flood"))
+        alone_s, alone_tokens = r["a_alone"]
+        with_s, with_tokens = r["a_with_b"]
+        lines.append(
+            f"| {r['policy']} | A alone | {alone_tokens / alone_s:.0f} tok/s ({alone_s:.1f} s) |"
+        )
+        lines.append(
+            f"| {r['policy']} | A with B | {with_tokens / with_s:.0f} tok/s ({with_s:.1f} s) |"
+        )
+    b_tokens = 20  # each of B's requests: 16 prompt + 4 output tokens
+    lines.append("")
+    idle = statistics.median(fair["b_idle"])
+    p50, p99 = statistics.median(fair["b_flood"]), percentile(fair["b_flood"], 0.99)
+    a_ratio = (fair["a_with_b"][1] / fair["a_with_b"][0]) / (
+        fair["a_alone"][1] / fair["a_alone"][0]
+    )
+
+    def total(r: dict) -> float:
+        return (r["a_with_b"][1] + b_tokens * len(r["b_flood"])) / r["a_with_b"][0]
+
+    w1, w3 = fair["weights"]
+    checks = [
+        (f"fair: B's TTFT p50 under flood / idle p50 = {p50 / idle:.2f}", "<= 2", p50 / idle <= 2),
+        (f"fair: B's TTFT p99 under flood / idle p50 = {p99 / idle:.2f}", "<= 5", p99 / idle <= 5),
+        (f"fair: A's throughput with B / alone = {a_ratio:.2f}", ">= 0.90", a_ratio >= 0.9),
+        (
+            f"total throughput with B, fair / FIFO = {total(fair) / total(fifo):.2f}",
+            ">= 0.95",
+            total(fair) / total(fifo) >= 0.95,
+        ),
+        (
+            f"weights 1:3, output tokens while both backlogged {w1}:{w3} = 1:{w3 / max(w1, 1):.2f}",
+            "1:3 within 10%",
+            abs(w3 / max(w1, 1) - 3) <= 0.3,
+        ),
+        (
+            f"FIFO: B's TTFT p50 under flood / idle p50 = "
+            f"{statistics.median(fifo['b_flood']) / statistics.median(fifo['b_idle']):.1f}",
+            "(today's behaviour)",
+            True,
+        ),
+    ]
+    lines += ["| ratio | goal | holds |", "|---|---|---|"]
+    lines += [f"| {text} | {goal} | {'yes' if ok else 'NO'} |" for text, goal, ok in checks]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint dir (default: make the tiny llama)")
+    parser.add_argument("--flood", type=int, default=128, help="A's requests, sent at once")
+    parser.add_argument("--prompt", type=int, default=1000, help="tokens per A request")
+    parser.add_argument("--output", type=int, default=16, help="output tokens per A request")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between B's requests")
+    parser.add_argument("--idle-samples", type=int, default=10)
+    parser.add_argument("--weighted", type=int, default=48, help="requests per weighted tenant")
+    parser.add_argument("--weighted-output", type=int, default=64)
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
+    args = parser.parse_args()
+
+    from bench.peers import machine_line, record
+    from controlplane.launcher.stack import Stack
+    from engine.model_config import ModelConfig
+    from engine.text.tokenizer import ChatTokenizer
+
+    workdir = Path(tempfile.mkdtemp(prefix="fair-bench-"))
+    model_path = args.model
+    if model_path is None:
+        from engine.tooling.demo.checkpoint import make_checkpoint
+
+        model_path = str(make_checkpoint(workdir / "llama-tiny", size="tiny"))
+    tokenizer = ChatTokenizer(model_path)
+    vocab = ModelConfig.from_pretrained(model_path).vocab_size
+    machine = machine_line()
+    print(machine)
+    results = {}
+    for policy in ("fair", "fcfs"):
+        prefix = f"fairbench{policy}"
+        stack = Stack(workdir / policy, redis_prefix=prefix)
+        url = stack.start_redis()
+        try:
+            stack.start_engine(
+                model_path,
+                MODEL,
+                name=f"engine-{policy}",
+                device="cpu",
+                dtype="float32",
+                max_num_seqs=args.max_num_seqs,
+                scheduling_policy=policy,
+            )
+            results[policy] = asyncio.run(scenario(url, prefix, tokenizer, vocab, args, policy))
+        finally:
+            stack.stop()
+        print(f"{policy} done", flush=True)
+    lines = report(results["fair"], results["fcfs"])
+    print("\n".join(lines))
+    if args.record:
+        command = "python bench/tenant_fairness.py " + " ".join(sys.argv[1:])
+        record("Fair share across tenants (issue 26)", command.strip(), machine, lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""This month's spend per tenant and per key, mirrored in Redis for admission to read.
+
+The usage flush writes each counter as the absolute total of the month (from the daily
+rollups, never an increment), so a counter is exact after every flush and heals itself after
+Redis loses it. Admission (controlplane/access/ratelimit.py) refuses a request once a counter
+reaches its budget, in the same round trip as the rate limits.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+from controlplane.common.redis_clients import redis_key
+
+# Counters outlive their month by a little, then Redis forgets them.
+COUNTER_TTL_S = 40 * 86400
+
+
+def month_tag(day: date | datetime | None = None) -> str:
+    day = day or datetime.now(UTC)
+    return f"{day.year:04d}{day.month:02d}"
+
+
+def tenant_spend_key(tenant_id: int, month: str | None = None) -> str:
+    return redis_key("spend", tenant_id, "tenant", month or month_tag())
+
+
+def key_spend_key(tenant_id: int, key_prefix: str, month: str | None = None) -> str:
+    return redis_key("spend", tenant_id, "key", key_prefix, month or month_tag())

@@ -1,0 +1,81 @@
+"""Monthly spend budgets, checked by the usage flush after each write.
+
+For every tenant and key in the batch it reads the month's spend from the daily rollups
+(two grouped queries), mirrors it into Redis for admission (billing/spend_counters.py) once
+the write has committed, and fires each alert threshold of a budget the spend has reached
+(once per budget and month: billing's ``budget_alert_fire``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.db import transaction
+
+from controlplane.billing.money import amount_to_units
+from controlplane.billing.services import budget_alert_fire
+from controlplane.billing.spend_counters import (
+    COUNTER_TTL_S,
+    key_spend_key,
+    month_tag,
+    tenant_spend_key,
+)
+from controlplane.common.redis_clients import sync_redis
+from controlplane.tenants.models import ApiKey, Tenant
+from controlplane.usage.models import UsageRecord
+from controlplane.usage.spend import cost_units_by_key, cost_units_by_tenant, month_period
+
+
+def _reached(spent_units: int, budget) -> list[int]:
+    """The alert thresholds (percent) that spend has reached, compared exactly."""
+    budget_units = amount_to_units(budget)
+    return [t for t in settings.BUDGET_ALERT_THRESHOLDS if spent_units * 100 >= t * budget_units]
+
+
+def _alert(tenant: Tenant, key_prefix: str, period, spent_units: int, budget) -> None:
+    for threshold in _reached(spent_units, budget):
+        budget_alert_fire(
+            tenant=tenant,
+            key_prefix=key_prefix,
+            period=period,
+            threshold=threshold,
+            spent_units=spent_units,
+            budget=budget,
+        )
+
+
+def _publish(counters: dict[str, int]) -> None:
+    pipe = sync_redis().pipeline(transaction=False)
+    for name, units in counters.items():
+        pipe.set(name, units, ex=COUNTER_TTL_S)
+    pipe.execute()
+
+
+def spend_after_write(records: Sequence[UsageRecord]) -> None:
+    """Call inside the transaction that wrote ``records`` and their rollups."""
+    counters: dict[str, int] = {}
+    for start, end in {month_period(r.created_at.date()) for r in records}:
+        month = [r for r in records if start <= r.created_at.date() < end]
+        tag = month_tag(start)
+        by_tenant = cost_units_by_tenant(
+            tenant_ids={r.tenant_id for r in month}, start=start, end=end
+        )
+        by_key = cost_units_by_key(
+            keys={(r.tenant_id, r.key_prefix) for r in month}, start=start, end=end
+        )
+        for tenant_id, units in by_tenant.items():
+            counters[tenant_spend_key(tenant_id, tag)] = units
+        for (tenant_id, prefix), units in by_key.items():
+            counters[key_spend_key(tenant_id, prefix, tag)] = units
+        budgeted = Tenant.objects.filter(pk__in=by_tenant, monthly_spend_budget__isnull=False)
+        for tenant in budgeted:
+            _alert(tenant, "", start, by_tenant[tenant.pk], tenant.monthly_spend_budget)
+        keys = ApiKey.objects.select_related("tenant").filter(
+            prefix__in={p for _, p in by_key}, monthly_spend_budget__isnull=False
+        )
+        for key in keys:
+            spent = by_key.get((key.tenant_id, key.prefix), 0)
+            _alert(key.tenant, key.prefix, start, spent, key.monthly_spend_budget)
+    if counters:
+        transaction.on_commit(lambda: _publish(counters))

@@ -1,0 +1,213 @@
+"""The fair policy (engine/core/fair_share.py) in the scheduler, with hand-made model outputs:
+weighted shares, idle return, no starvation, classes, preemption choice, work conservation."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.core.fair_share import FairQueue, VirtualTokenCounter, service_class_rank
+from engine.core.scheduler import Scheduler
+from engine.request import Request, RequestStatus
+from engine.sampling_params import SamplingParams
+from tests.engine.core.test_scheduler import step
+
+_unique = itertools.count(1)
+
+
+def fair_scheduler(num_blocks=512, max_num_seqs=4, max_model_len=256, **overrides) -> Scheduler:
+    config = EngineConfig(
+        model="unused",
+        block_size=4,
+        scheduling_policy="fair",
+        max_num_seqs=max_num_seqs,
+        **overrides,
+    )
+    return Scheduler(config, num_blocks=num_blocks, max_model_len=max_model_len, eos_token_ids=[2])
+
+
+def request(tenant, *, num_prompt=8, max_tokens=8, weight=1.0, service_class=0, priority=0):
+    start = next(_unique) * 1000  # distinct prompts: no prefix-cache hits between requests
+    return Request(
+        f"{tenant}-{start}",
+        list(range(start, start + num_prompt)),
+        SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
+        max_tokens=max_tokens,
+        tenant=tenant,
+        weight=weight,
+        service_class=service_class,
+        priority=priority,
+    )
+
+
+def run(sched: Scheduler, num_steps: int) -> Counter:
+    """Output tokens per tenant over ``num_steps`` steps."""
+    tokens: Counter = Counter()
+    for _ in range(num_steps):
+        _, updated = step(sched)
+        tokens.update(r.tenant for r in updated if r.num_output_tokens)
+    return tokens
+
+
+def test_weights_one_to_three_share_output_tokens_one_to_three():
+    sched = fair_scheduler()
+    for _ in range(200):
+        sched.add_request(request("light", weight=1.0))
+        sched.add_request(request("heavy", weight=3.0))
+    tokens = run(sched, 400)  # both stay backlogged: 400 steps serve ~200 of 400 requests
+    assert sched.waiting and {r.tenant for r in sched.waiting} == {"light", "heavy"}
+    ratio = tokens["heavy"] / tokens["light"]
+    assert ratio == pytest.approx(3.0, rel=0.10), tokens
+
+
+def test_fcfs_serves_a_flood_before_a_later_tenant_but_fair_does_not():
+    def first_token_step(policy: str) -> int:
+        config = EngineConfig(model="unused", block_size=4, max_num_seqs=4)
+        config.scheduling_policy = policy
+        sched = Scheduler(config, num_blocks=512, max_model_len=256, eos_token_ids=[2])
+        for _ in range(64):
+            sched.add_request(request("flood"))
+        run(sched, 3)
+        late = request("late")
+        sched.add_request(late)
+        for n in itertools.count(1):
+            run(sched, 1)
+            if late.num_output_tokens:
+                return n
+
+    assert first_token_step("fair") <= 3  # the batch makes room at once
+    assert first_token_step("fcfs") > 100  # behind all 64 of the flood
+
+
+def test_a_tenant_back_from_idle_is_lifted_and_cannot_starve_the_others():
+    sched = fair_scheduler()
+    for _ in range(300):
+        sched.add_request(request("busy"))
+    run(sched, 200)  # "busy" has been charged for a lot; "idle" sent nothing meanwhile
+    busy_counter = sched.fair.counter("busy")
+    assert busy_counter > 1000
+    for _ in range(100):
+        sched.add_request(request("idle"))
+    # Lifted to the backlogged tenant's counter: no credit banked while it sent nothing.
+    assert sched.fair.counter("idle") == pytest.approx(busy_counter - 1)
+    tokens = run(sched, 100)
+    assert tokens["busy"] == pytest.approx(tokens["idle"], rel=0.25), tokens
+
+
+def test_a_returning_tenant_with_nobody_backlogged_starts_at_the_highest_counter():
+    vtc = VirtualTokenCounter()
+    vtc.counters = {"a": 50.0, "b": 900.0}
+    vtc.on_arrival(request("c"), [])
+    assert vtc.counter("c") == 900.0
+    vtc.on_arrival(request("a"), [request("b")])  # b backlogged: a is lifted to b's, less one
+    assert vtc.counter("a") == 899.0
+
+
+def test_a_small_weight_tenant_is_not_starved_by_a_large_one():
+    sched = fair_scheduler()
+    for _ in range(300):
+        sched.add_request(request("whale", weight=100.0))
+    run(sched, 5)
+    minnow = request("minnow", weight=1.0)
+    sched.add_request(minnow)
+    run(sched, 40)
+    assert minnow.is_finished  # 8 prompt + 8 output tokens: served within a few dozen steps
+
+
+def test_interactive_goes_before_batch_and_batch_yields_a_full_batch():
+    sched = fair_scheduler()
+    for _ in range(20):
+        sched.add_request(request("t", service_class=1, max_tokens=50))
+    run(sched, 3)
+    assert len(sched.running) == 4 and all(r.service_class == 1 for r in sched.running)
+    chat = request("t", service_class=0, max_tokens=4)  # same tenant, interactive class
+    sched.add_request(chat)
+    out, _ = step(sched)
+    assert chat in out.new_requests  # a batch request yielded its place the next step
+    assert len(out.preempted_requests) == 1 and out.preempted_requests[0].service_class == 1
+
+
+def test_batch_runs_when_no_interactive_request_waits():
+    sched = fair_scheduler()
+    work = [request("t", service_class=1) for _ in range(4)]
+    for r in work:
+        sched.add_request(r)
+    out, _ = step(sched)
+    assert out.new_requests == work  # work-conserving: the low class fills an idle batch
+
+
+def test_priority_orders_only_inside_a_tenant():
+    vtc = VirtualTokenCounter()
+    vtc.counters = {"a": 100.0, "b": 0.0}
+    queue = FairQueue(vtc)
+    urgent, plain = request("a", priority=-100), request("b")
+    low, high = request("b", priority=5), request("b", priority=-5)
+    for r in (urgent, plain, low, high):
+        queue.add(r)
+    assert queue.peek() is high  # b is under a: a's low priority value does not jump tenants
+    assert [queue.pop() for _ in range(4)] == [high, plain, low, urgent]
+
+
+def test_kv_pressure_preempts_the_tenant_most_over_its_share():
+    # 12 blocks of 4 tokens; four requests of 8 prompt tokens need 8 blocks, and grow.
+    sched = fair_scheduler(
+        num_blocks=12, max_num_seqs=4, max_model_len=48, enable_prefix_caching=False
+    )
+    hog = [request("hog", max_tokens=40) for _ in range(2)]
+    for r in hog:
+        sched.add_request(r)
+    run(sched, 6)
+    # Ten times hog's weight: whatever each computes, hog stays the one over its share.
+    other = [request("other", max_tokens=40, weight=10.0) for _ in range(2)]
+    for r in other:
+        sched.add_request(r)
+    for _ in range(20):
+        out, _ = step(sched)
+        for victim in out.preempted_requests:
+            # Never one of "other" while a request of "hog" still runs.
+            assert victim.tenant == "hog" or all(r.tenant == "other" for r in sched.running)
+    assert sched.num_preemptions >= 2
+
+
+def test_one_tenant_alone_fills_the_batch_whatever_its_counter():
+    sched = fair_scheduler()
+    sched.fair.counters["solo"] = 1e9
+    for _ in range(10):
+        sched.add_request(request("solo"))
+    out, _ = step(sched)
+    assert len(out.new_requests) == 4
+
+
+def test_an_unknown_service_class_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="interactive, batch"):
+        service_class_rank("gold")
+    assert (service_class_rank(""), service_class_rank("batch")) == (0, 1)
+
+
+def test_aborting_a_waiting_request_leaves_the_queue_consistent():
+    sched = fair_scheduler(max_num_seqs=1)
+    a, b, c = request("a"), request("b"), request("b")
+    for r in (a, b, c):
+        sched.add_request(r)
+    sched.finish_requests([b.request_id], RequestStatus.FINISHED_ABORTED)
+    assert len(sched.waiting) == 2 and list(sched.waiting) == [a, c]
+    run(sched, 40)
+    assert a.is_finished and c.is_finished and not sched.waiting
+
+
+def test_a_new_tenants_prompt_goes_before_the_prefills_of_an_over_share_tenant():
+    sched = fair_scheduler(max_num_batched_tokens=64)
+    for _ in range(8):
+        sched.add_request(request("flood", num_prompt=200))
+    step(sched)  # four of the flood run, their prompts in 64-token chunks for many steps
+    late = request("late", num_prompt=8)
+    sched.add_request(late)
+    out, updated = step(sched)
+    # One of the flood yields its place, and late's whole prompt is computed this very step
+    # (its first token sampled) although the flood's prompt chunks alone would fill the budget.
+    assert late in out.new_requests and out.num_scheduled_tokens[late.request_id] == 8
+    assert late in updated and late.num_output_tokens == 1
+    assert out.total_num_scheduled_tokens == 64  # the flood's chunks take the rest
