@@ -14,6 +14,7 @@ a few seconds after its status record expires.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -28,9 +29,10 @@ from tests.support.processes import wait_for
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 NUM_REQUESTS = 12
-# Long enough that the engine still holds queued work when the test looks: on a quiet machine
-# the tiny model makes a token in about a millisecond, and 12 requests of 32 tokens, two at a
-# time, were all done between two polls (CI, 2026-11-22).
+# 12 requests of 128 tokens, one at a time, keep an engine busy for about 1.5 s on a quiet
+# machine. That alone was a race (CI, 2026-11-22 and 2026-11-23: every request was done between
+# two polls, the second time with speculative decoding on), so the burst is gated as well: the
+# engine is frozen while the burst queues in Redis and frozen again once it holds queued work.
 MAX_TOKENS = 128
 # One running at a time, the rest claimed and queued inside the engine.
 ENGINE_OPTIONS = {"max_num_seqs": 1, "max_queued": 16}
@@ -52,7 +54,8 @@ def _stream(client, index: int, results: list) -> None:
             temperature=0,
             logprobs=True,
             stream=True,
-            extra_body={"ignore_eos": True},
+            # Drafts would make the engine several times faster on this repetitive output.
+            extra_body={"ignore_eos": True, "speculative_decoding": False},
         )
         for chunk in stream:
             for choice in chunk.choices:
@@ -74,6 +77,35 @@ def _load(stack) -> tuple[list, list[threading.Thread]]:
     return results, threads
 
 
+def _entries_added(stack) -> int:
+    """Requests ever added to the stream. (Not the group's lag: a frozen engine's blocked read
+    is still served by Redis, so it claims entries while it cannot run.)"""
+    client = stack.client()
+    try:
+        return client.xinfo_stream(Keys(stack.prefix).requests(CHAT_MODEL))["entries-added"]
+    finally:
+        client.close()
+
+
+def _gated_burst(stack, engine_id: str, queued: int):
+    """The burst, claimed by ``engine_id`` and frozen there: the engine is stopped (SIGSTOP)
+    while all requests queue in Redis, let go, and stopped again once it holds ``queued``
+    claimed but unstarted requests, so the state the test acts on cannot finish under it."""
+    process = stack.engines[engine_id]
+    process.send_signal(signal.SIGSTOP)
+    before = _entries_added(stack)
+    results, threads = _load(stack)
+    wait_for(
+        lambda: _entries_added(stack) - before >= NUM_REQUESTS,
+        timeout=30,
+        what="the burst to queue",
+    )
+    process.send_signal(signal.SIGCONT)
+    claimed, num_started = _wait_holding_queued_work(stack, engine_id, queued)
+    process.send_signal(signal.SIGSTOP)
+    return results, threads, claimed, num_started
+
+
 def _holding(stack, engine_id: str) -> tuple[int, int]:
     """(requests the engine claimed, of which started) as Redis records them."""
     keys = Keys(stack.prefix)
@@ -92,7 +124,7 @@ def _wait_holding_queued_work(stack, engine_id: str, queued: int) -> tuple[int, 
         claimed, started = _holding(stack, engine_id)
         return started >= 1 and claimed - started >= queued
 
-    wait_for(holding, timeout=60, what=f"{engine_id} to hold queued requests")
+    wait_for(holding, timeout=60, poll=0.02, what=f"{engine_id} to hold queued requests")
     return _holding(stack, engine_id)
 
 
@@ -119,8 +151,7 @@ def _pending_total(stack) -> int:
 def test_an_engine_restarted_under_its_id_serves_what_it_had_queued(stack):
     stack.start_engine("pinned", **ENGINE_OPTIONS)
     wait_http(stack.base_url, "/ready", 200, timeout=30)
-    results, threads = _load(stack)
-    claimed, num_started = _wait_holding_queued_work(stack, "pinned", queued=3)
+    results, threads, claimed, num_started = _gated_burst(stack, "pinned", queued=3)
     stack.kill_engine("pinned")
 
     restarted = time.monotonic()
@@ -141,11 +172,11 @@ def test_an_engine_restarted_under_its_id_serves_what_it_had_queued(stack):
 def test_a_dead_engines_queue_moves_to_a_live_one_within_seconds(stack):
     if "pinned" not in stack.engines:
         stack.start_engine("pinned", **ENGINE_OPTIONS)
+    results, threads, _claimed, num_started = _gated_burst(stack, "pinned", queued=3)
+    # The spare comes up while the victim holds the burst, frozen; then the victim dies and
+    # stays dead.
     stack.start_engine("spare", **ENGINE_OPTIONS)
-    results, threads = _load(stack)
-    # The spare takes its share of the burst too: one queued request on the victim will do.
-    _claimed, num_started = _wait_holding_queued_work(stack, "pinned", queued=1)
-    stack.kill_engine("pinned")  # and it stays dead
+    stack.kill_engine("pinned")
     killed = time.monotonic()
 
     def taken_over() -> bool:

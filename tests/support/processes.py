@@ -48,11 +48,13 @@ def pids_with_env(marker: str) -> list[int]:
     return found
 
 
-def wait_for(condition, *, timeout: float, what: str, process=None, log: Path | None = None):
+def wait_for(
+    condition, *, timeout: float, what: str, process=None, log: Path | None = None, poll=0.2
+):
     """Poll ``condition`` until true; fail early, with the log's tail, if ``process`` exits
     (the launcher's wait-until-ready, for a process a test started by hand)."""
     watched = [Child(what, [], log or Path(os.devnull), process=process)] if process else []
-    wait_until(condition, timeout=timeout, what=what, children=watched)
+    wait_until(condition, timeout=timeout, what=what, children=watched, poll=poll)
 
 
 @contextmanager

@@ -26,14 +26,21 @@ def ask(model_cls) -> list[dict]:
 def test_parse_returns_an_object_for_twenty_schemas(stack, model):
     client = stack.async_sdk(timeout=800)
 
-    async def parse(model_cls):
+    async def parse(index, model_cls):
+        # Sampled at temperature 1, SmolLM2 now and then writes a string field of hundreds of
+        # tokens (CI, 2026-11-23: one of twenty ran past 400); the constraint is what is under
+        # test, so there is room to finish, and a seed per schema makes a run repeatable.
         reply = await client.chat.completions.parse(
-            model=model, messages=ask(model_cls), response_format=model_cls, max_tokens=400
+            model=model,
+            messages=ask(model_cls),
+            response_format=model_cls,
+            max_tokens=1000,
+            seed=index,
         )
         return reply.choices[0].message.parsed
 
     async def every():
-        return await asyncio.gather(*(parse(m) for m in RESPONSE_MODELS))
+        return await asyncio.gather(*(parse(i, m) for i, m in enumerate(RESPONSE_MODELS)))
 
     parsed = asyncio.run(every())
     assert [type(p) for p in parsed] == RESPONSE_MODELS  # 20 of 20, each validated by pydantic
