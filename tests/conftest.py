@@ -13,6 +13,7 @@ import pytest
 
 from controlplane.launcher.redis_server import RedisServer
 from tests.support.checkpoints import CheckpointCache, make_cross_encoder
+from tests.support.test_order import group_of, longest_first
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
 # Engines the tests start keep a 1 GiB CPU KV cache (the automatic size, a tenth of available
@@ -142,40 +143,22 @@ def tiny_cross_encoder(tmp_path_factory) -> Path:
 TESTS = Path(__file__).resolve().parent
 
 
-def _shares_a_stack(folder: Path) -> bool:
-    """Its conftest starts something once for the whole folder (a package-scoped fixture)."""
-    conftest = folder / "conftest.py"
-    return conftest.is_file() and 'scope="package"' in conftest.read_text()
-
-
-def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
-    """Tests that share a stack run on one worker, so it starts once a run: a folder whose
-    conftest has a package-scoped fixture is one group, any other file is its own."""
-    folder = path.parent
-    if folder not in cache:
-        group = ""
-        for parent in [folder, *folder.parents]:
-            if parent == TESTS or TESTS not in parent.parents:
-                break
-            if _shares_a_stack(parent):  # the nearest: its own stack is what it shares
-                group = parent.relative_to(TESTS).as_posix()
-                break
-        cache[folder] = group
-    return cache[folder] or path.relative_to(TESTS).as_posix()
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    # For bin/test's `--dist loadgroup` (pytest-xdist): which tests must share a worker.
-    groups: dict[Path, str] = {}
-    for item in items:
-        group = _xdist_group(Path(item.path), groups)
+    # For bin/test's `--dist loadgroup` (pytest-xdist): which tests must share a worker, and
+    # the longest groups first (tests/support/test_order.py).
+    cache: dict[Path, str] = {}
+    groups = [group_of(Path(item.path), cache) for item in items]
+    for item, group in zip(items, groups, strict=True):
         item.add_marker(pytest.mark.xdist_group(group))
+    if config.getoption("dist", "no") == "loadgroup":
+        items[:] = longest_first(items, groups)
     _skip_gpu_tests_without_cuda(items)
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` that keeps each group on one worker under pytest 9 too.
+    """``--dist loadgroup`` that keeps each group on one worker under pytest 9 too, and hands
+    out groups in collection order (longest first, above) rather than by their test count.
 
     xdist's own loadgroup tells groups apart by a suffix it writes into each item's node id,
     which pytest 9 no longer reads back: every test became a group of its own, so each stack
@@ -185,12 +168,13 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    groups: dict[Path, str] = {}
+    config.option.loadscopereorder = False
+    cache: dict[Path, str] = {}
 
     class StackGroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0].split("@", 1)[0]
-            return _xdist_group(TESTS.parent / path, groups)
+            return group_of(TESTS.parent / path, cache)
 
     return StackGroupScheduling(config, log)
 
