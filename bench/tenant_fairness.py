@@ -208,6 +208,9 @@ def main() -> None:
     parser.add_argument("--weighted", type=int, default=48, help="requests per weighted tenant")
     parser.add_argument("--weighted-output", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument(
+        "--fair-step-tokens", type=int, help="the engine's --fair-step-tokens (default: its own)"
+    )
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
 
@@ -227,6 +230,8 @@ def main() -> None:
     machine = machine_line()
     print(machine)
     results = {}
+    cap = args.fair_step_tokens
+    step_cap = {} if cap is None else {"fair_step_tokens": cap}
     for policy in ("fair", "fcfs"):
         prefix = f"fairbench{policy}"
         stack = Stack(workdir / policy, redis_prefix=prefix)
@@ -240,6 +245,7 @@ def main() -> None:
                 dtype="float32",
                 max_num_seqs=args.max_num_seqs,
                 scheduling_policy=policy,
+                **step_cap,
             )
             results[policy] = asyncio.run(scenario(url, prefix, tokenizer, vocab, args, policy))
         finally:

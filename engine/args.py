@@ -62,6 +62,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "tenants, then `priority` inside a tenant; priority: lower `priority` first; fcfs: "
         "arrival order",
     )
+    parser.add_argument(
+        "--fair-step-tokens",
+        type=int,
+        default=512,
+        help="under the fair policy, the prompt tokens a step computes while two tenants or "
+        "more share the engine, so a short request is not stuck behind a flood's long prompt "
+        "chunks (0: no cap; one tenant alone always gets --max-num-batched-tokens)",
+    )
 
 
 def engine_config_from_args(args: argparse.Namespace, model_path: str) -> EngineConfig:
@@ -79,6 +87,7 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str) -> Engine
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=not args.no_prefix_caching,
         scheduling_policy=args.scheduling_policy,
+        fair_step_tokens=args.fair_step_tokens,
         quantization=args.quantization,
         cpu_kv_cache_bytes=None if gib is None else int(gib * 2**30),
         cpu_threads=args.cpu_threads,

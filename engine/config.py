@@ -53,6 +53,9 @@ class EngineConfig:
     # Draft-free speculative decoding (engine/spec_decode/): a step verifies at most
     # num_speculative_tokens drafts, fewer as more sequences decode (one row each, at most
     # num_speculative_tokens + 1 rows), none with over speculative_max_num_seqs running.
+    # Under the fair policy, the prompt tokens a step computes while two tenants or more
+    # share the engine (engine/core/fair_share.py, "Shared steps"); 0: no cap.
+    fair_step_tokens: int = 512
     enable_speculative_decoding: bool = True
     num_speculative_tokens: int = 7
     speculative_max_num_seqs: int = 8
@@ -99,6 +102,8 @@ class EngineConfig:
             raise ValueError(
                 f"quantization must be 'int8', 'int4' or None, got {self.quantization!r}"
             )
+        if not isinstance(self.fair_step_tokens, int) or self.fair_step_tokens < 0:
+            raise ValueError(f"fair_step_tokens must be >= 0, got {self.fair_step_tokens!r}")
         _positive_int("num_speculative_tokens", self.num_speculative_tokens)
         _positive_int("speculative_max_num_seqs", self.speculative_max_num_seqs)
         if self.attention_backend not in ("auto", "torch", "triton"):

@@ -16,6 +16,13 @@ when nobody is backlogged it is lifted to the highest counter seen, so history d
 across an idle engine. The queue always serves someone when anyone waits (work-conserving):
 the counters only choose who.
 
+Shared steps: while two tenants or more have sent work within ``CONTENTION_WINDOW_S``, a step
+computes at most ``fair_step_tokens`` prompt tokens (``contended``; decodes are never capped).
+A request of a tenant under its share is admitted before the prefills of tenants over it, but
+it still waits for the step in flight and shares its own step with what budget is left: at the
+full ``max_num_batched_tokens`` of a flood's prompt chunks, those two steps, not its own prompt,
+were most of its time to first token. One tenant alone keeps the full budget.
+
 Preemption: under KV pressure the victim is a running request of the worst class, of the tenant
 most over its share (highest counter), its latest arrival. The same choice makes room when the
 batch is full and a waiting tenant is under its share (``fairness_victim``).
@@ -25,10 +32,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from engine.config import EngineConfig
     from engine.request import Request
 
 # Service classes, best first; the index is the class rank the scheduler compares.
@@ -38,6 +47,9 @@ SERVICE_CLASSES = ("interactive", "batch")
 # counters cross do not swap places every step.
 PREEMPT_MARGIN_TOKENS = 2048.0
 RETURN_EDGE_TOKENS = 1.0
+# How recently a second tenant must have sent a request for steps to be shared (its requests
+# are often short and far apart: an interactive user, one message every few seconds).
+CONTENTION_WINDOW_S = 10.0
 
 
 def service_class_rank(name: str) -> int:
@@ -55,6 +67,16 @@ class VirtualTokenCounter:
 
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
+        self.last_arrival: dict[str, float] = {}  # tenant -> monotonic time
+
+    def contended(self, now: float, unfinished: Iterable[Request]) -> bool:
+        """Have two tenants or more work in the engine, or sent some lately?"""
+        tenants = {t for t, at in self.last_arrival.items() if now - at < CONTENTION_WINDOW_S}
+        for r in unfinished:
+            if len(tenants) > 1:
+                break
+            tenants.add(r.tenant)
+        return len(tenants) > 1
 
     def counter(self, tenant: str) -> float:
         return self.counters.get(tenant, 0.0)
@@ -63,6 +85,7 @@ class VirtualTokenCounter:
         """Lift ``request``'s tenant if it returns from idle (no request of it among
         ``unfinished``, the scheduler's waiting and running requests)."""
         tenant = request.tenant
+        self.last_arrival[tenant] = request.timestamps.queued or 0.0
         backlogged = {r.tenant for r in unfinished}
         if tenant in backlogged:
             return
@@ -182,3 +205,27 @@ class FairQueue:
     def __iter__(self) -> Iterator[Request]:
         items = sorted(item for lane in self._lanes.values() for item in lane)
         return (item[3] for item in items)
+
+
+class StepPrefill:
+    """The prompt tokens one step may still compute (module docstring, "Shared steps")."""
+
+    def __init__(self, left: float = float("inf")) -> None:
+        self.left = left
+
+    @classmethod
+    def for_step(
+        cls, vtc: VirtualTokenCounter | None, config: EngineConfig, unfinished: Iterable[Request]
+    ) -> StepPrefill:
+        cap = config.fair_step_tokens
+        if vtc is None or not cap or not config.enable_chunked_prefill:
+            return cls()
+        return cls(cap) if vtc.contended(time.monotonic(), unfinished) else cls()
+
+    def take(self, num_new: int) -> int:
+        """``num_new`` tokens to schedule, cut to what is left when they are a prompt chunk
+        (more than one token); a decode's token is never cut."""
+        if num_new > 1:
+            num_new = int(min(num_new, self.left))
+            self.left -= num_new
+        return num_new

@@ -39,6 +39,12 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return self.total_num_scheduled_tokens == 0
 
+    def summary(self) -> str:
+        return (
+            f"{self.total_num_scheduled_tokens} tokens: {len(self.running_requests)} running, "
+            f"{len(self.new_requests)} new, {len(self.preempted_requests)} preempted"
+        )
+
 
 @dataclass(slots=True)
 class ModelRunnerOutput:

@@ -211,3 +211,42 @@ def test_a_new_tenants_prompt_goes_before_the_prefills_of_an_over_share_tenant()
     assert late in out.new_requests and out.num_scheduled_tokens[late.request_id] == 8
     assert late in updated and late.num_output_tokens == 1
     assert out.total_num_scheduled_tokens == 64  # the flood's chunks take the rest
+
+
+def test_while_tenants_share_the_engine_a_step_computes_a_capped_share_of_prompt_tokens(
+    monkeypatch,
+):
+    sched = fair_scheduler(max_num_batched_tokens=256, fair_step_tokens=64)
+    for _ in range(8):
+        sched.add_request(request("flood", num_prompt=200))
+    out, _ = step(sched)
+    assert out.total_num_scheduled_tokens == 256  # one tenant alone: the whole budget
+
+    late = request("late", num_prompt=8, max_tokens=4)
+    sched.add_request(late)
+    out, _ = step(sched)
+    # late's prompt whole, the flood's chunks cut to the cap's remainder: a short step. (The
+    # first of the flood finished its prompt in the first step and decodes.)
+    assert out.num_scheduled_tokens[late.request_id] == 8 and late.num_output_tokens == 1
+    assert prompt_tokens(out) == 64 and out.total_num_scheduled_tokens == 65
+    out, _ = step(sched)
+    # late decodes (a decode is never cut) beside 64 prompt tokens of the flood.
+    assert out.num_scheduled_tokens[late.request_id] == 1 and prompt_tokens(out) == 64
+
+    while late.status != RequestStatus.FINISHED_LENGTH:
+        step(sched)
+    out, _ = step(sched)
+    assert prompt_tokens(out) == 64  # late came by lately: steps are still shared
+    monkeypatch.setattr("engine.core.fair_share.CONTENTION_WINDOW_S", 0.0)
+    out, _ = step(sched)
+    assert prompt_tokens(out) > 200  # the flood alone again: the whole budget
+
+
+def prompt_tokens(out) -> int:
+    """Tokens scheduled as prompt chunks (more than one token for a request) in a step."""
+    return sum(n for n in out.num_scheduled_tokens.values() if n > 1)
+
+
+def test_fair_step_tokens_is_checked():
+    with pytest.raises(ValueError, match="fair_step_tokens must be >= 0"):
+        EngineConfig(model="unused", fair_step_tokens=-1)
