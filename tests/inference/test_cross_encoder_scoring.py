@@ -21,6 +21,7 @@ from inference import scoring_use_case
 from inference.embedding_use_case import create_embeddings
 from inference.errors import ApiError
 from tests.support.generation_factories import make_principal
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,9 +62,14 @@ def served(tiny_cross_encoder, runner, redis_server, redis_client):
     service = PoolingService(runner, model_name=MODEL, redis_url=redis_server.url, block_ms=50)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
+    # Until its status record is in Redis: the use cases refuse a model no live engine serves,
+    # and on a loaded machine the thread had not published yet when a test began (PostgreSQL
+    # stage in CI, 2026-11-24).
+    status_key = service.keys.status(MODEL, service.engine_id)
+    wait_for(lambda: redis_client.exists(status_key), timeout=30, what="the pooling engine")
     yield service
     service.stop()
-    thread.join(timeout=5)
+    thread.join(timeout=30)
 
 
 async def test_rerank_scores_are_transformers_forward(served, reference, usage_events):
