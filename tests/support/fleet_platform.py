@@ -29,10 +29,13 @@ import redis
 
 from controlplane.common.engine_statuses import find_engine_statuses
 from controlplane.launcher.process_commands import celery_worker_command, manage_command
-from controlplane.launcher.stack import Stack, run_manage
+from controlplane.launcher.stack import Stack
+from controlplane.launcher.stack import run_manage as run_manage_once
 from controlplane.launcher.supervisor import Child
 from engine.protocol import EngineStatus, Keys
+from tests.support.manage_server import run_manage
 from tests.support.metrics_scrape import Scrape
+from tests.support.migrated_database import migrate_sqlite_in_advance
 from tests.support.platform_services import database_path
 from tests.support.sdk_clients import SdkClients
 
@@ -262,7 +265,10 @@ def setup_database(
     if tenant is not None:
         lines.append(f"c('create_tenant', {tenant!r})")
         lines.append(f"c('create_api_key', tenant={tenant!r})")
-    return run_manage(dict(env), "shell", "-c", "\n".join(lines), timeout=300).stdout
+    migrate_sqlite_in_advance(dict(env))
+    # One process that ends (not the fixtures' long-lived command process): tests count what
+    # is left running on the platform's environment.
+    return run_manage_once(dict(env), "shell", "-c", "\n".join(lines), timeout=300).stdout
 
 
 def _celery_ready(worker: Child) -> bool:

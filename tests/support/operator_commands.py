@@ -7,7 +7,7 @@ import re
 
 import httpx
 
-from controlplane.launcher.stack import run_manage
+from tests.support.manage_server import run_manage
 
 
 def manage(env: dict[str, str], *args: str) -> str:

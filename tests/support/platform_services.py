@@ -11,6 +11,7 @@ from pathlib import Path
 import redis
 
 from controlplane.launcher.stack import Stack
+from tests.support.migrated_database import copy_migrated_database
 
 
 @contextmanager
@@ -27,7 +28,7 @@ def platform_stack(
         var_dir=workdir / "var",
     ) as stack:
         stack.start_redis(appendfsync=appendfsync)
-        stack.migrate()
+        copy_migrated_database(database_path(workdir))
         yield stack
 
 

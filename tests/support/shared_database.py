@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controlplane.launcher.stack import run_manage
+from tests.support.manage_server import run_manage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,9 @@ class FileDatabase:
         return run_manage(self.env, *args, timeout=timeout)
 
     def migrate(self) -> FileDatabase:
-        self.manage("migrate", "--noinput", "-v0")
+        from tests.support.migrated_database import copy_migrated_database
+
+        copy_migrated_database(self.path)
         return self
 
     def create_key(self, tenant: str, *extra: str) -> str:
