@@ -22,6 +22,7 @@ from pathlib import Path
 
 from controlplane.launcher.process_commands import REPO
 from controlplane.launcher.stack import StartupError
+from tests.support.processes import end_input_and_wait
 
 _CHILD = Path(__file__).with_name("manage_server_child.py")
 
@@ -66,13 +67,7 @@ class ManageServer:
     def close(self, *, kill: bool = False) -> None:
         if kill:
             self.process.kill()
-        else:
-            self.process.stdin.close()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_input_and_wait(self.process)
 
 
 # Fixtures of later tests use other environments (databases, Redis instances): the least

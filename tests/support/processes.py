@@ -33,6 +33,17 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def end_input_and_wait(process: subprocess.Popen, timeout: float = 10) -> None:
+    """A process that reads commands from stdin until it ends: close its stdin and let it exit,
+    killing it if it has not after ``timeout`` seconds."""
+    process.stdin.close()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def pids_with_env(marker: str) -> list[int]:
     """Processes (but this one) whose environment carries ``marker`` (``NAME=value``): every
     descendant of a command started with it, however deep."""

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.support.manage_server import run_manage
+from tests.support.processes import end_input_and_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,9 +68,4 @@ class ApiWorker:
         return self.receive()
 
     def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        end_input_and_wait(self.process)
