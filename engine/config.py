@@ -154,6 +154,8 @@ class ServiceSettings:
     max_queued: int | None = None
     adapter_sync_interval: float = 2.0
     fair_lookahead: int = 256
+    # Publish the prefix cache's block hashes, so the API routes requests here by prefix.
+    prefix_routing: bool = True
 
     def __post_init__(self) -> None:
         if not self.model_name or ":" in self.engine_id:

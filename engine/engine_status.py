@@ -43,6 +43,9 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     spec_decode_num_drafts: int = 0
     spec_decode_num_draft_tokens: int = 0
     spec_decode_num_accepted_tokens: int = 0
+    # Tokens per KV block when prefix caching is on (0: off): how the router hashes a prompt
+    # to ask this engine's prefix index (engine/direct_routing.py).
+    block_size: int = 0
 
     @property
     def spec_decode_acceptance_rate(self) -> float:

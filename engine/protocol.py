@@ -39,6 +39,18 @@ class Keys:
         """Stream of GenerateRequest for one served model, read by the group ENGINE_GROUP."""
         return f"{self.prefix}:requests:{model}"
 
+    def direct_requests(self, model: str, engine_id: str) -> str:
+        """Stream of GenerateRequest the API routed to one engine because it holds their
+        prefix cached (inference/transport/prefix_router.py); read by that engine alone,
+        through the group ENGINE_GROUP, beside the shared stream. A dead or departing
+        engine's entries move back to the shared stream (engine/service/recovery.py)."""
+        return f"{self.prefix}:direct:{model}:{engine_id}"
+
+    def prefix_index(self, model: str, engine_id: str) -> str:
+        """Set of the (salted) block hashes, cut to PREFIX_INDEX_BYTES, that the engine holds
+        in its prefix cache: what the API's router asks before choosing a replica."""
+        return f"{self.prefix}:prefix-index:{model}:{engine_id}"
+
     def outputs(self, frontend_id: str) -> str:
         """Stream of OutputBatch for one frontend process; trimmed by its reader."""
         return f"{self.prefix}:outputs:{frontend_id}"

@@ -47,6 +47,10 @@ CACHES = {
 ENGINE_SILENCE_TIMEOUT = env.float("ENGINE_SILENCE_TIMEOUT", 30.0)
 # Requests waiting for a model above which new ones are refused with 503.
 ENGINE_MAX_WAITING = env.int("ENGINE_MAX_WAITING", 1024)
+# Cache-aware routing (inference/transport/prefix_router.py): with two replicas of a model or
+# more, a request whose prompt prefix one of them holds cached goes to that one when it is
+# clearly better than the shared stream. Off: every request goes through the shared stream.
+PREFIX_ROUTING = env.bool("PREFIX_ROUTING", True)
 # Load on demand: how long a request for a scale-to-zero model with no live engine waits for
 # one to start (seconds; 0 turns load on demand off: such requests get 503 at once, and
 # requests still record the last use that idle unload goes by). Long

@@ -81,16 +81,42 @@ def update_block_hashes(request: Request, block_size: int) -> None:
     """Hash every block of ``request`` that became full since the last call."""
     hashes = request.block_hashes
     num_full = request.num_tokens // block_size
-    if len(hashes) >= num_full:
-        return
-    extra = extra_keys(request.cache_salt, request.adapter)
-    public = request.public_prefix
+    if len(hashes) < num_full:
+        hashes.extend(
+            chain_block_hashes(
+                request.all_token_ids,
+                block_size,
+                cache_salt=request.cache_salt,
+                adapter=request.adapter,
+                public_prefix=request.public_prefix,
+                done=hashes,
+                stop=num_full,
+            )
+        )
+
+
+def chain_block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    *,
+    cache_salt: str | None,
+    adapter: AdapterIdentity | None,
+    public_prefix: PublicPrefix | None,
+    done: Sequence[bytes] = (),
+    stop: int | None = None,
+) -> list[bytes]:
+    """The hashes of the full blocks of ``token_ids`` after the ``done`` ones (up to block
+    ``stop``): what the engine files them under, so a router outside it can ask who holds a
+    prompt's prefix (inference/transport/prefix_router.py)."""
+    num_full = len(token_ids) // block_size if stop is None else stop
+    extra = extra_keys(cache_salt, adapter)
     # Only blocks wholly inside the declared prefix are public (floor, never round up).
-    num_public = public.num_tokens // block_size if public is not None else 0
-    public_extra = public_extra_keys(public.salt, request.adapter) if num_public else extra
-    tokens = request.all_token_ids
-    parent = hashes[-1] if hashes else ROOT_HASH
-    for i in range(len(hashes), num_full):
+    num_public = public_prefix.num_tokens // block_size if public_prefix is not None else 0
+    public_extra = public_extra_keys(public_prefix.salt, adapter) if num_public else extra
+    parent = done[-1] if done else ROOT_HASH
+    hashes = []
+    for i in range(len(done), num_full):
         block_extra = public_extra if i < num_public else extra
-        parent = hash_block(parent, tokens[i * block_size : (i + 1) * block_size], block_extra)
+        parent = hash_block(parent, token_ids[i * block_size : (i + 1) * block_size], block_extra)
         hashes.append(parent)
+    return hashes

@@ -32,6 +32,14 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
         help="fair policy, default --max-queued: requests read beyond that bound, so the "
         "scheduler sees other tenants behind one tenant's backlog (default 256)",
     )
+    parser.add_argument(
+        "--no-prefix-routing",
+        dest="prefix_routing",
+        action="store_const",
+        const=False,
+        help="publish no prefix index: the API's router never sends requests here for their "
+        "cached prefix, only through the shared stream",
+    )
     parser.add_argument("--status-interval", type=float, help="default 1 s")
     parser.add_argument("--status-ttl", type=float, help="default 5 s")
     parser.add_argument("--drain-timeout", type=float, help="default 30 s")

@@ -26,6 +26,7 @@ from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
+from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
 
@@ -72,6 +73,7 @@ class EngineService:
         model, me, url = settings.model_name, settings.engine_id, settings.redis_url
         self.keys = protocol.Keys(settings.prefix)
         self.requests = self.keys.requests(model)
+        self.direct_requests = self.keys.direct_requests(model, me)
         self.inbox = inputs.Inbox()
         self.active: dict[str, ActiveRequest] = {}  # taken and not answered in full, by id
         self.job = PublishJob()  # what this iteration will publish
@@ -93,6 +95,7 @@ class EngineService:
         self.reader = inputs.RequestReader(connect(url), self)
         self.broadcast = inputs.BroadcastReader(connect(url), self)
         self.reaper = DeadEngineReaper(self.redis, self)
+        self.prefix_index = PrefixIndexPublisher.for_engine(engine, self.keys, settings)
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
@@ -105,6 +108,7 @@ class EngineService:
         self.publish_status()
         ensure_group(self.redis, self.requests)
         self.reaper.take_over(self.settings.engine_id)  # an earlier life of this engine id
+        ensure_group(self.redis, self.direct_requests)
         for thread in (self.writer, self.reader, self.broadcast, self.heartbeat):
             thread.start()
         me, model = self.settings.engine_id, self.settings.model_name
@@ -123,6 +127,10 @@ class EngineService:
         except redis.RedisError as exc:
             logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
         self.reaper.check()
+        if self.prefix_index is not None:
+            self.prefix_index.publish(self.redis)
+        if self.draining:  # routed here by a router that had not yet seen the drain
+            self.reaper.move_direct(self.settings.engine_id, undelivered_only=True)
         if time.monotonic() >= self._next_registry_read:
             self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
             self.inbox.put(self.read_registry())
@@ -141,6 +149,7 @@ class EngineService:
             started_at=self.started_at,
             draining=self.draining,
             num_steps=self.num_steps,
+            block_size=self.engine.config.block_size if self.prefix_index is not None else 0,
         )
         status.num_waiting += self.inbox.num_requests
         publish_status(self.redis, self.keys, status, self.settings.status_ttl)
@@ -323,6 +332,8 @@ class EngineService:
         try:
             withdraw_status(self.redis, self.keys, model, me)
             self.reaper.withdraw_own()
+            if self.prefix_index is not None:
+                self.prefix_index.withdraw(self.redis)
         except redis.RedisError:
             logger.warning("could not withdraw engine %s", me, exc_info=True)
         logger.info("engine %s stopped after %d steps", me, self.num_steps)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from engine import protocol
+from engine.direct_routing import MOVE_SCRIPT, split_entries
 from engine.protocol import ENGINE_GROUP, FIELD
 from engine.redis_streams import as_str
 
@@ -37,6 +38,7 @@ class DeadEngineReaper:
         self.model, self.me = service.settings.model_name, service.settings.engine_id
         self.requests, self.accept = service.requests, service.reader.accept
         self._missing_since: dict[str, float] = {}  # engine id -> time.monotonic()
+        self._move = client.register_script(MOVE_SCRIPT)
 
     def check(self) -> None:
         """Take over from every engine of this model (in the group or the registry) whose
@@ -70,14 +72,29 @@ class DeadEngineReaper:
             self._missing_since = {}
 
     def withdraw_own(self) -> None:
-        """At a clean exit: leave the group, unless entries are still pending under this
-        engine (a survivor must claim them then)."""
-        pending = self.client.xpending_range(
-            self.requests, ENGINE_GROUP, min="-", max="+", count=1, consumername=self.me
+        """At a clean exit: hand what was routed here and never read to the shared stream,
+        and leave the group, unless entries are still pending under this engine (a survivor
+        must claim them then, as from a dead engine)."""
+        direct = self.keys.direct_requests(self.model, self.me)
+        self.move_direct(self.me, undelivered_only=True)
+        pending = any(
+            self.client.xpending_range(
+                stream, ENGINE_GROUP, min="-", max="+", count=1, consumername=self.me
+            )
+            for stream in (self.requests, direct)
+            if self.client.exists(stream)
         )
         if not pending:
             self.client.xgroup_delconsumer(self.requests, ENGINE_GROUP, self.me)
-            self.client.delete(self.keys.started(self.model, self.me))
+            self.client.delete(self.keys.started(self.model, self.me), direct)
+
+    def move_direct(self, engine_id: str, *, undelivered_only: bool = False) -> int:
+        """Move ``engine_id``'s direct stream to the shared stream: every entry (a dead
+        engine's, once its started requests are failed), or only those no read delivered yet
+        (a draining engine's own)."""
+        mode = "undelivered" if undelivered_only else "all"
+        direct = self.keys.direct_requests(self.model, engine_id)
+        return self._move(keys=[direct, self.requests], args=[mode, ENGINE_GROUP])
 
     def take_over(self, engine_id: str) -> None:
         """Fail what ``engine_id`` had started and run here what it had claimed but not
@@ -89,12 +106,18 @@ class DeadEngineReaper:
         )
         num_failed = self._fail_started(engine_id, why=why)
         num_claimed = self._claim_pending(engine_id)
+        # What the API routed to it (claimed or not): back to the shared stream, for any engine.
+        num_moved = self.move_direct(engine_id)
         if not restarted:  # (the group exists: _claim_pending has just read its pending entries)
             self.client.xgroup_delconsumer(self.requests, ENGINE_GROUP, engine_id)
             self.client.srem(self.keys.engines(), protocol.engine_member(self.model, engine_id))
-        if num_failed or num_claimed or not restarted:
-            message = "%s: %d started requests failed, %d unstarted ones taken up again here"
-            logger.warning(message, why, num_failed, num_claimed)
+            self.client.delete(self.keys.prefix_index(self.model, engine_id))
+        if num_failed or num_claimed or num_moved or not restarted:
+            message = (
+                "%s: %d started requests failed, %d unstarted ones taken up again here, "
+                "%d routed to it moved to the shared stream"
+            )
+            logger.warning(message, why, num_failed, num_claimed, num_moved)
 
     def _fail_started(self, engine_id: str, *, why: str) -> int:
         """Error events for the requests in ``engine_id``'s started hash (tokens were already
@@ -114,8 +137,13 @@ class DeadEngineReaper:
         for frontend_id, deltas in failed.items():
             batch = protocol.OutputBatch(engine_id=self.me, deltas=deltas)
             pipe.xadd(self.keys.outputs(frontend_id), {FIELD: protocol.encode(batch)})
-        if started:
-            pipe.xack(self.requests, ENGINE_GROUP, *started.keys())
+        shared, direct = split_entries(started.keys())
+        if shared:
+            pipe.xack(self.requests, ENGINE_GROUP, *shared)
+        if direct:  # deleted, so that moving its direct stream cannot run them again
+            direct_stream = self.keys.direct_requests(self.model, engine_id)
+            pipe.xack(direct_stream, ENGINE_GROUP, *direct)
+            pipe.xdel(direct_stream, *direct)
         pipe.delete(started_key)
         pipe.execute()
         return len(started)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from engine import protocol
+from engine.direct_routing import direct_entry
 from engine.protocol import ENGINE_GROUP
 from engine.redis_streams import as_str, decode_entries, ensure_group
 
@@ -111,14 +112,16 @@ class Worker(threading.Thread):
 
 
 class RequestReader(Worker):
-    """Reads the model's request stream through the consumer group, with backpressure: only
-    while the service has room (``EngineService.room``), so what this engine cannot schedule
-    soon stays in the stream for other replicas."""
+    """Reads the model's request stream and this engine's direct stream (requests routed here
+    for their cached prefix, engine/direct_routing.py) through the consumer group, with
+    backpressure: only while the service has room (``EngineService.room``), so what this
+    engine cannot schedule soon stays in the shared stream for other replicas."""
 
     def __init__(self, client: redis.Redis, service: EngineService):
         super().__init__("engine-request-reader", self.read)
         self.client, self.service, self.keys = client, service, service.keys
         self.me, self.stream = service.settings.engine_id, service.requests
+        self.direct = service.direct_requests
         self.room_changed = threading.Event()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -133,25 +136,38 @@ class RequestReader(Worker):
             return
         try:
             response = self.client.xreadgroup(
-                ENGINE_GROUP, self.me, {self.stream: ">"}, count=room, block=READ_BLOCK_MS
+                ENGINE_GROUP,
+                self.me,
+                {self.stream: ">", self.direct: ">"},
+                count=room,
+                block=READ_BLOCK_MS,
             )
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            return ensure_group(self.client, self.stream)  # stream or group deleted under us
-        for _stream, entries in response or []:
-            self.accept(entries)
+            # A stream or group deleted under us (Redis restarted empty, a flush).
+            ensure_group(self.client, self.stream)
+            return ensure_group(self.client, self.direct)
+        for stream, entries in response or []:
+            self.accept(entries, direct=as_str(stream) == self.direct)
 
-    def accept(self, entries: list[tuple[bytes, dict | None]]) -> None:
-        """Decode entries; malformed ones are logged and acknowledged, aborted ones answered."""
+    def accept(self, entries: list[tuple[bytes, dict | None]], *, direct: bool = False) -> None:
+        """Decode entries; malformed ones are logged and acknowledged, aborted ones answered.
+        Entries of the direct stream go on under their tagged ids (``direct_entry``)."""
         requests, malformed = decode_entries(entries, protocol.decode_request)
         for entry_id, why in malformed.items():
             logger.error("malformed request entry %s acknowledged: %s", entry_id, why)
         if malformed:
             try:
-                self.client.xack(self.stream, ENGINE_GROUP, *malformed)
+                pipe = self.client.pipeline(transaction=False)
+                pipe.xack(self.direct if direct else self.stream, ENGINE_GROUP, *malformed)
+                if direct:
+                    pipe.xdel(self.direct, *malformed)
+                pipe.execute()
             except redis.RedisError:  # still pending: acknowledged when this id restarts
                 logger.warning("could not acknowledge malformed entries %s", list(malformed))
+        if direct:
+            requests = [(direct_entry(entry_id), request) for entry_id, request in requests]
         aborted = [0] * len(requests)
         try:
             pipe = self.client.pipeline(transaction=False)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import redis
 
 from engine import protocol
+from engine.direct_routing import split_entries
 from engine.protocol import ENGINE_GROUP, FIELD, Keys
 from engine.service.redis_input import take_all
 
@@ -43,7 +44,8 @@ class PublishJob:
 
     outputs: dict[str, list[protocol.RequestDelta]] = field(default_factory=dict)
     started: dict[str, protocol.StartedRecord] = field(default_factory=dict)
-    done: list[str] = field(default_factory=list)  # request stream entry ids to XACK
+    # Request stream entry ids to XACK (direct ones tagged: engine/direct_routing.py).
+    done: list[str] = field(default_factory=list)
     requeue: list[protocol.GenerateRequest] = field(default_factory=list)
     step: int = 0
 
@@ -76,6 +78,7 @@ class OutputWriter(threading.Thread):
         super().__init__(name="engine-output-writer", daemon=True)
         self.client, self.keys, self.engine_id = client, keys, engine_id
         self.requests, self.started = keys.requests(model), keys.started(model, engine_id)
+        self.direct = keys.direct_requests(model, engine_id)
         self.max_backlog = MAX_BACKLOG_JOBS
         self._jobs: queue.SimpleQueue[PublishJob | None] = queue.SimpleQueue()
         self.backlog = 0  # jobs submitted and not yet written
@@ -140,7 +143,12 @@ class OutputWriter(threading.Thread):
             started = {k: protocol.encode(v) for k, v in job.started.items()}
             pipe.hset(self.started, mapping=started)
         if job.done:
-            pipe.xack(self.requests, ENGINE_GROUP, *job.done)
+            shared, direct = split_entries(job.done)
+            if shared:
+                pipe.xack(self.requests, ENGINE_GROUP, *shared)
+            if direct:  # read by this engine alone: nothing keeps the entry once done
+                pipe.xack(self.direct, ENGINE_GROUP, *direct)
+                pipe.xdel(self.direct, *direct)
             pipe.hdel(self.started, *job.done)
         for request in job.requeue:
             pipe.xadd(self.requests, {FIELD: protocol.encode(request)})

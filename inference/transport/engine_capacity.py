@@ -97,6 +97,11 @@ class EngineCapacity:
                 retry_after=round(retry_after, 1),
             )
 
+    async def routable(self, model: str) -> list[EngineStatus]:
+        """The live, non-draining engines of ``model``, from the admission snapshot."""
+        statuses, _lag = await self._snapshot(model)
+        return statuses
+
     async def _serves(self, model: str, adapter: protocol.AdapterRef | None) -> bool:
         """A live engine of ``model`` (holding ``adapter``, if any): what a cold start waits
         for, so that the first request after it is not refused as AdapterLoading."""

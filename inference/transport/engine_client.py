@@ -27,6 +27,7 @@ from inference.transport.engine_request import EngineRequest
 from inference.transport.failover import Failover
 from inference.transport.output_continuity import LOST_MESSAGE, OutputContinuity
 from inference.transport.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
+from inference.transport.prefix_router import PrefixRouter
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class EngineClient:
         max_waiting: int = 1024,
         frontend_id: str | None = None,
         wake_timeout_s: float | None = None,
+        prefix_routing: bool = True,
     ):
         # redis-py's asyncio pool raises once its 100 connections are busy; a blocking pool
         # makes a burst of requests wait their turn instead (the URL's max_connections wins).
@@ -85,6 +87,7 @@ class EngineClient:
         self.capacity = EngineCapacity(
             self.redis, self.keys, max_waiting=max_waiting, wake_timeout_s=wake_timeout_s
         )
+        self.router = PrefixRouter(self.redis, self.keys) if prefix_routing else None
         self.frontend_id = frontend_id or protocol.new_frontend_id()
         self._queues: dict[str, asyncio.Queue[protocol.RequestDelta]] = {}
         self._reader: asyncio.Task | None = None
@@ -110,6 +113,7 @@ class EngineClient:
                 silence_timeout=float(settings.ENGINE_SILENCE_TIMEOUT),
                 max_waiting=int(settings.ENGINE_MAX_WAITING),
                 wake_timeout_s=float(settings.FLEET_WAKE_TIMEOUT_S),
+                prefix_routing=bool(getattr(settings, "PREFIX_ROUTING", True)),
             )
             cls._instances[key] = (loop, client)
             return client
@@ -154,7 +158,10 @@ class EngineClient:
         failover = Failover(self, model, message)
         continuity = OutputContinuity()
         try:
-            await self.submit(model, [message])
+            if self.router is None:
+                await self.submit(model, [message])
+            else:
+                await self.router.send(model, message, await self.capacity.routable(model))
             got_output = False
             while outputs.num_open:
                 try:

@@ -42,9 +42,13 @@ CONTROLPLANE_LAYERS = (
 )
 CONTROLPLANE_WIRING = {"settings", "asgi", "urls", "celery", "wsgi", "__init__"}
 # What API processes may import from engine/: the Redis contract (the pooling engine's messages
-# are part of it), torch-free text handling, and the torch-free structured-output spec check.
+# and cache-aware routing, with the block hashes and adapter identity it hashes prompts by, are
+# part of it), torch-free text handling, and the torch-free structured-output spec check.
 ENGINE_FOR_API = (
     "engine.protocol",
+    "engine.direct_routing",
+    "engine.core.block_hash",
+    "engine.adapters",
     "engine.pooling.messages",
     "engine.text",
     "engine.structured.spec",

@@ -1,0 +1,248 @@
+"""Cache-aware routing across replicas against the shared stream (issue 26, part 3).
+
+Real processes: a private Redis and ``--replicas`` engines (``python -m engine``) of one tiny
+random-weight llama, driven through the engine's Redis interface (``EngineClient``, as an API
+process does). The trace: ``--tenants`` tenants, each with its own ``--system``-token system
+prompt and its own server-side salt, hold a conversation of ``--turns`` turns at once (each
+turn: the whole history plus a short user message, ``--output`` tokens back, then
+``--think`` s before the next turn). Three runs, fresh engines each:
+
+1. one replica with the whole cluster's batch and KV cache (``--max-num-seqs`` times
+   ``--replicas``: the CPU KV budget is capped at what the batch can use): the prefix-hit
+   rate one cache reaches on this trace when nothing has to be evicted;
+2. the replicas through the shared stream only (``prefix_routing=False``: work stealing);
+3. the replicas with the prefix router.
+
+Prints TTFT p50/p99, throughput, the cluster's prefix-hit rate (engine counters) and the
+max/min load over replicas (prompt tokens each computed or reused, from the engines' status
+records), and the ratios the issue asks for; ``--record`` appends them to docs/benchmarks.md.
+
+    .venv/bin/python bench/prefix_routing.py
+    .venv/bin/python bench/prefix_routing.py --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MODEL = "routing-bench"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class NoText:
+    """Token ids only: the bench measures timing, not text."""
+
+    def decode(self, ids, *, skip_special_tokens=True):
+        return "x" * len(ids)
+
+
+async def conversation(client, args, tenant: int, vocab: int, ttfts: list[float]) -> int:
+    """One tenant's turns; returns the tokens it sent and received."""
+    from inference.transport.engine_client import EngineRequest, SamplingOptions
+
+    rng = random.Random(tenant)
+    history = [rng.randrange(3, vocab) for _ in range(args.system)]
+    sampling = SamplingOptions(temperature=0.0, max_tokens=args.output, ignore_eos=True)
+    tokens = 0
+    await asyncio.sleep(rng.random() * args.think)  # tenants do not start in lockstep
+    for _ in range(args.turns):
+        history += [rng.randrange(3, vocab) for _ in range(args.user)]
+        request = EngineRequest.build(
+            model=MODEL,
+            prompt_token_ids=history,
+            sampling=sampling,
+            cache_salt=f"salt-{tenant}",
+            tenant=f"tenant-{tenant}",
+            request_id=uuid.uuid4().hex,
+        )
+        start, first = time.monotonic(), None
+        async for chunk in client.generate(request, NoText()):
+            if chunk.token_ids and first is None:
+                first = time.monotonic() - start
+            history += chunk.token_ids
+        ttfts.append(first or 0.0)
+        tokens += len(request.message.prompt_token_ids) + args.output
+        await asyncio.sleep(args.think)
+    return tokens
+
+
+async def drive(url: str, prefix: str, args, vocab: int, *, routing: bool) -> dict:
+    from inference.transport.engine_client import EngineClient
+
+    client = EngineClient(
+        url, prefix=prefix, silence_timeout=600.0, max_waiting=10**6, prefix_routing=routing
+    )
+    before = await engine_counters(client)
+    ttfts: list[float] = []
+    start = time.monotonic()
+    tokens = await asyncio.gather(
+        *[conversation(client, args, t, vocab, ttfts) for t in range(args.tenants)]
+    )
+    elapsed = time.monotonic() - start
+    await asyncio.sleep(1.5)  # the engines' next status records hold the run's counters
+    after = await engine_counters(client)
+    await client.close()
+    queries = sum(after[e]["queries"] - before[e]["queries"] for e in after)
+    hits = sum(after[e]["hits"] - before[e]["hits"] for e in after)
+    loads = [after[e]["queries"] - before[e]["queries"] for e in after]
+    return {
+        "ttfts": ttfts,
+        "throughput": sum(tokens) / elapsed,
+        "elapsed": elapsed,
+        "hit_rate": hits / max(1, queries),
+        "loads": loads,
+    }
+
+
+async def engine_counters(client) -> dict[str, dict[str, int]]:
+    statuses = await client.live_engines(MODEL)
+    return {
+        s.engine_id: {"queries": s.prefix_cache_queries, "hits": s.prefix_cache_hits}
+        for s in statuses
+    }
+
+
+def run(
+    workdir: Path,
+    model_path: str,
+    args,
+    vocab: int,
+    *,
+    replicas: int,
+    routing: bool,
+    max_num_seqs: int,
+):
+    from controlplane.launcher.stack import Stack
+
+    name = f"r{replicas}-{'routed' if routing else 'shared'}"
+    prefix = f"routebench{name}{uuid.uuid4().hex[:4]}"
+    stack = Stack(workdir / name, redis_prefix=prefix)
+    url = stack.start_redis()
+    try:
+        for i in range(replicas):
+            stack.start_engine(
+                model_path,
+                MODEL,
+                name=f"engine-{i}",
+                wait=False,
+                engine_id=f"replica{i}",
+                device="cpu",
+                dtype="float32",
+                max_num_seqs=max_num_seqs,
+            )
+        stack.wait_until(
+            lambda: live_count(url, prefix) == replicas, timeout=300, what=f"{replicas} engines"
+        )
+        result = asyncio.run(drive(url, prefix, args, vocab, routing=routing))
+    finally:
+        stack.stop()
+    print(f"{name} done in {result['elapsed']:.1f} s", flush=True)
+    return result
+
+
+def live_count(url: str, prefix: str) -> int:
+    import redis
+
+    from controlplane.common.engine_statuses import read_engine_statuses
+    from engine.protocol import Keys
+
+    with redis.Redis.from_url(url) as client:
+        return len(read_engine_statuses(client, Keys(prefix), model=MODEL))
+
+
+def report(single: dict, shared: dict, routed: dict, replicas: int) -> list[str]:
+    lines = [
+        "| run | TTFT p50 | TTFT p99 | throughput | prefix-hit rate | max/min replica load |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, r in (
+        ("1 replica", single),
+        (f"{replicas} replicas, shared stream", shared),
+        (f"{replicas} replicas, prefix router", routed),
+    ):
+        spread = max(r["loads"]) / max(1, min(r["loads"]))
+        lines.append(
+            f"| {label} | {statistics.median(r['ttfts']) * 1000:.0f} ms | "
+            f"{percentile(r['ttfts'], 0.99) * 1000:.0f} ms | {r['throughput']:.0f} tok/s | "
+            f"{r['hit_rate']:.1%} | {spread:.2f} |"
+        )
+    ttft_gain = statistics.median(shared["ttfts"]) / statistics.median(routed["ttfts"])
+    hit_ratio = routed["hit_rate"] / single["hit_rate"]
+    throughput = routed["throughput"] / shared["throughput"]
+    spread = max(routed["loads"]) / max(1, min(routed["loads"]))
+    checks = [
+        (f"TTFT p50, shared / routed = {ttft_gain:.2f}", ">= 2", ttft_gain >= 2),
+        (f"prefix-hit rate, routed / 1 replica = {hit_ratio:.2f}", ">= 0.90", hit_ratio >= 0.9),
+        (f"throughput, routed / shared = {throughput:.2f}", ">= 1.00", throughput >= 1.0),
+        (f"max/min replica load, routed = {spread:.2f}", "<= 1.5", spread <= 1.5),
+    ]
+    lines += ["", "| ratio | goal | holds |", "|---|---|---|"]
+    lines += [f"| {text} | {goal} | {'yes' if ok else 'NO'} |" for text, goal, ok in checks]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint dir (default: make one of --size)")
+    parser.add_argument("--size", default="tiny", help="random llama to make: tiny or small")
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--tenants", type=int, default=32)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--system", type=int, default=1000, help="system prompt tokens")
+    parser.add_argument("--user", type=int, default=24, help="tokens per user message")
+    parser.add_argument("--output", type=int, default=16, help="tokens per answer")
+    parser.add_argument("--think", type=float, default=0.5, help="seconds between turns")
+    parser.add_argument("--max-num-seqs", type=int, default=16)
+    parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
+    args = parser.parse_args()
+
+    from bench.peers import machine_line, record
+    from engine.model_config import ModelConfig
+
+    workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
+    model_path = args.model
+    if model_path is None:
+        from engine.tooling.demo.checkpoint import make_checkpoint
+
+        model_path = str(make_checkpoint(workdir / f"llama-{args.size}", size=args.size))
+    vocab = ModelConfig.from_pretrained(model_path).vocab_size
+    machine = machine_line()
+    print(machine)
+    seqs = args.max_num_seqs
+    whole = seqs * args.replicas
+    single = run(workdir, model_path, args, vocab, replicas=1, routing=False, max_num_seqs=whole)
+    shared = run(
+        workdir, model_path, args, vocab, replicas=args.replicas, routing=False, max_num_seqs=seqs
+    )
+    routed = run(
+        workdir, model_path, args, vocab, replicas=args.replicas, routing=True, max_num_seqs=seqs
+    )
+    lines = report(single, shared, routed, args.replicas)
+    print("\n".join(lines))
+    if args.record:
+        command = "python bench/prefix_routing.py " + " ".join(sys.argv[1:])
+        record(
+            "Cache-aware routing across replicas (issue 26, part 3)",
+            command.strip(),
+            machine,
+            lines,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The Redis contract of cache-aware routing, shared by engines and the API's router.
+
+Each engine publishes the block hashes of its prefix cache (a Redis set, Keys.prefix_index)
+and reads, beside the model's shared request stream, a direct stream of its own
+(Keys.direct_requests) into which the API puts requests whose prefix it holds. Both streams
+are read through the same consumer group, so claims, acknowledgements and the started hash
+work as for the shared stream; an entry id from the direct stream is tagged (``direct_entry``)
+wherever the service keeps entry ids, so each is acknowledged on its own stream.
+
+Crash safety: the API adds to a direct stream only while the engine's status key exists
+(ROUTE_SCRIPT, atomic in Redis), and whoever takes over from a dead or departing engine moves
+every entry left in its direct stream to the shared stream (MOVE_SCRIPT, atomic as well). So
+no routed request can be stranded in the stream of an engine that is gone.
+
+Torch-free: API processes import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Block hashes are sha256 digests; the index keeps their first 16 bytes (a collision would
+# only misroute a request, never share a block: the engine checks its full hashes).
+PREFIX_INDEX_BYTES = 16
+
+_DIRECT_TAG = "direct/"
+
+
+def index_member(block_hash: bytes) -> bytes:
+    return block_hash[:PREFIX_INDEX_BYTES]
+
+
+def direct_entry(entry_id: str) -> str:
+    """How the service names an entry of its direct stream (the started hash, acks)."""
+    return _DIRECT_TAG + entry_id
+
+
+def split_entries(entry_ids: Iterable[str | bytes]) -> tuple[list[str], list[str]]:
+    """(shared stream ids, direct stream ids untagged) of a mixed list of entry ids."""
+    shared, direct = [], []
+    for raw in entry_ids:
+        entry_id = raw.decode() if isinstance(raw, bytes) else raw
+        if entry_id.startswith(_DIRECT_TAG):
+            direct.append(entry_id[len(_DIRECT_TAG) :])
+        else:
+            shared.append(entry_id)
+    return shared, direct
+
+
+# KEYS: the engine's status key, its direct stream, the shared stream; ARGV: field, message.
+# Returns 1 when the entry went to the direct stream, 0 when the engine was gone (shared).
+ROUTE_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[2])
+  return 1
+end
+redis.call('XADD', KEYS[3], '*', ARGV[1], ARGV[2])
+return 0
+"""
+
+# KEYS: a direct stream, the shared stream; ARGV: "all" or "undelivered", the group's name.
+# Appends entries of the direct stream to the shared stream, in order, and deletes them there;
+# returns how many moved. "all" (a dead engine's stream: what it had started was failed and
+# deleted first) moves every entry and deletes the stream, its group with it; "undelivered"
+# (a draining engine's own) only those no read has delivered yet, leaving the ones it runs.
+MOVE_SCRIPT = """
+local after = '-'
+if ARGV[1] == 'undelivered' then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local fields = {}
+    for i = 1, #group, 2 do fields[group[i]] = group[i + 1] end
+    if fields['name'] == ARGV[2] then after = '(' .. fields['last-delivered-id'] end
+  end
+end
+local entries = redis.call('XRANGE', KEYS[1], after, '+')
+for _, entry in ipairs(entries) do
+  redis.call('XADD', KEYS[2], '*', unpack(entry[2]))
+  redis.call('XDEL', KEYS[1], entry[1])
+end
+if ARGV[1] == 'all' then redis.call('DEL', KEYS[1]) end
+return #entries
+"""
