@@ -1,8 +1,8 @@
 """Interactive time to first token while a 1,000-line batch runs (issue 17, acceptance 3).
 
 Starts a private Redis, a migrated SQLite database with a tenant and key, one engine process
-(CPU, a tiny random-weight llama, ``--scheduling-policy priority``), Daphne and the Batch API's
-Celery worker. Sends N streaming chat requests one after another with the official openai SDK
+(CPU, a tiny random-weight llama, ``--policy``: fair by default, where batch lines are a class
+below interactive requests), Daphne and the Batch API's Celery worker. Sends N streaming chat requests one after another with the official openai SDK
 and takes their TTFT p50 with nothing else running ("idle"); then uploads a 1,000-line JSONL
 file, creates a batch, waits until its lines are running, and sends the same N requests while
 it runs; once the batch has ended, N more idle (the spread of the two idle figures is the
@@ -10,6 +10,7 @@ machine's own noise). Prints JSON, and last the ratio loaded p50 / idle p50 (acc
 most 1.5).
 
     .venv/bin/python bench/batch_interference.py --requests 40 --batch-lines 1000
+    .venv/bin/python bench/batch_interference.py --batch-lines 4000 --batch-max-tokens 32
 """
 
 from __future__ import annotations
@@ -81,7 +82,20 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8, help="of each interactive request")
     parser.add_argument("--batch-lines", type=int, default=1000)
     parser.add_argument("--batch-max-tokens", type=int, default=16)
-    parser.add_argument("--in-flight", type=int, default=4, help="BATCH_MAX_IN_FLIGHT")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=256,
+        help="BATCH_MAX_IN_FLIGHT (default 256, the platform's: enough to fill the engine's "
+        "batch; the engine alone keeps interactive requests first)",
+    )
+    parser.add_argument(
+        "--policy",
+        default="fair",
+        choices=("fair", "priority", "fcfs"),
+        help="the engine's --scheduling-policy (default fair, what the platform runs: batch "
+        "lines are a class below interactive requests)",
+    )
     parser.add_argument(
         "--cancel-after-measuring",
         action="store_true",
@@ -101,7 +115,7 @@ def main() -> None:
         work,
         checkpoint,
         env={"BATCH_MAX_IN_FLIGHT": str(args.in_flight)},
-        engine_options={"scheduling_policy": "priority"},
+        engine_options={"scheduling_policy": args.policy},
         extra_children={"batches": celery_batch_worker_command(loglevel="WARNING")},
     ) as served:
         base_url, key = served.base_url, served.key
@@ -138,6 +152,7 @@ def main() -> None:
             "batch_lines": args.batch_lines,
             "batch_max_tokens": args.batch_max_tokens,
             "batch_max_in_flight": args.in_flight,
+            "scheduling_policy": args.policy,
             "idle_ttft_p50_s": round(idle_p50, 4),
             "idle_ttft_p90_s": round(sorted(idle)[int(0.9 * len(idle))], 4),
             "idle_after_ttft_p50_s": round(statistics.median(idle_after), 4),

@@ -66,9 +66,18 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--fair-step-tokens",
         type=int,
         default=512,
-        help="under the fair policy, the prompt tokens a step computes while two tenants or "
-        "more share the engine, so a short request is not stuck behind a flood's long prompt "
-        "chunks (0: no cap; one tenant alone always gets --max-num-batched-tokens)",
+        help="under the fair policy, the prompt tokens a step computes when its prompt work "
+        "comes from two tenants (or service classes) or more, so a short request is not stuck "
+        "behind a flood's long prompt chunks (0: no cap; one tenant's prompts alone always get "
+        "--max-num-batched-tokens)",
+    )
+    parser.add_argument(
+        "--batch-step-seqs",
+        type=int,
+        default=8,
+        help="under the fair policy, the batch-class requests (Batch API lines) a step computes "
+        "while interactive requests keep arriving, so their steps stay short (0: no cap; with "
+        "no interactive request in the last 10 s, batch lines use the whole batch)",
     )
 
 
@@ -88,6 +97,7 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str) -> Engine
         enable_prefix_caching=not args.no_prefix_caching,
         scheduling_policy=args.scheduling_policy,
         fair_step_tokens=args.fair_step_tokens,
+        batch_step_seqs=args.batch_step_seqs,
         quantization=args.quantization,
         cpu_kv_cache_bytes=None if gib is None else int(gib * 2**30),
         cpu_threads=args.cpu_threads,

@@ -50,12 +50,16 @@ class EngineConfig:
     # engine/models/quantize.py).
     quantization: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    # Under the fair policy, the prompt tokens a step computes when its prompt work comes from
+    # two tenants or classes (engine/core/fair_share.py, "Shared steps"); 0: no cap.
+    fair_step_tokens: int = 512
+    # Under the fair policy, the batch-class requests a step computes while interactive ones
+    # arrive (fair_share.py, "Batch beside interactive"); 0: no cap. Alone, batch work uses
+    # the whole batch.
+    batch_step_seqs: int = 8
     # Draft-free speculative decoding (engine/spec_decode/): a step verifies at most
     # num_speculative_tokens drafts, fewer as more sequences decode (one row each, at most
     # num_speculative_tokens + 1 rows), none with over speculative_max_num_seqs running.
-    # Under the fair policy, the prompt tokens a step computes while two tenants or more
-    # share the engine (engine/core/fair_share.py, "Shared steps"); 0: no cap.
-    fair_step_tokens: int = 512
     enable_speculative_decoding: bool = True
     num_speculative_tokens: int = 7
     speculative_max_num_seqs: int = 8
@@ -104,6 +108,8 @@ class EngineConfig:
             )
         if not isinstance(self.fair_step_tokens, int) or self.fair_step_tokens < 0:
             raise ValueError(f"fair_step_tokens must be >= 0, got {self.fair_step_tokens!r}")
+        if not isinstance(self.batch_step_seqs, int) or self.batch_step_seqs < 0:
+            raise ValueError(f"batch_step_seqs must be >= 0, got {self.batch_step_seqs!r}")
         _positive_int("num_speculative_tokens", self.num_speculative_tokens)
         _positive_int("speculative_max_num_seqs", self.speculative_max_num_seqs)
         if self.attention_backend not in ("auto", "torch", "triton"):

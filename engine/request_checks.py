@@ -15,7 +15,9 @@ def check_prompt(
         raise ValueError("params must be a SamplingParams")
     if not prompt:
         raise ValueError("the prompt is empty: at least one token is needed")
-    if not all(type(t) is int for t in prompt) or min(prompt) < 0 or max(prompt) >= vocab_size:
+    # set(map(type, ...)) runs in C: a Python-level loop over a long prompt cost as much as
+    # hashing it.
+    if set(map(type, prompt)) != {int} or min(prompt) < 0 or max(prompt) >= vocab_size:
         raise ValueError(f"prompt token ids must be integers in [0, {vocab_size})")
     if len(prompt) >= max_model_len:
         raise ValueError(

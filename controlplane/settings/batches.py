@@ -41,11 +41,13 @@ STORAGES = {
 FILES_MAX_UPLOAD_BYTES = env.int("FILES_MAX_UPLOAD_BYTES", 200 * 1024 * 1024)
 # Lines one batch may hold (OpenAI: 50,000).
 BATCH_MAX_LINES = env.int("BATCH_MAX_LINES", 50_000)
-# Lines of one batch worker in flight at once: the bound that keeps interactive latency.
-# 4, not 8: on a 2-core CPU host, 8 batch lines in flight raised interactive TTFT p50 1.54x
-# (median of 3), 4 lines 1.21x, for a batch 30% slower (bench/batch_interference.py,
-# docs/benchmarks.md). Raise it on hosts with room to spare.
-BATCH_MAX_IN_FLIGHT = env.int("BATCH_MAX_IN_FLIGHT", 4)
+# Lines of one batch worker in flight at once: enough to fill an engine's batch, so a batch
+# alone runs at the engine's full speed. Interactive latency is the engines' fair policy's
+# to keep (batch class after interactive, and few batch lines per step while interactive
+# requests arrive): 256 in flight left interactive TTFT p50 at 1.05x idle on a 2-core host,
+# with the batch twice as fast as with 4 (bench/batch_interference.py, docs/benchmarks.md).
+# The sum over batch workers should stay under ENGINE_MAX_WAITING, past which requests get 503.
+BATCH_MAX_IN_FLIGHT = env.int("BATCH_MAX_IN_FLIGHT", 256)
 # The engine priority of batch lines (lower runs first; interactive requests send 0), which
 # engines started with --scheduling-policy priority honour.
 BATCH_ENGINE_PRIORITY = env.int("BATCH_ENGINE_PRIORITY", 100)

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from engine.core.block_hash import update_block_hashes
-from engine.core.fair_share import FairQueue, StepPrefill, VirtualTokenCounter
+from engine.core.fair_share import FairQueue, StepLimits, VirtualTokenCounter
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.output_tokens import append_output_tokens
 from engine.core.request_queue import lowest_ranked, make_queue
@@ -75,7 +75,7 @@ class Scheduler:
         self.lora = lora  # None when the model cannot serve adapters
         self._lora_holders: set[str] = set()  # ids of requests holding their adapter
         self.speculator = speculator  # None: speculative decoding is off
-        self._prefill = StepPrefill()  # this step's prompt-token cap, set by schedule()
+        self._limits = StepLimits()  # what this step may still compute, set by schedule()
 
     # -- admission and removal -------------------------------------------------------------
 
@@ -145,7 +145,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        self._prefill = StepPrefill.for_step(self.fair, self.config, self.requests.values())
+        self._limits = StepLimits.for_step(self.fair, self.waiting, self.running, self.config)
         # A full batch makes room for a waiting tenant under its share (fair policy only).
         num_yielded = self._yield_to_waiting(out) if self.fair is not None else 0
 
@@ -179,11 +179,11 @@ class Scheduler:
                 break
             if request.status != RequestStatus.RUNNING or request.request_id in num_tokens:
                 continue  # preempted meanwhile, or re-admitted already this step
-            num_new = self._prefill.take(
-                min(request.num_tokens - request.num_computed_tokens, budget)
+            num_new = self._limits.take(
+                request, min(request.num_tokens - request.num_computed_tokens, budget)
             )
             if num_new <= 0:
-                continue  # a prompt chunk, and the step's prompt tokens are spent
+                continue  # the step's prompt tokens, or its share of batch lines, are spent
             if request.spec is not None:  # draft tokens to verify with this decode
                 num_new += self.speculator.propose(request, budget - num_new, self.kv_cache)
             budget += self._make_room(request, num_new, out)
@@ -214,7 +214,7 @@ class Scheduler:
                 if not self.config.enable_chunked_prefill:
                     break  # whole prompts only: wait for a step with enough budget
                 num_new = budget
-            num_new = self._prefill.take(num_new)
+            num_new = self._limits.take(request, num_new)  # 0: no more batch lines this step
             if num_new <= 0 or self.kv_cache.allocate_slots(request, num_new, hits) is None:
                 break
             self.waiting.pop()

@@ -10,6 +10,7 @@ import signal
 
 from engine.pooling.runner import PoolingRunner, default_model_path
 from engine.pooling.service import PoolingService
+from engine.startup_heap import freeze_startup_heap
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     runner = PoolingRunner(args.model_path or default_model_path(), device=args.device)
     service = PoolingService(runner, model_name=args.model_name, redis_url=args.redis_url)
+    freeze_startup_heap()
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     signal.signal(signal.SIGINT, lambda *_: service.stop())
     service.run()

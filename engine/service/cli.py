@@ -51,6 +51,7 @@ def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
     """Load the engine and run the service in the foreground; returns an exit code."""
     from engine.llm_engine import LLMEngine
     from engine.service.loop import EngineService
+    from engine.startup_heap import freeze_startup_heap
 
     try:
         settings = ServiceSettings.from_args(args, model_name)
@@ -59,5 +60,7 @@ def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     logger.info("loading %s for %r", model_path, model_name)
-    EngineService(LLMEngine(config), settings).run()
+    service = EngineService(LLMEngine(config), settings)
+    freeze_startup_heap()  # the model is loaded: full collections skip what it holds
+    service.run()
     return 0

@@ -142,6 +142,8 @@ def test_seeded_sampling_is_reproducible_alone_or_batched(tiny_engine_path):
         ([1] * 500, SamplingParams(max_tokens=100), "exceeds max_model_len"),
         ([1, 5000], GREEDY, "token ids must be integers in"),
         ([1, -1], GREEDY, "token ids must be integers in"),
+        ([1, 2.0], GREEDY, "token ids must be integers in"),
+        ([1, True], GREEDY, "token ids must be integers in"),
     ],
 )
 def test_bad_input_is_rejected_and_the_engine_keeps_serving(

@@ -171,10 +171,16 @@ def key_for(make_tenant, make_key):
     return sync_to_async(make)
 
 
+# What an in-process exchange may take: channels' 1 s default was missed under CI's load (the
+# first connect of a worker process imports and opens what the consumer needs). The tests
+# that bound a time (revocation within the recheck interval) keep their own.
+WAIT_S = 30
+
+
 async def _connect(secret: str) -> WebsocketCommunicator:
     headers = [(b"authorization", f"Bearer {secret}".encode())]
     communicator = WebsocketCommunicator(GenerationConsumer.as_asgi(), "/v1/ws", headers=headers)
-    connected, _ = await communicator.connect()
+    connected, _ = await communicator.connect(timeout=WAIT_S)
     assert connected
     return communicator
 
@@ -183,13 +189,15 @@ async def _connect(secret: str) -> WebsocketCommunicator:
 async def test_each_message_needs_the_scope_it_needs_over_http(key_for):
     _, secret = await key_for(["websocket", "models"])
     ws = await _connect(secret)
-    assert (await ws.receive_json_from())["type"] == "auth.ok"
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
     await ws.send_json_to({"type": "chat.completions", "id": "a", "body": CHAT})
-    refused = await ws.receive_json_from()
+    refused = await ws.receive_json_from(timeout=WAIT_S)
     assert (refused["id"], refused["status"]) == ("a", 403)
     assert refused["error"]["code"] == "insufficient_scope"
     await ws.send_json_to({"type": "models"})
-    assert (await ws.receive_json_from())["type"] == "models"  # the socket stays usable
+    assert (await ws.receive_json_from(timeout=WAIT_S))[
+        "type"
+    ] == "models"  # the socket stays usable
     await ws.disconnect()
 
 
@@ -197,12 +205,14 @@ async def test_each_message_needs_the_scope_it_needs_over_http(key_for):
 async def test_a_chat_key_chats_over_the_socket(key_for):
     _, secret = await key_for(["websocket", "chat.completions"])
     ws = await _connect(secret)
-    assert (await ws.receive_json_from())["type"] == "auth.ok"
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
     await ws.send_json_to({"type": "chat.completions", "id": "a", "body": CHAT})
-    past_the_scope = await ws.receive_json_from()  # refused only for the unknown model
+    past_the_scope = await ws.receive_json_from(
+        timeout=WAIT_S
+    )  # refused only for the unknown model
     assert past_the_scope["error"]["code"] == "model_not_found"
     await ws.send_json_to({"type": "models"})
-    assert (await ws.receive_json_from())["error"]["code"] == "insufficient_scope"
+    assert (await ws.receive_json_from(timeout=WAIT_S))["error"]["code"] == "insufficient_scope"
     await ws.disconnect()
 
 
@@ -210,7 +220,7 @@ async def test_a_chat_key_chats_over_the_socket(key_for):
 async def test_a_scoped_key_needs_the_websocket_scope_to_connect(key_for):
     _, secret = await key_for(["chat.completions"])
     ws = await _connect(secret)
-    refused = await ws.receive_json_from()
+    refused = await ws.receive_json_from(timeout=WAIT_S)
     assert (refused["id"], refused["status"]) == (None, 403)
     assert refused["error"]["code"] == "insufficient_scope"
     await ws.disconnect()
@@ -229,7 +239,7 @@ async def _assert_session_ended(ws: WebsocketCommunicator) -> None:
 async def test_revocation_closes_an_idle_socket_within_the_recheck_interval(key_for):
     key, secret = await key_for([])
     ws = await _connect(secret)
-    assert (await ws.receive_json_from())["type"] == "auth.ok"
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
     await sync_to_async(api_key_revoke)(key=key)
     await _assert_session_ended(ws)
 
@@ -239,7 +249,7 @@ async def test_a_new_generation_checks_the_key_again(key_for, settings):
     settings.WEBSOCKET_AUTH_RECHECK_SECONDS = 600  # only the per-message check can notice
     key, secret = await key_for([])
     ws = await _connect(secret)
-    assert (await ws.receive_json_from())["type"] == "auth.ok"
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
     await sync_to_async(api_key_revoke)(key=key)  # this process's cache is dropped at once
     await ws.send_json_to({"type": "chat.completions", "id": "a", "body": CHAT})
     await _assert_session_ended(ws)

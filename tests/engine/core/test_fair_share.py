@@ -213,9 +213,7 @@ def test_a_new_tenants_prompt_goes_before_the_prefills_of_an_over_share_tenant()
     assert out.total_num_scheduled_tokens == 64  # the flood's chunks take the rest
 
 
-def test_while_tenants_share_the_engine_a_step_computes_a_capped_share_of_prompt_tokens(
-    monkeypatch,
-):
+def test_a_step_with_prompt_work_of_two_tenants_computes_a_capped_share_of_prompt_tokens():
     sched = fair_scheduler(max_num_batched_tokens=256, fair_step_tokens=64)
     for _ in range(8):
         sched.add_request(request("flood", num_prompt=200))
@@ -230,16 +228,28 @@ def test_while_tenants_share_the_engine_a_step_computes_a_capped_share_of_prompt
     assert out.num_scheduled_tokens[late.request_id] == 8 and late.num_output_tokens == 1
     assert prompt_tokens(out) == 64 and out.total_num_scheduled_tokens == 65
     out, _ = step(sched)
-    # late decodes (a decode is never cut) beside 64 prompt tokens of the flood.
-    assert out.num_scheduled_tokens[late.request_id] == 1 and prompt_tokens(out) == 64
+    # late only decodes now (a decode is never cut): the flood's prompt chunks are the step's
+    # only prompt work and take the whole budget again.
+    assert out.num_scheduled_tokens[late.request_id] == 1
+    assert out.total_num_scheduled_tokens == 256 and prompt_tokens(out) > 64
 
-    while late.status != RequestStatus.FINISHED_LENGTH:
-        step(sched)
+    # A waiting request of a second tenant is enough: its lane shares the next step.
+    sched.add_request(request("other", num_prompt=8))
     out, _ = step(sched)
-    assert prompt_tokens(out) == 64  # late came by lately: steps are still shared
-    monkeypatch.setattr("engine.core.fair_share.CONTENTION_WINDOW_S", 0.0)
+    assert prompt_tokens(out) <= 64
+
+
+def test_the_same_tenants_batch_lines_share_steps_with_its_interactive_prompt():
+    """Lanes are (class, tenant): a batch's prompt chunks do not fill the step that carries an
+    interactive request of the same tenant."""
+    sched = fair_scheduler(max_num_batched_tokens=256, fair_step_tokens=64)
+    for _ in range(8):
+        sched.add_request(request("acme", num_prompt=200, service_class=1))
+    step(sched)
+    chat = request("acme", num_prompt=8)
+    sched.add_request(chat)
     out, _ = step(sched)
-    assert prompt_tokens(out) > 200  # the flood alone again: the whole budget
+    assert out.num_scheduled_tokens[chat.request_id] == 8 and prompt_tokens(out) == 64
 
 
 def prompt_tokens(out) -> int:
@@ -250,3 +260,29 @@ def prompt_tokens(out) -> int:
 def test_fair_step_tokens_is_checked():
     with pytest.raises(ValueError, match="fair_step_tokens must be >= 0"):
         EngineConfig(model="unused", fair_step_tokens=-1)
+
+
+def test_while_interactive_requests_arrive_a_step_computes_few_batch_lines(monkeypatch):
+    sched = fair_scheduler(max_num_seqs=32, batch_step_seqs=4)
+    lines = [request("acme", service_class=1, max_tokens=50) for _ in range(16)]
+    for line in lines:
+        sched.add_request(line)
+    out, _ = step(sched)
+    assert len(out.new_requests) == 16  # batch work alone: the whole batch
+
+    chat = request("acme", max_tokens=4)
+    sched.add_request(chat)
+    out, _ = step(sched)
+    batch_scheduled = [r for r in lines if r.request_id in out.num_scheduled_tokens]
+    assert chat.request_id in out.num_scheduled_tokens and len(batch_scheduled) == 4
+    # The lines left out keep their place and their KV: none was preempted.
+    assert all(r.status == RequestStatus.RUNNING for r in lines) and not out.preempted_requests
+
+    monkeypatch.setattr("engine.core.fair_share.INTERACTIVE_WINDOW_S", 0.0)
+    out, _ = step(sched)  # no interactive arrival lately: batch lines fill the step again
+    assert sum(r.request_id in out.num_scheduled_tokens for r in lines) == 16
+
+
+def test_batch_step_seqs_is_checked():
+    with pytest.raises(ValueError, match="batch_step_seqs must be >= 0"):
+        EngineConfig(model="unused", batch_step_seqs=-1)

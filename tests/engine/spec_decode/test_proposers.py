@@ -96,3 +96,23 @@ def test_suffix_cache_memory_is_bounded_per_scope_and_in_total():
     assert cache.num_total_tokens <= 250
     assert cache.propose("a", [4000, 4001], 2, 32) == (0, [])  # least recently used: evicted
     assert cache.propose("d", [5, 6], 2, 32)[1] == [7, 8]
+
+
+def test_a_full_scope_adds_each_output_token_once(monkeypatch):
+    """Past its bound, a scope drops old outputs without rebuilding from the rest: that rebuild
+    at every finished request made a busy tenant's flood several times slower."""
+    extended = []
+    original = SuffixAutomaton._extend
+    monkeypatch.setattr(
+        SuffixAutomaton,
+        "_extend",
+        lambda self, token: extended.append(token) or original(self, token),
+    )
+    cache = SuffixCache(max_tokens_per_scope=1000)
+    outputs = [[10_000 * i + j for j in range(16)] for i in range(500)]  # 8x the bound
+    for output in outputs:
+        cache.add("busy", output)
+        cache.propose("busy", output[:4], 4, 32)
+    assert len(extended) == sum(len(o) + 1 for o in outputs)  # each token and one separator
+    assert cache.num_total_tokens <= 1000
+    assert cache.propose("busy", outputs[-1][:4], 3, 32) == (4, outputs[-1][4:7])
