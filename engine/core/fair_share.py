@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 # Service classes, best first; the index is the class rank the scheduler compares.
 SERVICE_CLASSES = ("interactive", "batch")
+INTERACTIVE = SERVICE_CLASSES.index("interactive")
+INF = float("inf")  # a step limit that never binds
 # How recently an interactive request must have arrived for batch lines to leave it short
 # steps (users send a message every few seconds).
 INTERACTIVE_WINDOW_S = 10.0
@@ -60,10 +62,6 @@ INTERACTIVE_WINDOW_S = 10.0
 # counters cross do not swap places every step.
 PREEMPT_MARGIN_TOKENS = 2048.0
 RETURN_EDGE_TOKENS = 1.0
-
-
-INTERACTIVE = SERVICE_CLASSES.index("interactive")
-INF = float("inf")
 
 
 def service_class_rank(name: str) -> int:
