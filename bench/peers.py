@@ -161,6 +161,12 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0.99: p99)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
 def peak_rss_mib(pid: int) -> float | None:
     """VmHWM of a live process, in MiB."""
     try:

@@ -16,6 +16,13 @@ from engine import protocol
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
+class NoText:
+    """A tokenizer stand-in for EngineClient.generate when a test compares token ids only."""
+
+    def decode(self, ids, *, skip_special_tokens=True):
+        return "x" * len(ids)
+
+
 class EngineProcess:
     """``python -m engine`` in a subprocess, logging to a file; ``wait_live`` until its status."""
 

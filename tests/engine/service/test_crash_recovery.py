@@ -16,7 +16,7 @@ from inference.transport.engine_client import (
     EngineRequest,
     SamplingOptions,
 )
-from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
+from tests.engine.service.support import EngineProcess, NoText, offline_greedy, wait_for
 
 MODEL = "crashy"
 MAX_TOKENS = 100
@@ -84,7 +84,7 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
                     sampling=sampling,
                     request_id=f"req{i}",
                 ),
-                _NoText(),
+                NoText(),
             ):
                 tokens += chunk.token_ids
         except EngineError as exc:
@@ -139,10 +139,3 @@ async def test_sigkill_started_fail_clearly_unstarted_complete_elsewhere(
     # SIGTERM drains the survivor: it exits cleanly and withdraws its status.
     assert survivor.stop() == 0, survivor.log_tail()
     assert not r.exists(survivor.status_key)
-
-
-class _NoText:
-    """Token ids only: this test compares tokens, so no tokenizer work is needed."""
-
-    def decode(self, ids, *, skip_special_tokens=True):
-        return "x" * len(ids)

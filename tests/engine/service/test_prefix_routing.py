@@ -19,16 +19,11 @@ import redis
 from engine.protocol import Keys
 from inference.transport.engine_client import EngineClient, EngineRequest, SamplingOptions
 from inference.transport.prefix_router import Route
-from tests.engine.service.support import EngineProcess, offline_greedy, wait_for
+from tests.engine.service.support import EngineProcess, NoText, offline_greedy, wait_for
 
 MODEL = "routed"
 SYSTEM = [5 + (7 * i) % 1000 for i in range(320)]  # 20 blocks of 16 tokens
 GREEDY = SamplingOptions(temperature=0.0, max_tokens=6, ignore_eos=True)
-
-
-class _NoText:
-    def decode(self, ids, *, skip_special_tokens=True):
-        return "x" * len(ids)
 
 
 @pytest.fixture
@@ -74,7 +69,7 @@ async def generate(client: EngineClient, prompt: list[int], *, salt: str) -> lis
         model=MODEL, prompt_token_ids=prompt, sampling=GREEDY, cache_salt=salt
     )
     tokens: list[int] = []
-    async for chunk in client.generate(request, _NoText()):
+    async for chunk in client.generate(request, NoText()):
         tokens += chunk.token_ids
     return tokens
 
@@ -123,27 +118,32 @@ async def test_a_conversations_turns_land_on_the_replica_holding_its_prefix(
     assert b_route == Route("", reason="no replica holds its prefix")
 
 
+async def route_to_frozen(engine: EngineProcess, client, monkeypatch, prompts) -> tuple:
+    """Freeze ``engine`` (SIGSTOP), have the router pick it for ``prompts`` as it would for a
+    cached prefix, and return (their tasks, its direct stream) once all wait there unread."""
+    engine.process.send_signal(signal.SIGSTOP)
+
+    async def to_frozen(message, engines):
+        return Route(engine.engine_id, 320, "holds its prefix")
+
+    monkeypatch.setattr(client.router, "choose", to_frozen)
+    tasks = [asyncio.create_task(generate(client, p, salt="tenant-a")) for p in prompts]
+    direct = Keys(engine.prefix).direct_requests(MODEL, engine.engine_id)
+    await asyncio.to_thread(
+        wait_for,
+        lambda: engine.redis.xlen(direct) == len(prompts),
+        10,
+        f"{len(prompts)} requests in {engine.engine_id}'s direct stream",
+    )
+    return tasks, direct
+
+
 async def test_requests_routed_to_an_engine_that_dies_complete_elsewhere(
     engines, client, tiny_llama, monkeypatch
 ):
     victim, survivor = engines("victim", "survivor")
-    # The victim is frozen, so what is routed to it stays unread in its direct stream; the
-    # router is told to pick it, as it would for a cached prefix.
-    victim.process.send_signal(signal.SIGSTOP)
-
-    async def to_victim(message, engines):
-        return Route("victim", 320, "holds its prefix")
-
-    monkeypatch.setattr(client.router, "choose", to_victim)
     prompts = [[*SYSTEM, 11 + i] for i in range(3)]
-    tasks = [asyncio.create_task(generate(client, p, salt="tenant-a")) for p in prompts]
-    keys = Keys(victim.prefix)
-    await asyncio.to_thread(
-        wait_for,
-        lambda: victim.redis.xlen(keys.direct_requests(MODEL, "victim")) == 3,
-        10,
-        "three requests in the victim's direct stream",
-    )
+    tasks, direct = await route_to_frozen(victim, client, monkeypatch, prompts)
     victim.process.send_signal(signal.SIGKILL)
     victim.process.wait()
 
@@ -151,7 +151,7 @@ async def test_requests_routed_to_an_engine_that_dies_complete_elsewhere(
 
     expected = await asyncio.to_thread(offline_greedy, tiny_llama, prompts, [6] * 3)
     assert results == expected
-    assert not victim.redis.exists(keys.direct_requests(MODEL, "victim"))
+    assert not victim.redis.exists(direct)
     assert survivor.process.poll() is None
 
 
@@ -159,19 +159,8 @@ async def test_requests_routed_to_a_draining_engine_complete_elsewhere(
     engines, client, tiny_llama, monkeypatch
 ):
     draining, other = engines("draining", "other")
-    draining.process.send_signal(signal.SIGSTOP)
-
-    async def to_draining(message, engines):
-        return Route("draining", 320, "holds its prefix")
-
-    monkeypatch.setattr(client.router, "choose", to_draining)
     prompts = [[*SYSTEM, 40 + i] for i in range(2)]
-    tasks = [asyncio.create_task(generate(client, p, salt="tenant-a")) for p in prompts]
-    keys = Keys(draining.prefix)
-    direct = keys.direct_requests(MODEL, "draining")
-    await asyncio.to_thread(
-        wait_for, lambda: draining.redis.xlen(direct) == 2, 10, "two routed requests"
-    )
+    tasks, direct = await route_to_frozen(draining, client, monkeypatch, prompts)
     # SIGTERM is handled once it runs again: it drains (it may read the two first and hand
     # them back, or leave them to be moved); either way another engine answers them.
     draining.process.send_signal(signal.SIGTERM)
