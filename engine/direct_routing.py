@@ -47,16 +47,84 @@ def split_entries(entry_ids: Iterable[str | bytes]) -> tuple[list[str], list[str
     return shared, direct
 
 
-# KEYS: the engine's status key, its direct stream, the shared stream; ARGV: field, message.
-# Returns 1 when the entry went to the direct stream, 0 when the engine was gone (shared).
-ROUTE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('XADD', KEYS[2], '*', ARGV[1], ARGV[2])
-  return 1
+# Adds a request to an engine's direct stream only while the engine's status key exists, else
+# to the shared stream; 1 when it went to the engine. Both routing scripts end with it.
+_ADD_WHILE_LIVE = """
+local function add_while_live(status, direct, shared, field, payload)
+  if redis.call('EXISTS', status) == 1 then
+    redis.call('XADD', direct, '*', field, payload)
+    return 1
+  end
+  redis.call('XADD', shared, '*', field, payload)
+  return 0
 end
-redis.call('XADD', KEYS[3], '*', ARGV[1], ARGV[2])
-return 0
 """
+
+# A route decided beforehand. KEYS: the engine's status key, its direct stream, the shared
+# stream; ARGV: field, message. Returns 1 when the entry went to the direct stream, 0 when the
+# engine was gone (shared).
+ROUTE_SCRIPT = (
+    _ADD_WHILE_LIVE
+    + """
+return add_while_live(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+"""
+)
+
+# Outcomes of CHOOSE_AND_ROUTE_SCRIPT (its reply's third element).
+ROUTED, NO_HOLDER, BACKLOGGED, NOT_CLEARLY_BETTER, HOLDER_GONE = 1, 2, 3, 4, 5
+
+# The router's rule and the add in one round trip (inference/transport/prefix_router.py says
+# the rule). KEYS: the shared stream, then for each candidate engine its prefix index, its
+# status key and its direct stream. ARGV: field, message ("" only decides: nothing is added),
+# prompt tokens, the shared stream's cost, the gain required; then for each candidate its
+# block size, load, room (requests it may still queue before it is backlogged) and which
+# hash list is its (1-based); then the hash lists, each the prompt's index members
+# concatenated (PREFIX_INDEX_BYTES each). A candidate's cached prefix is its index's leading
+# run of the list: a chained hash names its whole prefix, so the first miss ends it.
+# Reply: {candidate (1-based; 0 when none holds a block), its cached tokens, outcome}.
+CHOOSE_AND_ROUTE_SCRIPT = (
+    _ADD_WHILE_LIVE
+    + f"""
+local member = {PREFIX_INDEX_BYTES}
+local n = (#KEYS - 1) / 3
+local prompt, shared_cost, gain = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local best, best_cost, best_cached = 0, 0, 0
+for c = 1, n do
+  local at = 5 + (c - 1) * 4
+  local hashes = ARGV[5 + n * 4 + tonumber(ARGV[at + 4])]
+  local blocks = 0
+  for b = 0, #hashes / member - 1 do
+    local hash = string.sub(hashes, b * member + 1, (b + 1) * member)
+    if redis.call('SISMEMBER', KEYS[1 + (c - 1) * 3 + 1], hash) == 0 then break end
+    blocks = b + 1
+  end
+  if blocks > 0 then
+    local cached = blocks * tonumber(ARGV[at + 1])
+    local cost = (prompt - cached) * tonumber(ARGV[at + 2])
+    if best == 0 or cost < best_cost then best, best_cost, best_cached = c, cost, cached end
+  end
+end
+local outcome = {ROUTED}
+if best == 0 then
+  outcome = {NO_HOLDER}
+elseif tonumber(ARGV[5 + (best - 1) * 4 + 3]) <= 0 then
+  outcome = {BACKLOGGED}
+elseif best_cost > gain * shared_cost then
+  outcome = {NOT_CLEARLY_BETTER}
+end
+if ARGV[2] ~= '' then
+  if outcome == {ROUTED} then
+    local k = 1 + (best - 1) * 3
+    if add_while_live(KEYS[k + 2], KEYS[k + 3], KEYS[1], ARGV[1], ARGV[2]) == 0 then
+      outcome = {HOLDER_GONE}
+    end
+  else
+    redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])
+  end
+end
+return {{best, best_cached, outcome}}
+"""
+)
 
 # KEYS: a direct stream, the shared stream; ARGV: "all" or "undelivered", the group's name.
 # Appends entries of the direct stream to the shared stream, in order, and deletes them there;

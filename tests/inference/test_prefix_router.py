@@ -151,24 +151,62 @@ async def test_a_burst_spreads_once_the_holder_fills_up(redis, keys):
     engines = [status("e1"), status("e2")]
     for model_key in (keys.status(MODEL, "e1"), keys.status(MODEL, "e2")):
         await redis.set(model_key, b"{}")
-    routed = []
-    for _ in range(12):
-        route = await router.choose(message([*SYSTEM, 1]), engines)
-        routed.append(await router.submit(MODEL, message([*SYSTEM, 1]), route))
-    assert routed[:8] == [True] * 8
-    assert False in routed
+    routes = [await router.send(MODEL, message([*SYSTEM, 1]), engines) for _ in range(12)]
+    routed = [route.engine_id == "e2" for route in routes]
+    assert routed == [True] * 8 + [False] * 4  # 8: its batch
+    assert routes[8] == Route("", len(SYSTEM), "e2 is backlogged")
     assert await redis.xlen(keys.direct_requests(MODEL, "e2")) == routed.count(True)
+    assert await redis.xlen(keys.requests(MODEL)) == routed.count(False)
 
 
 async def test_a_route_to_an_engine_whose_status_expired_lands_in_the_shared_stream(redis, keys):
+    # The router decides from status records up to a quarter of a second old; the engine's
+    # status key is checked again in the same script that adds the request.
     router = PrefixRouter(redis, keys)
+    await holds(redis, keys, "e1", SYSTEM)
+    engines = [status("e1"), status("e2")]
     request = message(SYSTEM)
     await redis.set(keys.status(MODEL, "e1"), b"{}")
-    assert await router.submit(MODEL, request, Route("e1", 64, "holds its prefix"))
+    assert await router.send(MODEL, request, engines) == Route("e1", 640, "holds its prefix")
     await redis.delete(keys.status(MODEL, "e1"))
-    assert not await router.submit(MODEL, request, Route("e1", 64, "holds its prefix"))
+    assert await router.send(MODEL, request, engines) == Route("", 640, "e1 is gone")
+    assert await router.submit(MODEL, request, Route("e1", 640, "holds its prefix")) is False
 
     shared = await redis.xrange(keys.requests(MODEL))
     direct = await redis.xrange(keys.direct_requests(MODEL, "e1"))
-    assert len(shared) == len(direct) == 1
+    assert len(shared) == 2 and len(direct) == 1
     assert protocol.decode_request(shared[0][1][FIELD]) == request
+
+
+async def test_choosing_adds_nothing_and_sending_is_one_round_trip(redis, keys, monkeypatch):
+    router = PrefixRouter(redis, keys)
+    await holds(redis, keys, "e2", SYSTEM)
+    engines = [status("e1"), status("e2"), status("e3")]
+    await redis.set(keys.status(MODEL, "e2"), b"{}")
+
+    await router.choose(message([*SYSTEM, 1]), engines)
+    assert await redis.xlen(keys.direct_requests(MODEL, "e2")) == 0
+    assert await redis.xlen(keys.requests(MODEL)) == 0
+
+    sent = spy_on_commands(redis, monkeypatch)
+    route = await router.send(MODEL, message([*SYSTEM, 1]), engines)
+    assert [command[0] for command in sent] == ["EVALSHA"]
+    assert route.engine_id == "e2"
+    assert await redis.xlen(keys.direct_requests(MODEL, "e2")) == 1
+
+
+def spy_on_commands(redis, monkeypatch) -> list[tuple]:
+    """The commands ``redis`` sends from now on, each a round trip (pipelines are refused)."""
+    sent: list[tuple] = []
+    execute = redis.execute_command
+
+    async def recorded(*args, **options):
+        sent.append(args)
+        return await execute(*args, **options)
+
+    def no_pipeline(*args, **kwargs):
+        raise AssertionError("a pipeline: more than one command")
+
+    monkeypatch.setattr(redis, "execute_command", recorded)
+    monkeypatch.setattr(redis, "pipeline", no_pipeline)
+    return sent

@@ -123,10 +123,12 @@ async def route_to_frozen(engine: EngineProcess, client, monkeypatch, prompts) -
     cached prefix, and return (their tasks, its direct stream) once all wait there unread."""
     engine.process.send_signal(signal.SIGSTOP)
 
-    async def to_frozen(message, engines):
-        return Route(engine.engine_id, 320, "holds its prefix")
+    async def to_frozen(model, message, engines):
+        route = Route(engine.engine_id, 320, "holds its prefix")
+        assert await client.router.submit(model, message, route)
+        return route
 
-    monkeypatch.setattr(client.router, "choose", to_frozen)
+    monkeypatch.setattr(client.router, "send", to_frozen)
     tasks = [asyncio.create_task(generate(client, p, salt="tenant-a")) for p in prompts]
     direct = Keys(engine.prefix).direct_requests(MODEL, engine.engine_id)
     await asyncio.to_thread(
