@@ -28,8 +28,8 @@ from engine.layers.layernorm import add_rms_norm, rms_norm
 from engine.layers.packed_linear import PackedWeight
 from engine.layers.quantized_linear import QuantizedWeight, linear
 from engine.layers.rotary import RotaryEmbedding
-from engine.models.fused_decode import FusedDecode
 from engine.model_config import ModelConfig
+from engine.models.fused_decode import FusedDecode
 
 # apply(y, x, layer_index, module) -> y, adding LoRA deltas to y in place.
 LoraApply = Callable[[torch.Tensor, torch.Tensor, int, str], torch.Tensor]
