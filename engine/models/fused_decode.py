@@ -1,7 +1,8 @@
 """CPU decode steps in one native call for all decoder layers (kernels/cpu/decode_layers.cpp).
 
-A decode token of a small model on a CPU is ~35 PyTorch calls a layer, and each costs a few
-microseconds of Python and dispatch: about 3 ms of SmolLM2-135M's 14 ms token (30 layers).
+A decode token of a small model on a CPU is 25 to 35 PyTorch calls a layer, each costing a few
+microseconds of Python and dispatch: 1.4 ms of SmolLM2-135M's 5.4 ms int4 forward (30 layers,
+2-core EPYC; docs/benchmarks.md).
 ``FusedDecode`` lays out every layer's weights once, at load, as the flat list the native op
 reads, so a decode-only step is one call for the whole layer stack, whatever the weights'
 form (float32, bfloat16 plain or oneDNN-packed, int8, int4). The op runs the same native
