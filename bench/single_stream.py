@@ -10,7 +10,10 @@ var/bench/smollm2-135m (fp32 safetensors).
     .venv/bin/python bench/single_stream.py --variants int4 --rounds 1   # also: peak RSS
 
 A variant is a dtype (fp32, bf16) and/or a quantization (int8, int4) joined by "+"; a bare
-quantization runs with fp32 activations. ``decode tok/s`` counts the tokens after the first
+quantization runs with fp32 activations. "+unfused" loads that variant with the one-call decode
+step off (``PLATFORM_FUSED_DECODE=0``, engine/models/fused_decode.py), so the two run side by
+side: ``--variants int4,int4+unfused,fp32,fp32+unfused``. ``--no-speculative-decoding`` makes
+every step after the prompt a plain decode (float weights speculate by default). ``decode tok/s`` counts the tokens after the first
 over the time after the first; ``tok/s`` is all N tokens over the whole request (prefill
 included), the figure llama.cpp's single-stream runs are compared with. The last lines are
 the peak RSS of this process (resource.getrusage) and the best variant's median tok/s.
@@ -76,18 +79,34 @@ def parse_variant(spec: str) -> dict:
     return args
 
 
-def build_engine(model: Path, variant: str, max_model_len: int):
+UNFUSED = "unfused"
+
+
+def build_engine(model: Path, variant: str, max_model_len: int, speculative: bool = True):
     from engine.config import EngineConfig
     from engine.llm_engine import LLMEngine
+    from engine.models.fused_decode import ENV_SWITCH
 
+    parts = variant.split("+")
+    options = parse_variant("+".join(p for p in parts if p != UNFUSED) or "fp32")
     config = EngineConfig(
         model=str(model),
         device="cpu",
         max_model_len=max_model_len,
         max_num_seqs=1,
-        **parse_variant(variant),
+        enable_speculative_decoding=speculative,
+        **options,
     )
-    return LLMEngine(config)
+    # The switch is read as the model loads, so engines of both kinds live in one process.
+    previous = os.environ.get(ENV_SWITCH)
+    os.environ[ENV_SWITCH] = "0" if UNFUSED in parts else "1"
+    try:
+        return LLMEngine(config)
+    finally:
+        if previous is None:
+            del os.environ[ENV_SWITCH]
+        else:
+            os.environ[ENV_SWITCH] = previous
 
 
 def one_stream(engine, prompt_ids: list[int], tokens: int, tag: str) -> tuple[float, float]:
@@ -116,6 +135,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--no-speculative-decoding", dest="speculative", action="store_false")
     args = parser.parse_args()
 
     import torch
@@ -126,7 +146,7 @@ def main() -> int:
     engines = {}
     for v in variants:
         start = time.perf_counter()
-        engines[v] = build_engine(model, v, len(prompt_ids) + args.tokens + 16)
+        engines[v] = build_engine(model, v, len(prompt_ids) + args.tokens + 16, args.speculative)
         one_stream(engines[v], prompt_ids, 8, f"warmup-{v}")  # first-call allocations
         print(f"loaded {v} in {time.perf_counter() - start:.1f}s", flush=True)
     results: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
@@ -138,7 +158,8 @@ def main() -> int:
     load = os.getloadavg()
     print(
         f"\n{model.name}, {args.tokens} tokens, {args.rounds} rounds, threads "
-        f"{torch.get_num_threads()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"{torch.get_num_threads()}, speculative decoding {'on' if args.speculative else 'off'}, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     medians = {}
     for v in variants:

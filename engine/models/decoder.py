@@ -8,6 +8,10 @@ LoRA hooks in after each projection: ``forward(..., lora=apply)`` calls
 ``apply(y, x, layer_index, module)`` with the projection's output ``y`` and input ``x``, which
 adds every token's adapter delta to ``y`` in place. Module names follow the fused layout
 (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``; see engine.lora.slots.PACKED_MODULES).
+
+On a CPU, decode-only steps without LoRA run the whole layer loop in one native call
+(engine.models.fused_decode; ``PLATFORM_FUSED_DECODE=0`` or ``fused_decode = None`` turns it
+off); this loop is its reference, and serves every other step.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from engine.layers.packed_linear import PackedWeight
 from engine.layers.quantized_linear import QuantizedWeight, linear
 from engine.layers.rotary import RotaryEmbedding
 from engine.model_config import ModelConfig
+from engine.models.fused_decode import FusedDecode
 
 # apply(y, x, layer_index, module) -> y, adding LoRA deltas to y in place.
 LoraApply = Callable[[torch.Tensor, torch.Tensor, int, str], torch.Tensor]
@@ -95,6 +100,8 @@ class DecoderLM:
             dtype=torch.float32 if dtype == torch.float32 else dtype,
             device=device,
         )
+        # Built last: it lays out the loaded weights and reads the rotary tables.
+        self.fused_decode = FusedDecode.build(self)
 
     def _layer(self, take: _WeightTaker, i: int) -> LayerWeights:
         p = f"model.layers.{i}."
@@ -137,6 +144,11 @@ class DecoderLM:
         ``lora``, when given, adds the batch's adapter deltas after every projection.
         """
         hidden = F.embedding(input_ids, self.embed_tokens)
+        fused = self.fused_decode
+        if lora is None and fused is not None and fused.can_run(hidden, metadata):
+            x, residual = fused(hidden, positions, kv_caches, metadata)
+            x, _ = add_rms_norm(x, residual, self.norm, self.eps)
+            return x
         num_tokens = hidden.shape[0]
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim

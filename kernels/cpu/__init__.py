@@ -9,7 +9,9 @@ PyTorch kernel without bf16 hardware. So:
 - ``layer_ops.cpp``: RMSNorm (with the residual add), rotary embedding and SiLU-and-mul as one
   op each, float32 or bfloat16;
 - ``attention.cpp``: decode attention read straight from the paged KV cache, and the KV write,
-  float32 or bfloat16 (``vec.h`` holds what the two dtypes share).
+  float32 or bfloat16 (``vec.h`` holds what the two dtypes share);
+- ``decode_layers.cpp``: a decode step's decoder layers in one call, running the ops above
+  (declared for C++ callers in ``ops.h``) with no Python between them.
 
 They are registered as ``torch.ops.platform_cpu.*``; each has a PyTorch reference with the same
 arguments (kernels/cpu/reference.py, kernels/reference).
@@ -46,9 +48,10 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCES = [
-    Path(__file__).with_name(n) for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp")
+    Path(__file__).with_name(n)
+    for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp", "decode_layers.cpp")
 ]
-HEADERS = [Path(__file__).with_name("vec.h")]
+HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "ops.h")]
 _unavailable: list[str] = []
 
 

@@ -19,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "ops.h"
 #include "vec.h"
 
 namespace {
@@ -201,6 +202,10 @@ void decode_attention(const at::Tensor& query, const at::Tensor& k_cache, const 
   }
 }
 
+}  // namespace
+
+namespace platform_cpu {
+
 at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_cache,
                                   const at::Tensor& v_cache, const at::Tensor& block_tables,
                                   const at::Tensor& seq_lens, double scale) {
@@ -266,7 +271,7 @@ void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cach
   });
 }
 
-}  // namespace
+}  // namespace platform_cpu
 
 TORCH_LIBRARY_FRAGMENT(platform_cpu, m) {
   m.def("write_kv(Tensor key, Tensor value, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slot_mapping) -> ()");
@@ -275,6 +280,6 @@ TORCH_LIBRARY_FRAGMENT(platform_cpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
-  m.impl("paged_decode_attention", &paged_decode_attention);
-  m.impl("write_kv", &write_kv);
+  m.impl("paged_decode_attention", &platform_cpu::paged_decode_attention);
+  m.impl("write_kv", &platform_cpu::write_kv);
 }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "ops.h"
 #include "vec.h"
 
 namespace {
@@ -70,19 +71,6 @@ void rms_norm_rows(const at::Tensor& x, const at::Tensor& weight, double eps, at
   });
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  check_rows(x, "x");
-  check_same_type(x, weight, "weight");
-  const int64_t T = x.size(0), H = x.size(1);
-  TORCH_CHECK(weight.numel() == H && weight.is_contiguous(), "weight must be ", H, " contiguous values");
-  at::Tensor out = at::empty({T, H}, x.options());
-  if (x.scalar_type() == at::kFloat)
-    rms_norm_rows<float>(x, weight, eps, out);
-  else
-    rms_norm_rows<bf16>(x, weight, eps, out);
-  return out;
-}
-
 template <typename T>
 void add_rms_norm_rows(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
                        at::Tensor& summed, at::Tensor& out) {
@@ -105,25 +93,6 @@ void add_rms_norm_rows(const at::Tensor& x, const at::Tensor& residual, const at
       norm_row(s, wp, H, static_cast<float>(eps), op + t * H);
     }
   });
-}
-
-// (rms_norm(x + residual), x + residual): the sum is the next layer's residual.
-std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
-                                                      const at::Tensor& weight, double eps) {
-  check_rows(x, "x");
-  check_rows(residual, "residual");
-  check_same_type(x, residual, "residual");
-  check_same_type(x, weight, "weight");
-  TORCH_CHECK(x.sizes() == residual.sizes(), "x and residual differ in shape");
-  const int64_t T = x.size(0), H = x.size(1);
-  TORCH_CHECK(weight.numel() == H && weight.is_contiguous(), "weight must be ", H, " contiguous values");
-  at::Tensor summed = at::empty({T, H}, x.options());
-  at::Tensor out = at::empty({T, H}, x.options());
-  if (x.scalar_type() == at::kFloat)
-    add_rms_norm_rows<float>(x, residual, weight, eps, summed, out);
-  else
-    add_rms_norm_rows<bf16>(x, residual, weight, eps, summed, out);
-  return {out, summed};
 }
 
 // One tensor of [T, heads, head_dim] rotated by each token's position into a new contiguous
@@ -166,36 +135,6 @@ at::Tensor rotate(const at::Tensor& x, const int64_t* pos, const T* cos, const T
   return out;
 }
 
-// (query, key) rotated by position (neox / transformers' rotate_half layout). cos and sin are
-// [max_position, head_dim / 2] tables of the query's dtype.
-std::tuple<at::Tensor, at::Tensor> rotary_embedding(const at::Tensor& positions, const at::Tensor& query,
-                                                    const at::Tensor& key, const at::Tensor& cos,
-                                                    const at::Tensor& sin) {
-  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 1 && positions.is_contiguous(),
-              "positions must be a contiguous 1-D int64 tensor");
-  TORCH_CHECK(query.scalar_type() == at::kFloat || query.scalar_type() == at::kBFloat16,
-              "query must be float32 or bfloat16, got ", query.scalar_type());
-  check_same_type(query, key, "key");
-  check_same_type(query, cos, "cos");
-  check_same_type(query, sin, "sin");
-  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.sizes() == sin.sizes() && cos.dim() == 2,
-              "cos and sin must be contiguous [max_position, head_dim / 2] tables");
-  const int64_t T = positions.size(0), half = cos.size(1), max_pos = cos.size(0);
-  TORCH_CHECK(query.size(0) == T && key.size(0) == T, "one position per token");
-  const int64_t* pos = positions.data_ptr<int64_t>();
-  for (int64_t t = 0; t < T; ++t)
-    TORCH_CHECK(pos[t] >= 0 && pos[t] < max_pos, "position ", pos[t], " is outside the table (",
-                max_pos, " positions)");
-  if (query.scalar_type() == at::kFloat) {
-    const float* c = cos.data_ptr<float>();
-    const float* s = sin.data_ptr<float>();
-    return {rotate(query, pos, c, s, half), rotate(key, pos, c, s, half)};
-  }
-  const bf16* c = cos.data_ptr<bf16>();
-  const bf16* s = sin.data_ptr<bf16>();
-  return {rotate(query, pos, c, s, half), rotate(key, pos, c, s, half)};
-}
-
 
 // silu(gate) * up for x = [gate | up] of [T, 2 * I]; silu(gate) is rounded to T before the
 // product, as the reference's two ops do.
@@ -226,6 +165,72 @@ void silu_and_mul_rows(const at::Tensor& x, at::Tensor& out) {
   });
 }
 
+}  // namespace
+
+namespace platform_cpu {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rows(x, "x");
+  check_same_type(x, weight, "weight");
+  const int64_t T = x.size(0), H = x.size(1);
+  TORCH_CHECK(weight.numel() == H && weight.is_contiguous(), "weight must be ", H, " contiguous values");
+  at::Tensor out = at::empty({T, H}, x.options());
+  if (x.scalar_type() == at::kFloat)
+    rms_norm_rows<float>(x, weight, eps, out);
+  else
+    rms_norm_rows<bf16>(x, weight, eps, out);
+  return out;
+}
+
+// (rms_norm(x + residual), x + residual): the sum is the next layer's residual.
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                      const at::Tensor& weight, double eps) {
+  check_rows(x, "x");
+  check_rows(residual, "residual");
+  check_same_type(x, residual, "residual");
+  check_same_type(x, weight, "weight");
+  TORCH_CHECK(x.sizes() == residual.sizes(), "x and residual differ in shape");
+  const int64_t T = x.size(0), H = x.size(1);
+  TORCH_CHECK(weight.numel() == H && weight.is_contiguous(), "weight must be ", H, " contiguous values");
+  at::Tensor summed = at::empty({T, H}, x.options());
+  at::Tensor out = at::empty({T, H}, x.options());
+  if (x.scalar_type() == at::kFloat)
+    add_rms_norm_rows<float>(x, residual, weight, eps, summed, out);
+  else
+    add_rms_norm_rows<bf16>(x, residual, weight, eps, summed, out);
+  return {out, summed};
+}
+
+// (query, key) rotated by position (neox / transformers' rotate_half layout). cos and sin are
+// [max_position, head_dim / 2] tables of the query's dtype.
+std::tuple<at::Tensor, at::Tensor> rotary_embedding(const at::Tensor& positions, const at::Tensor& query,
+                                                    const at::Tensor& key, const at::Tensor& cos,
+                                                    const at::Tensor& sin) {
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.dim() == 1 && positions.is_contiguous(),
+              "positions must be a contiguous 1-D int64 tensor");
+  TORCH_CHECK(query.scalar_type() == at::kFloat || query.scalar_type() == at::kBFloat16,
+              "query must be float32 or bfloat16, got ", query.scalar_type());
+  check_same_type(query, key, "key");
+  check_same_type(query, cos, "cos");
+  check_same_type(query, sin, "sin");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.sizes() == sin.sizes() && cos.dim() == 2,
+              "cos and sin must be contiguous [max_position, head_dim / 2] tables");
+  const int64_t T = positions.size(0), half = cos.size(1), max_pos = cos.size(0);
+  TORCH_CHECK(query.size(0) == T && key.size(0) == T, "one position per token");
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t)
+    TORCH_CHECK(pos[t] >= 0 && pos[t] < max_pos, "position ", pos[t], " is outside the table (",
+                max_pos, " positions)");
+  if (query.scalar_type() == at::kFloat) {
+    const float* c = cos.data_ptr<float>();
+    const float* s = sin.data_ptr<float>();
+    return {rotate(query, pos, c, s, half), rotate(key, pos, c, s, half)};
+  }
+  const bf16* c = cos.data_ptr<bf16>();
+  const bf16* s = sin.data_ptr<bf16>();
+  return {rotate(query, pos, c, s, half), rotate(key, pos, c, s, half)};
+}
+
 at::Tensor silu_and_mul(const at::Tensor& x) {
   check_rows(x, "x");
   TORCH_CHECK(x.size(1) % 2 == 0, "x must be [num_tokens, 2 * intermediate]");
@@ -237,7 +242,7 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
   return out;
 }
 
-}  // namespace
+}  // namespace platform_cpu
 
 TORCH_LIBRARY_FRAGMENT(platform_cpu, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
@@ -247,8 +252,8 @@ TORCH_LIBRARY_FRAGMENT(platform_cpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
-  m.impl("rms_norm", &rms_norm);
-  m.impl("fused_add_rms_norm", &fused_add_rms_norm);
-  m.impl("rotary_embedding", &rotary_embedding);
-  m.impl("silu_and_mul", &silu_and_mul);
+  m.impl("rms_norm", &platform_cpu::rms_norm);
+  m.impl("fused_add_rms_norm", &platform_cpu::fused_add_rms_norm);
+  m.impl("rotary_embedding", &platform_cpu::rotary_embedding);
+  m.impl("silu_and_mul", &platform_cpu::silu_and_mul);
 }

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ops.h"
 #include "vec.h"
 
 // AVX512 with VNNI (Ice Lake and later Xeons, Zen 4): 64 4-bit-by-8-bit products summed per
@@ -320,6 +321,10 @@ void check_x(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the weight ", K);
 }
 
+}  // namespace
+
+namespace platform_cpu {
+
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
   TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
               "qweight must be a contiguous 2-D int8 tensor");
@@ -410,7 +415,7 @@ at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
   return w;
 }
 
-}  // namespace
+}  // namespace platform_cpu
 
 TORCH_LIBRARY(platform_cpu, m) {
   m.def("int8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
@@ -419,7 +424,7 @@ TORCH_LIBRARY(platform_cpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
-  m.impl("int8_linear", &int8_linear);
-  m.impl("int4_linear", &int4_linear);
-  m.impl("int4_dequantize", &int4_dequantize);
+  m.impl("int8_linear", &platform_cpu::int8_linear);
+  m.impl("int4_linear", &platform_cpu::int4_linear);
+  m.impl("int4_dequantize", &platform_cpu::int4_dequantize);
 }

@@ -21,6 +21,7 @@ KERNEL_TESTS = [
     "tests/kernels/test_cpu_quantized_linear.py",
     "tests/kernels/test_cpu_layer_ops.py",
     "tests/kernels/test_cpu_attention.py",
+    "tests/kernels/test_cpu_decode_layers.py",
 ]
 
 

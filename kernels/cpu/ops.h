@@ -1,0 +1,36 @@
+// The ops of kernels/cpu as C++ functions, so that one op can call the others directly:
+// decode_layers.cpp runs a whole decoder layer with these, the very functions each
+// torch.ops.platform_cpu.* op registers, with no Python and no dispatch between them.
+// Each is defined in the .cpp file named beside it; the comments there give the contracts.
+
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <tuple>
+
+namespace platform_cpu {
+
+// quantized_linear.cpp
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales);
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& mins);
+at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales, const at::Tensor& mins);
+
+// layer_ops.cpp
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                      const at::Tensor& weight, double eps);
+std::tuple<at::Tensor, at::Tensor> rotary_embedding(const at::Tensor& positions, const at::Tensor& query,
+                                                    const at::Tensor& key, const at::Tensor& cos,
+                                                    const at::Tensor& sin);
+at::Tensor silu_and_mul(const at::Tensor& x);
+
+// attention.cpp
+at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_cache,
+                                  const at::Tensor& v_cache, const at::Tensor& block_tables,
+                                  const at::Tensor& seq_lens, double scale);
+void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
+              const at::Tensor& slot_mapping);
+
+}  // namespace platform_cpu
