@@ -13,10 +13,11 @@ A variant is a dtype (fp32, bf16) and/or a quantization (int8, int4) joined by "
 quantization runs with fp32 activations. "+unfused" loads that variant with the one-call decode
 step off (``PLATFORM_FUSED_DECODE=0``, engine/models/fused_decode.py), so the two run side by
 side: ``--variants int4,int4+unfused,fp32,fp32+unfused``. ``--no-speculative-decoding`` makes
-every step after the prompt a plain decode (float weights speculate by default). ``decode tok/s`` counts the tokens after the first
-over the time after the first; ``tok/s`` is all N tokens over the whole request (prefill
-included), the figure llama.cpp's single-stream runs are compared with. The last lines are
-the peak RSS of this process (resource.getrusage) and the best variant's median tok/s.
+every step after the prompt a plain decode (float weights speculate by default).
+``decode tok/s`` counts the tokens after the first over the time after the first; ``tok/s``
+is all N tokens over the whole request (prefill included), the figure llama.cpp's
+single-stream runs are compared with. The last lines are the peak RSS of this process
+(resource.getrusage) and the best variant's median tok/s.
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ For each live, non-draining engine of the model the router hashes the prompt as 
 would (same block size, the request's server-side salt, its shared-prefix boundary, its LoRA
 adapter's version: engine/core/block_hash.py) and asks the engine's prefix index (a Redis set
 of its cached block hashes, engine/service/prefix_index.py) how many leading blocks it holds.
-Because the hashes carry the tenant's salt, a
-lookup can only ever find blocks of the same tenant (or of a declared public prefix): the
-index tells nothing across tenants.
+Because the hashes carry the tenant's salt, a lookup can only ever find blocks of the same
+tenant (or of a declared public prefix): the index tells nothing across tenants.
 
 The rule. A replica's cost for the request is its uncached prompt tokens times its load
 (1 + (running + waiting) / max_num_seqs, counting requests routed to it since its last status
@@ -103,7 +102,7 @@ class PrefixRouter:
         engine."""
         payload = protocol.encode(message)
         if not route.engine_id:
-            await self.redis.xadd(self.keys.requests(model), {FIELD: payload})
+            await self._to_shared(model, payload, route)
             return False
         keys = [
             self.keys.status(model, route.engine_id),
@@ -168,6 +167,7 @@ class PrefixRouter:
         return Route("", cached, reason=_reason(outcome, engine_id))
 
     async def _to_shared(self, model: str, payload: bytes, route: Route) -> Route:
+        """Add ``payload`` (if any: a dry run has none) to the shared stream."""
         if payload:
             await self.redis.xadd(self.keys.requests(model), {FIELD: payload})
         return route
