@@ -251,6 +251,20 @@ class StepLimits:
         return num_new
 
 
+def yield_victim(
+    vtc: VirtualTokenCounter | None,
+    waiting: FairQueue,
+    running: list[Request],
+    config: EngineConfig,
+) -> Request | None:
+    """When the batch is full, the running request that should yield its place to the best
+    waiting request (``fairness_victim``); None otherwise, and always under the other policies
+    (``vtc`` None)."""
+    if vtc is None or len(running) < config.max_num_seqs or not waiting:
+        return None
+    return vtc.fairness_victim(waiting.peek(), running)
+
+
 def _prompt_cap(waiting: FairQueue, running: Iterable[Request], config: EngineConfig) -> float:
     """``fair_step_tokens`` when the step's prompt work comes from two lanes or more."""
     cap = config.fair_step_tokens

@@ -46,16 +46,20 @@ class KVCacheManager:
         token to produce logits. Requests asking for prompt logprobs skip the cache (the
         logprobs of cached positions would never be computed).
         """
-        if not self.enable_caching or request.sampling_params.prompt_logprobs is not None:
-            return [], 0
-        max_blocks = (request.num_tokens - 1) // self.block_size
         hits: list[KVCacheBlock] = []
-        for block_hash in request.block_hashes[:max_blocks]:
+        for block_hash in request.block_hashes[: self.max_hit_blocks(request)]:
             block = self.pool.get_cached_block(block_hash)
             if block is None:
                 break
             hits.append(block)
         return hits, len(hits) * self.block_size
+
+    def max_hit_blocks(self, request: Request) -> int:
+        """How many leading blocks of ``request`` could be cache hits (see
+        ``get_computed_blocks``): none without caching or with prompt logprobs."""
+        if not self.enable_caching or request.sampling_params.prompt_logprobs is not None:
+            return 0
+        return (request.num_tokens - 1) // self.block_size
 
     def allocate_slots(
         self,

@@ -16,6 +16,8 @@ preempted. A waiting request whose adapter was unloaded meanwhile ends as aborte
 Structured outputs (engine/structured/): a request whose grammar is still compiling is skipped
 the same way; one whose grammar failed ends as aborted with the error. After each sampled
 token the grammar advances, and a grammar that is complete ends the request ("stop").
+Prefix dedup (engine/core/prefix_dedup.py): a request whose next missing block a running prefill
+will compute is skipped the same way, to take it from the prefix cache, not compute it twice.
 
 Speculative decoding (engine/spec_decode/, docs/kernels.md): a decoding request may be
 scheduled for 1 + draft tokens; its accepted drafts and one sampled token are appended (each
@@ -30,9 +32,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from engine.core.block_hash import update_block_hashes
-from engine.core.fair_share import FairQueue, StepLimits, VirtualTokenCounter
+from engine.core.fair_share import FairQueue, StepLimits, VirtualTokenCounter, yield_victim
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.output_tokens import append_output_tokens
+from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from engine.request import Request, RequestStatus
@@ -62,6 +65,7 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.kv_cache = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.in_flight = InFlightBlocks(self.kv_cache)  # blocks prefills have yet to compute
         # The fair policy's counters (engine/core/fair_share.py); None under fcfs/priority.
         self.fair = VirtualTokenCounter() if config.scheduling_policy == "fair" else None
         self.waiting = FairQueue(self.fair) if self.fair else make_queue(config.scheduling_policy)
@@ -147,7 +151,9 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         self._limits = StepLimits.for_step(self.fair, self.waiting, self.running, self.config)
         # A full batch makes room for a waiting tenant under its share (fair policy only).
-        num_yielded = self._yield_to_waiting(out) if self.fair is not None else 0
+        if victim := yield_victim(self.fair, self.waiting, self.running, self.config):
+            self._preempt(victim, out)
+        num_yielded = len(out.preempted_requests)
 
         # Running requests first: decodes and the next chunk of unfinished prefills. Under the
         # fair policy, prefills of tenants over the best waiting request's go after admission.
@@ -156,7 +162,9 @@ class Scheduler:
         ahead, behind = list(self.running), []
         if self.fair is not None and self.waiting:
             ahead, behind = self.fair.split_running(self.running, self.waiting.peek())
+            self.in_flight.put_holder_ahead(self.waiting.peek(), ahead, behind)
         budget = self._schedule_running(ahead, out, budget)
+        self.in_flight.begin_step(out.running_requests + behind)  # the prefills going on
 
         # Then waiting requests, unless this step already had to preempt (no room to grow).
         if len(out.preempted_requests) == num_yielded:
@@ -197,7 +205,7 @@ class Scheduler:
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         now = time.monotonic()
-        skipped: list[Request] = []  # waiting for a LoRA slot; they keep their queue place
+        skipped: list[Request] = []  # for a LoRA slot, a grammar or a prefill: keep their place
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
             if request.adapter is not None:
@@ -214,6 +222,9 @@ class Scheduler:
                 if not self.config.enable_chunked_prefill:
                     break  # whole prompts only: wait for a step with enough budget
                 num_new = budget
+            if self._limits.prompt_tokens > 0 and self.in_flight.defers(request, len(hits)):
+                skipped.append(self.waiting.pop())
+                continue
             num_new = self._limits.take(request, num_new)  # 0: no more batch lines this step
             if num_new <= 0 or self.kv_cache.allocate_slots(request, num_new, hits) is None:
                 break
@@ -272,17 +283,6 @@ class Scheduler:
     def _charge(self, request: Request, num_new: int) -> None:
         if self.fair is not None:  # the fair policy's virtual counter (fair_share.py)
             self.fair.charge(request, request.num_computed_tokens + num_new)
-
-    def _yield_to_waiting(self, out: SchedulerOutput) -> int:
-        """Preempt (at most) one running request of an over-share tenant when the batch is
-        full and the best waiting request's tenant is under its share; returns the count."""
-        if len(self.running) < self.config.max_num_seqs or not self.waiting:
-            return 0
-        victim = self.fair.fairness_victim(self.waiting.peek(), self.running)
-        if victim is None:
-            return 0
-        self._preempt(victim, out)
-        return 1
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> int:
         self.running.remove(request)
