@@ -5,21 +5,23 @@
 Both get the same prompt token ids, generate ``--tokens`` tokens past any end-of-sequence and
 print one ``@@result {json}`` line: decode tokens/s (tokens after the first over the time
 after the first), time to first token, and the process's peak RSS. Imports nothing of the
-project at module level, so the peer's interpreter runs it.
+project at module level but bench/rss.py (standard library only), so the peer's interpreter
+runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.rss import own_peak_rss_mib  # standard library only
+
 
 def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: dict):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
     from engine import LLM, SamplingParams
@@ -95,7 +97,7 @@ def main() -> None:
         "ttft_ms": (times[0] - start) * 1000,
         "decode_tok_per_s": (len(times) - 1) / decode_s,
         "total_tok_per_s": len(times) / (times[-1] - start),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": own_peak_rss_mib(),
     }
     print("@@result " + json.dumps(result), flush=True)
 

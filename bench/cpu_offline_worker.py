@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.rss import own_peak_rss_mib  # standard library only
 
 RESULT = "@@result "
 
@@ -29,7 +31,6 @@ def _answer(payload: dict) -> None:
 
 
 def ours(model: str, dtype: str, kv_bytes: int, threads: int | None):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from engine import LLM, SamplingParams
 
     llm = LLM(
@@ -106,7 +107,7 @@ def main() -> None:
                 "seconds": seconds,
                 "output_tokens": num_tokens,
                 "tok_per_s": num_tokens / seconds,
-                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "peak_rss_mib": own_peak_rss_mib(),
                 "tokens": tokens,
             }
         )

@@ -45,6 +45,8 @@ class Driver:
     def __init__(self, client, tokenizer, vocab: int, seed: int):
         self.client, self.tokenizer, self.vocab = client, tokenizer, vocab
         self.rng = random.Random(seed)
+        # (seconds queued in the engine, seconds from scheduled to first token) per request
+        self.engine_times: list[tuple[float, float]] = []
 
     def prompt(self, length: int) -> list[int]:
         # Random tokens: no prefix-cache hits between requests, every prompt token is computed.
@@ -73,6 +75,8 @@ class Driver:
                 tokens += len(chunk.token_ids)
                 if log is not None:
                     log.append((now, len(chunk.token_ids)))
+            if chunk.queue_time is not None:  # the last chunk: the engine's own timings
+                self.engine_times.append((chunk.queue_time, chunk.prefill_time or 0.0))
         return first, tokens, time.monotonic(), start + (first or 0.0)
 
     async def trickle(self, tenant: str, count: int, interval: float, stop=None) -> list[float]:
@@ -83,7 +87,8 @@ class Driver:
                 break
             began = time.monotonic()
             ttft, *_ = await self.one(tenant, 16, 4)
-            ttfts.append(ttft)
+            # (TTFT, its part queued in the engine, its part from scheduled to first token)
+            ttfts.append((ttft, *self.engine_times.pop()))
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - began)))
         return ttfts
 
@@ -204,10 +209,13 @@ def report(fair: dict, fifo: dict) -> list[str]:
     lines = []
 
     def ttft_line(r: dict, key: str, label: str) -> str:
-        values = r[key]
+        values = [t[0] for t in r[key]]
+        queued = statistics.median(t[1] for t in r[key]) * 1000
+        first_step = statistics.median(t[2] for t in r[key]) * 1000
         return (
             f"| {r['policy']} | B's TTFT {label} | p50 {statistics.median(values) * 1000:.0f} ms, "
-            f"p99 {percentile(values, 0.99) * 1000:.0f} ms (n={len(values)}) |"
+            f"p99 {percentile(values, 0.99) * 1000:.0f} ms (n={len(values)}); in the engine, "
+            f"p50s: queued {queued:.1f} ms, scheduled to first token {first_step:.1f} ms |"
         )
 
     lines += ["| policy | measure | value |", "|---|---|---|"]
@@ -224,8 +232,13 @@ def report(fair: dict, fifo: dict) -> list[str]:
         )
     b_tokens = 20  # each of B's requests: 16 prompt + 4 output tokens
     lines.append("")
-    idle = statistics.median(fair["b_idle"])
-    p50, p99 = statistics.median(fair["b_flood"]), percentile(fair["b_flood"], 0.99)
+
+    def ttfts(r: dict, key: str) -> list[float]:
+        return [t[0] for t in r[key]]
+
+    idle = statistics.median(ttfts(fair, "b_idle"))
+    flood = ttfts(fair, "b_flood")
+    p50, p99 = statistics.median(flood), percentile(flood, 0.99)
     a_ratio = (fair["a_with_b"][1] / fair["a_with_b"][0]) / (
         fair["a_alone"][1] / fair["a_alone"][0]
     )
@@ -250,7 +263,7 @@ def report(fair: dict, fifo: dict) -> list[str]:
         ),
         (
             f"FIFO: B's TTFT p50 under flood / idle p50 = "
-            f"{statistics.median(fifo['b_flood']) / statistics.median(fifo['b_idle']):.1f}",
+            f"{statistics.median(ttfts(fifo, 'b_flood')) / statistics.median(ttfts(fifo, 'b_idle')):.1f}",
             "(today's behaviour)",
             True,
         ),
@@ -286,6 +299,13 @@ def main() -> None:
     parser.add_argument(
         "--fair-step-tokens", type=int, help="the engine's --fair-step-tokens (default: its own)"
     )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another engine flag for both policies' engines, e.g. cpu_threads=1 (repeatable)",
+    )
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
 
@@ -305,6 +325,9 @@ def main() -> None:
     results = {}
     cap = args.fair_step_tokens
     step_cap = {} if cap is None else {"fair_step_tokens": cap}
+    for option in args.engine_option:
+        name, _, value = option.partition("=")
+        step_cap[name.replace("-", "_")] = value
     for policy in ("fair", "fcfs"):
         prefix = f"fairbench{policy}"
         stack = Stack(workdir / policy, redis_prefix=prefix)

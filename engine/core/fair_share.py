@@ -19,12 +19,17 @@ the counters only choose who.
 Shared steps: a step whose prompt work comes from two lanes or more (a lane: one tenant's
 requests of one service class; a waiting request, or a running one with more than one token
 left to compute) computes at most ``fair_step_tokens`` prompt tokens (decodes are never
-capped). A request of a tenant under its share is admitted before the prefills of tenants over
-it, but it shares its step with what budget is left: at the full ``max_num_batched_tokens`` of
-a flood's prompt chunks, that step, not its own prompt, was most of its time to first token.
-Steps with one lane's prompt work (a flood alone, or a flood while the short request only
-decodes) keep the full budget: capping every step while two tenants were merely active cost a
-fifth of the throughput on a small model, whose steps are mostly fixed cost.
+capped). Steps with one lane's prompt work (a flood alone, or a flood while the short request
+only decodes) keep the full budget: capping every step while two tenants were merely active
+cost a fifth of the throughput on a small model, whose steps are mostly fixed cost, and half
+of it on the tiny model at 256 tokens (2026-11-25).
+
+Admission: a waiting request of a tenant under its share is admitted before the running
+prompt chunks of lanes ranked above it (class, then counter), and the step that admits it
+computes none of those chunks and admits nothing ranked above it: that step is its time to
+first token, so it carries only its own prompt, its peers' and the running decodes. Sharing it
+with the flood's chunks, even cut to ``fair_step_tokens``, made it 5-8 ms on the tiny model
+against 1-2 ms alone. The chunks lose one step per such admission.
 
 Batch beside interactive: while interactive requests keep arriving (one in the last
 ``INTERACTIVE_WINDOW_S``), a step computes at most ``batch_step_seqs`` batch-class requests;
@@ -116,17 +121,26 @@ class VirtualTokenCounter:
     def _victim_key(self, r: Request) -> tuple:
         return (r.service_class, self.counter(r.tenant), r.priority, r.timestamps.arrival or 0.0)
 
+    def rank(self, request: Request) -> tuple[int, float]:
+        """Where ``request``'s lane stands now: its class, then its tenant's counter."""
+        return (request.service_class, self.counter(request.tenant))
+
     def split_running(self, running: list[Request], head: Request) -> tuple[list, list]:
         """Running requests to schedule before admitting ``head`` (the best waiting request),
         and after it: prompt chunks of tenants above ``head``'s (class, counter) wait until it
         is admitted, so a tenant under its share is not queued behind their prefills."""
-        bar = (head.service_class, self.counter(head.tenant))
+        bar = self.rank(head)
         ahead, behind = [], []
         for r in running:
             prefilling = r.num_tokens - r.num_computed_tokens > 1
-            late = prefilling and (r.service_class, self.counter(r.tenant)) > bar
+            late = prefilling and self.rank(r) > bar
             (behind if late else ahead).append(r)
         return ahead, behind
+
+    def in_rank_order(self, running: list[Request]) -> list[Request]:
+        """``running`` lowest rank first (stable: arrival order within a tenant), so that a
+        tenant under its share decodes before the prompt chunks of one over it take the budget."""
+        return sorted(running, key=self.rank)
 
     def fairness_victim(self, candidate: Request, running: list[Request]) -> Request | None:
         """The running request that should yield its place in a full batch to the waiting

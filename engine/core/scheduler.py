@@ -104,10 +104,8 @@ class Scheduler:
             request = self.requests.get(rid)
             if request is None or request.is_finished:
                 continue
-            if request.status == RequestStatus.RUNNING:
-                self.running.remove(request)
-            else:
-                self.waiting.remove(request)
+            running = request.status == RequestStatus.RUNNING
+            (self.running if running else self.waiting).remove(request)
             request.status = status
             self._free(request)
             finished.append(request)
@@ -155,21 +153,25 @@ class Scheduler:
             self._preempt(victim, out)
         num_yielded = len(out.preempted_requests)
 
-        # Running requests first: decodes and the next chunk of unfinished prefills. Under the
-        # fair policy, prefills of tenants over the best waiting request's go after admission.
+        # Running requests first: decodes and the next chunk of unfinished prefills (fair policy:
+        # in rank order; prefills of lanes over the best waiting request's after admission).
         if self.speculator is not None:
             self.speculator.begin_step(len(self.running))
-        ahead, behind = list(self.running), []
+        ahead = self.fair.in_rank_order(self.running) if self.fair else list(self.running)
+        behind, bar = [], None
         if self.fair is not None and self.waiting:
-            ahead, behind = self.fair.split_running(self.running, self.waiting.peek())
-            self.in_flight.put_holder_ahead(self.waiting.peek(), ahead, behind)
+            head = self.waiting.peek()
+            ahead, behind = self.fair.split_running(ahead, head)
+            self.in_flight.put_holder_ahead(head, ahead, behind)
+            bar = min(map(self.fair.rank, behind), default=None)  # the lanes over head's
         budget = self._schedule_running(ahead, out, budget)
         self.in_flight.begin_step(out.running_requests + behind)  # the prefills going on
 
         # Then waiting requests, unless this step already had to preempt (no room to grow).
         if len(out.preempted_requests) == num_yielded:
-            budget = self._admit_waiting(out, budget)
-        budget = self._schedule_running(behind, out, budget)
+            budget = self._admit_waiting(out, budget, bar)
+        if bar is None or not out.new_requests:  # else they wait: see fair_share.py, "Admission"
+            budget = self._schedule_running(behind, out, budget)
 
         out.total_num_scheduled_tokens = self.config.max_num_batched_tokens - budget
         for request in out.scheduled_requests:
@@ -203,11 +205,13 @@ class Scheduler:
             budget -= num_new
         return budget
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, bar: tuple | None = None) -> int:
         now = time.monotonic()
         skipped: list[Request] = []  # for a LoRA slot, a grammar or a prefill: keep their place
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
+            if bar is not None and out.new_requests and self.fair.rank(request) >= bar:
+                break  # a lane whose prefills this step leaves out (fair_share.py, "Admission")
             if request.adapter is not None:
                 if not self._adapter_available(request, out):
                     continue
@@ -250,9 +254,7 @@ class Scheduler:
             self.waiting.prepend(request)
         return budget
 
-    def _grammar_ready(
-        self, request: Request, out: SchedulerOutput, skipped: list[Request]
-    ) -> bool:
+    def _grammar_ready(self, request: Request, out: SchedulerOutput, skipped: list) -> bool:
         """False while the head request's grammar compiles (it keeps its queue place, the
         requests behind it go ahead), or after ending it because its grammar failed."""
         grammar = request.grammar
@@ -265,16 +267,13 @@ class Scheduler:
         return self._drop_head(request, out, grammar.error)
 
     def _make_room(self, request: Request, num_new: int, out: SchedulerOutput) -> int:
-        """Allocate slots for ``request``, preempting others until it fits or is preempted.
-
-        Returns the token budget given back by preempted requests already scheduled this step.
-        """
+        """Allocate slots for ``request``, preempting others until it fits or is preempted;
+        returns the token budget given back by preempted requests already scheduled this step."""
         refund = 0
+        policy = self.config.scheduling_policy
         while self.kv_cache.allocate_slots(request, num_new) is None:
-            policy = self.config.scheduling_policy
-            victim = (
-                self.fair.victim(self.running) if self.fair else lowest_ranked(self.running, policy)
-            )
+            fair = self.fair
+            victim = fair.victim(self.running) if fair else lowest_ranked(self.running, policy)
             refund += self._preempt(victim, out)
             if victim is request:
                 break

@@ -31,6 +31,7 @@ from engine.sample import Sampler, SamplingBatch
 from engine.spec_decode.verify import DraftRow, DraftVerifier, draft_rows
 from engine.structured.bitmask import GrammarBitmask
 from engine.worker.cpu_allocator import keep_freed_memory_mapped
+from engine.worker.cpu_threads import StepThreads
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
 
@@ -116,6 +117,7 @@ class ModelRunner:
         self.generators: dict[str, torch.Generator] = {}
         self.grammar_bitmask = GrammarBitmask(model_config.vocab_size, device)
         self.lora = lora  # None when the model cannot serve adapters
+        self.step_threads = StepThreads.for_model(model_config, device)  # small: one thread
 
     # -- per-request state -------------------------------------------------------------------
 
@@ -137,8 +139,9 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         inputs = self.prepare_inputs(out)
-        hidden = self.run_model(inputs)
-        return self.sample(inputs, hidden)
+        with self.step_threads.for_step(out.total_num_scheduled_tokens):
+            hidden = self.run_model(inputs)
+            return self.sample(inputs, hidden)
 
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInputs:
         """Flatten the scheduled requests into one varlen batch, decodes first."""

@@ -210,7 +210,29 @@ def test_a_new_tenants_prompt_goes_before_the_prefills_of_an_over_share_tenant()
     # (its first token sampled) although the flood's prompt chunks alone would fill the budget.
     assert late in out.new_requests and out.num_scheduled_tokens[late.request_id] == 8
     assert late in updated and late.num_output_tokens == 1
-    assert out.total_num_scheduled_tokens == 64  # the flood's chunks take the rest
+    # The flood's chunks wait for the next step: this one is late's time to first token.
+    assert out.total_num_scheduled_tokens == 8
+    out, _ = step(sched)
+    assert out.total_num_scheduled_tokens == 64  # late decodes, the flood's chunks take the rest
+
+
+def test_a_step_that_admits_a_tenant_under_its_share_admits_none_of_the_flood():
+    """Nor does it admit the flood's waiting requests into its spare budget: their prompt
+    chunks would make it as long as the flood's own steps."""
+    sched = fair_scheduler(max_num_seqs=16, max_num_batched_tokens=64, fair_step_tokens=0)
+    flood = [request("flood", num_prompt=200) for _ in range(8)]
+    for r in flood:
+        sched.add_request(r)
+    step(sched)  # the first of the flood takes the whole budget; the others wait, 15 lines free
+    late = request("late", num_prompt=8)
+    sched.add_request(late)
+    out, _ = step(sched)
+    assert out.new_requests == [late] and out.total_num_scheduled_tokens == 8
+    # The flood's chunks fill the next steps again; late decodes (charged its 8 prompt tokens
+    # it is one step over the flood, then under it again, so its decode goes first).
+    outs = [step(sched)[0] for _ in range(2)]
+    assert [o.total_num_scheduled_tokens for o in outs] == [64, 64]
+    assert [o.num_scheduled_tokens.get(late.request_id) for o in outs] == [None, 1]
 
 
 def test_a_step_with_prompt_work_of_two_tenants_computes_a_capped_share_of_prompt_tokens():
@@ -220,13 +242,17 @@ def test_a_step_with_prompt_work_of_two_tenants_computes_a_capped_share_of_promp
     out, _ = step(sched)
     assert out.total_num_scheduled_tokens == 256  # one tenant alone: the whole budget
 
-    late = request("late", num_prompt=8, max_tokens=4)
+    late = request("late", num_prompt=200, max_tokens=4)
     sched.add_request(late)
     out, _ = step(sched)
-    # late's prompt whole, the flood's chunks cut to the cap's remainder: a short step. (The
-    # first of the flood finished its prompt in the first step and decodes.)
-    assert out.num_scheduled_tokens[late.request_id] == 8 and late.num_output_tokens == 1
+    # late's prompt cut to the cap, none of the flood's chunks (they go after late's
+    # admission): a short step. The first of the flood finished its prompt in the first step
+    # and decodes.
+    assert out.num_scheduled_tokens[late.request_id] == 64
     assert prompt_tokens(out) == 64 and out.total_num_scheduled_tokens == 65
+    while late.num_output_tokens == 0:  # both lanes have prompt work: every step is capped
+        out, _ = step(sched)
+        assert 0 < prompt_tokens(out) <= 64
     out, _ = step(sched)
     # late only decodes now (a decode is never cut): the flood's prompt chunks are the step's
     # only prompt work and take the whole budget again.
@@ -249,7 +275,8 @@ def test_the_same_tenants_batch_lines_share_steps_with_its_interactive_prompt():
     chat = request("acme", num_prompt=8)
     sched.add_request(chat)
     out, _ = step(sched)
-    assert out.num_scheduled_tokens[chat.request_id] == 8 and prompt_tokens(out) == 64
+    # The chat's prompt alone: the batch lines' prompt chunks wait for the next step.
+    assert out.num_scheduled_tokens[chat.request_id] == 8 and prompt_tokens(out) == 8
 
 
 def prompt_tokens(out) -> int:
