@@ -93,6 +93,8 @@ class InFlightBlocks:
         """Move the prefill the best waiting request ``head`` would wait on from the fair
         policy's ``behind`` to ``ahead``: ``head``'s tenant is the one most under its share, and
         it would otherwise wait on a prefill put behind the admissions of other tenants."""
+        if not behind:
+            return
         self.begin_step(behind)
         hits, _ = self.kv_cache.get_computed_blocks(head)
         holder = self.holder(head, len(hits))

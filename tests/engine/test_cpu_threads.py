@@ -1,18 +1,20 @@
-"""Small CPU steps run on one thread (engine/worker/cpu_threads.py): a step too small to gain
-from a second core does not wake torch's other threads; a large one uses them all, and the
-thread count is back to the engine's after every step."""
+"""Small CPU steps after an idle spell run on one thread (engine/worker/cpu_threads.py): they
+do not wake torch's sleeping threads; a large step uses them all, a busy engine's steps keep
+them all whatever their size, and the thread count is back to the engine's after every step."""
 
 from __future__ import annotations
+
+import time
 
 import torch
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.worker.cpu_threads import SMALL_STEP_MACS
+from engine.worker.cpu_threads import IDLE_GAP_S, SMALL_STEP_MACS
 
 
-def test_small_steps_run_on_one_thread_and_large_ones_on_all(tiny_engine_path):
+def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(tiny_engine_path):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -28,16 +30,24 @@ def test_small_steps_run_on_one_thread_and_large_ones_on_all(tiny_engine_path):
             return forward(input_ids, *args, **kwargs)
 
         model.forward = spy
-        per_token = engine.runner.step_threads.macs_per_token
-        large = SMALL_STEP_MACS // per_token + 1  # the fewest tokens of a large step
-        params = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
-        engine.add_request("small", list(range(600, 616)), params)
-        engine.add_request("large", [3 + i % 500 for i in range(large)], params)
-        while engine.has_unfinished_requests():
-            engine.step()
-            assert torch.get_num_threads() == 2  # restored after each step
-        # The first step computes both prompts (large), then two decodes (small) follow.
-        assert seen[0] == (16 + large, 2)
-        assert seen[1:] == [(2, 1)]
+        large = SMALL_STEP_MACS // engine.runner.step_threads.macs_per_token + 1  # fewest tokens
+        params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+
+        def serve(*requests: tuple[str, list[int]]) -> list[tuple[int, int]]:
+            seen.clear()
+            time.sleep(2 * IDLE_GAP_S)  # an idle engine: its other threads asleep
+            for request_id, prompt in requests:
+                engine.add_request(request_id, prompt, params)
+            while engine.has_unfinished_requests():
+                engine.step()
+                assert torch.get_num_threads() == 2  # restored after each step
+            return list(seen)
+
+        # One user's short prompt and its decodes: one thread throughout.
+        assert serve(("small", list(range(600, 616)))) == [(16, 1), (1, 1), (1, 1)]
+        # A large prompt takes both threads, and the decodes right after it keep them (a busy
+        # engine's steps are unchanged).
+        prompt = [3 + i % 500 for i in range(large)]
+        assert serve(("large", prompt)) == [(large, 2), (1, 2), (1, 2)]
     finally:
         torch.set_num_threads(before)
