@@ -58,6 +58,25 @@ def _point_django_at(url: str) -> None:
     caches._connections = Local(caches.thread_critical)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Passwords the tests' own process sets are hashed with MD5: Django's default PBKDF2 costs
+    0.23 s of CPU a hash and again a check, paid by every test that makes a user. Hashes made
+    elsewhere (manage.py, the platforms' processes, on Django's default) still check here."""
+    try:
+        from django.conf import settings
+        from django.test import override_settings
+    except ImportError:  # pragma: no cover - engine-only environments
+        yield
+        return
+    if not settings.configured:
+        yield
+        return
+    md5 = "django.contrib.auth.hashers.MD5PasswordHasher"
+    with override_settings(PASSWORD_HASHERS=[md5, *settings.PASSWORD_HASHERS]):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_process_caches():
     """The API key cache and the model catalog are cached per process and invalidated after a
