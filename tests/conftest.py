@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.launcher.redis_server import RedisServer
 from tests.support.checkpoints import CheckpointCache, make_cross_encoder
-from tests.support.test_order import group_of, longest_first
+from tests.support.test_order import group_of, longest_first, spread_by_group
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
 # Engines the tests start keep a 1 GiB CPU KV cache (the automatic size, a tenth of available
@@ -170,7 +170,7 @@ def pytest_collection_modifyitems(config, items):
     groups = [group_of(Path(item.path), cache) for item in items]
     for item, group in zip(items, groups, strict=True):
         item.add_marker(pytest.mark.xdist_group(group))
-    if config.getoption("dist", "no") == "loadgroup":
+    if spread_by_group(config):
         items[:] = longest_first(items, groups)
     _skip_gpu_tests_without_cuda(items)
 
