@@ -13,7 +13,7 @@ import pytest
 
 from controlplane.launcher.redis_server import RedisServer
 from tests.support.checkpoints import CheckpointCache, make_cross_encoder
-from tests.support.test_order import group_of, longest_first
+from tests.support.test_order import group_of, longest_first, spread_by_group
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
 # Engines the tests start keep a 1 GiB CPU KV cache (the automatic size, a tenth of available
@@ -56,6 +56,25 @@ def _point_django_at(url: str) -> None:
 
     # Drop cache clients made before this point; new ones read the updated LOCATION.
     caches._connections = Local(caches.thread_critical)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Passwords the tests' own process sets are hashed with MD5: Django's default PBKDF2 costs
+    0.23 s of CPU a hash and again a check, paid by every test that makes a user. Hashes made
+    elsewhere (manage.py, the platforms' processes, on Django's default) still check here."""
+    try:
+        from django.conf import settings
+        from django.test import override_settings
+    except ImportError:  # pragma: no cover - engine-only environments
+        yield
+        return
+    if not settings.configured:
+        yield
+        return
+    md5 = "django.contrib.auth.hashers.MD5PasswordHasher"
+    with override_settings(PASSWORD_HASHERS=[md5, *settings.PASSWORD_HASHERS]):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +170,7 @@ def pytest_collection_modifyitems(config, items):
     groups = [group_of(Path(item.path), cache) for item in items]
     for item, group in zip(items, groups, strict=True):
         item.add_marker(pytest.mark.xdist_group(group))
-    if config.getoption("dist", "no") == "loadgroup":
+    if spread_by_group(config):
         items[:] = longest_first(items, groups)
     _skip_gpu_tests_without_cuda(items)
 

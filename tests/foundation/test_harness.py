@@ -1,8 +1,11 @@
-"""The harness itself: a private Redis, offline tiny checkpoints, torch importable."""
+"""The harness itself: a private Redis, offline tiny checkpoints, torch importable, the test
+groups ordered where xdist collects them."""
 
+import argparse
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
@@ -72,3 +75,26 @@ def test_torch_uuid_redis_import_from_repo_root():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Linux"
+
+
+def _pytest_config(dist: str) -> SimpleNamespace:
+    option = argparse.Namespace(dist=dist)
+    return SimpleNamespace(option=option, getvalue=lambda name: getattr(option, name))
+
+
+def test_xdist_workers_order_the_groups_longest_first_too():
+    """xdist's workers collect, so they must order the groups (tests/conftest.py), and xdist
+    rewrites a worker's options: a check of ``dist`` alone left every run in path order."""
+    from xdist.remote import setup_config
+
+    from tests.support.test_order import spread_by_group
+
+    worker = _pytest_config("loadgroup")
+    setup_config(worker, None)
+    assert worker.option.dist == "no"
+    assert spread_by_group(worker)
+    assert spread_by_group(_pytest_config("loadgroup"))  # xdist's controller
+    plain_worker = _pytest_config("load")
+    setup_config(plain_worker, None)
+    assert not spread_by_group(plain_worker)
+    assert not spread_by_group(_pytest_config("no"))

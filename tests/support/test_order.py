@@ -50,6 +50,15 @@ def group_of(path: Path, cache: dict[Path, str]) -> str:
     return cache[folder] or path.relative_to(TESTS).as_posix()
 
 
+def spread_by_group(config) -> bool:
+    """Whether this pytest process takes part in a ``--dist loadgroup`` run. The order has to be
+    set where the tests are collected, in xdist's workers, and a worker's config says "no" for
+    ``dist`` (xdist resets it there) and True for ``loadgroup``: a check of ``dist`` alone kept
+    every run in collection order, alphabetical by path."""
+    option = config.option
+    return getattr(option, "dist", "no") == "loadgroup" or bool(getattr(option, "loadgroup", False))
+
+
 def longest_first(items: list, groups: list[str]) -> list:
     """``items`` (``groups[i]`` is item i's group) with whole groups in order of expected
     seconds, longest first; inside a group the collection order is kept."""

@@ -19,8 +19,7 @@ LOCKED = "Too many failed sign-in attempts"
 
 
 @pytest.fixture
-def admins(django_user_model, redis_client, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast
+def admins(django_user_model, redis_client):
     for name in ("root", "ops"):
         django_user_model.objects.create_superuser(name, f"{name}@example.com", "right-pw-123")
 

@@ -7,12 +7,6 @@ import pytest
 from tests.support.portal_people import PASSWORD, PortalTenant, portal_tenant
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # Django's default hasher takes about a second per password on a loaded CI machine.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def acme(db, make_tenant, make_key) -> PortalTenant:
     return portal_tenant(make_tenant, make_key, "Acme")
