@@ -20,6 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.rss import own_peak_rss_mib  # standard library only
 
+READS: dict[str, int] = {}  # ours: bytes a decode step reads (llama.cpp's: the driver's count)
+
 
 def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: dict):
     import torch
@@ -32,6 +34,19 @@ def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: 
     # engine's default sizes it for a server: 10% of the free memory).
     llm = LLM(model, device="cpu", max_model_len=2048, max_num_seqs=1, **options)
     engine = llm.llm_engine
+    from engine.models.quantize import decode_read_bytes
+
+    # What one decode step reads, for the driver's memory-bandwidth roofline.
+    k_cache = engine.runner.kv_caches[0][0]
+    config = engine.model_config
+    READS.update(
+        weight_bytes=decode_read_bytes(engine.runner.model),
+        kv_bytes_per_position=2
+        * config.num_hidden_layers
+        * config.num_key_value_heads
+        * config.head_dim
+        * k_cache.element_size(),
+    )
 
     def stream(n: int) -> list[float]:
         """Times at which each token arrived (one engine step each)."""
@@ -98,6 +113,7 @@ def main() -> None:
         "decode_tok_per_s": (len(times) - 1) / decode_s,
         "total_tok_per_s": len(times) / (times[-1] - start),
         "peak_rss_mib": own_peak_rss_mib(),
+        **READS,
     }
     print("@@result " + json.dumps(result), flush=True)
 

@@ -10,6 +10,7 @@ Norms, biases and the KV cache keep the engine's dtype.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -75,4 +76,18 @@ def _projection_bytes(model: DecoderLM) -> int:
     total = weight_bytes(model.lm_head)
     for layer in model.layers:
         total += sum(weight_bytes(getattr(layer, name)) for name in _PROJECTIONS)
+    return total
+
+
+def decode_read_bytes(model: DecoderLM) -> int:
+    """Bytes of weights one decode step reads, however stored: every tensor of every layer,
+    the final norm and the LM head. The embedding table is left out (a lookup reads one row
+    per token). The memory-bandwidth roofline of a decode divides by this
+    (bench/cpu_vs_llamacpp.py)."""
+    total = weight_bytes(model.norm) + weight_bytes(model.lm_head)
+    for layer in model.layers:
+        for field in dataclasses.fields(layer):
+            weight = getattr(layer, field.name)
+            if weight is not None:
+                total += weight_bytes(weight)
     return total

@@ -72,3 +72,27 @@ def test_int8_smollm2_answers_the_capital_of_france(smollm2):
     engine.add_request("q", prompt, SamplingParams(temperature=0.0, max_tokens=24))
     [entry] = run_to_completion(engine).values()
     assert "Paris" in tokenizer.decode(entry["tokens"])
+
+
+@pytest.mark.parametrize("quantization", [None, "int8", "int4"])
+def test_decode_read_bytes_counts_every_weight_but_the_embedding_table(
+    tiny_engine_path, quantization
+):
+    """The roofline's denominator (bench/cpu_vs_llamacpp.py): in float32 it is the checkpoint's
+    bytes less the embedding table; quantized, the projections shrink (int8 about 4x, int4
+    about 6x with their scales) and the norms stay."""
+    from safetensors import safe_open
+
+    from engine.models.quantize import decode_read_bytes
+
+    engine = LLMEngine(
+        EngineConfig(model=tiny_engine_path, num_gpu_blocks=256, quantization=quantization)
+    )
+    with safe_open(f"{tiny_engine_path}/model.safetensors", "pt") as f:
+        sizes = {name: f.get_tensor(name).nbytes for name in f.keys()}  # noqa: SIM118
+    checkpoint = sum(sizes.values()) - sizes["model.embed_tokens.weight"]
+    read = decode_read_bytes(engine.runner.model)
+    if quantization is None:
+        assert read == checkpoint
+    else:
+        assert checkpoint / 8 < read < checkpoint / 2.5
