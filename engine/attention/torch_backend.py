@@ -10,7 +10,8 @@ of similar length (the runner sorts them) are grouped to keep padding small. On 
 sequence decoding alone (one stream) skips the per-token gather: its K/V are a view of the
 cache when its blocks are consecutive, whole blocks selected otherwise, with no mask. Prefill
 chunks run one sequence at a time; a chunk with no cached context attends to its own fresh K/V
-without touching the cache.
+without touching the cache; on a CPU, a chunk after cached context attends to the context and
+to itself in two unmasked calls (``_chunk_after_context``).
 """
 
 from __future__ import annotations
@@ -42,10 +43,13 @@ class TorchAttentionBackend(AttentionBackend):
                 continue
             num_blocks = -(-seq_len // bs)
             slots = (metadata.block_tables[s, :num_blocks, None] * bs + offsets).reshape(-1)
-            # Query i sits at position seq_len - query_len + i and sees keys up to it.
-            key_pos = torch.arange(seq_len, device=device)
-            query_pos = torch.arange(seq_len - query_len, seq_len, device=device)
-            mask = key_pos[None, :] <= query_pos[:, None]
+            # Query i sits at position seq_len - query_len + i and sees keys up to it (on a
+            # CPU without a mask: _chunk_after_context).
+            mask = None
+            if device.type != "cpu":
+                key_pos = torch.arange(seq_len, device=device)
+                query_pos = torch.arange(seq_len - query_len, seq_len, device=device)
+                mask = key_pos[None, :] <= query_pos[:, None]
             prefills.append((start, end, slots[:seq_len], mask))
         state["prefills"] = prefills
 
@@ -126,6 +130,10 @@ class TorchAttentionBackend(AttentionBackend):
                 o = F.scaled_dot_product_attention(
                     q, k, v, is_causal=True, scale=scale, enable_gqa=True
                 )
+            elif mask is None:
+                context = slots[: slots.numel() - (end - start)]
+                k, v = key[start:end], value[start:end]
+                o = _chunk_after_context(q, k, v, k_flat[context], v_flat[context], scale)
             else:
                 k = k_flat[slots].transpose(0, 1)[None]  # [1, kv_heads, seq_len, head_dim]
                 v = v_flat[slots].transpose(0, 1)[None]
@@ -151,6 +159,42 @@ class TorchAttentionBackend(AttentionBackend):
                 q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
             )
             out[start:end] = o.squeeze(2)
+
+
+_flash_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+def _chunk_after_context(q, key, value, context_key, context_value, scale):
+    """A prompt chunk that follows cached context, on a CPU: [1, heads, query_len, head_dim].
+
+    Every query sees all of the context and its own chunk causally. With one boolean mask over
+    [query_len, seq_len] the CPU flash kernel computes every masked block and converts the mask
+    to floats first (2.3 ms of a 19 ms step of 2,048 prompt tokens on the tiny model). Here the
+    two parts run unmasked, the context in full and the chunk's own fresh K/V with
+    ``is_causal``, which skips the blocks above the diagonal; their outputs are merged by their
+    log-sum-exps, which is the softmax over the union. With SmolLM2-135M's heads (9 query, 3
+    KV, 64 wide) on 2 cores: 9 to 21% less time for 512-token chunks after 512 to 1,536 of
+    context, 30 to 34% for 2,048-token chunks after 2,048 to 6,144 (2026-11-25, AMD EPYC)."""
+    _, num_heads, query_len, head_dim = q.shape
+    kv_heads = key.shape[1]
+    group = num_heads // kv_heads
+
+    def kv(t, repeat: int):  # [len, kv_heads, head_dim] -> [1, kv_heads * repeat, len, head_dim]
+        t = t.transpose(0, 1)[None]
+        return t.repeat_interleave(repeat, dim=1) if repeat > 1 else t
+
+    own, own_lse = _flash_cpu(q, kv(key, group), kv(value, group), is_causal=True, scale=scale)
+    # Unmasked, the context needs no copy per query head: the queries that share a KV head
+    # (heads kv * group ... kv * group + group - 1) are stacked as one longer query of it.
+    stacked = q.reshape(1, kv_heads, group * query_len, head_dim)
+    ctx, ctx_lse = _flash_cpu(stacked, kv(context_key, 1), kv(context_value, 1), scale=scale)
+    ctx = ctx.reshape(1, num_heads, query_len, head_dim)
+    ctx_lse = ctx_lse.reshape(1, num_heads, query_len)
+    top = torch.maximum(own_lse, ctx_lse)
+    own_w = (own_lse - top).exp()[..., None]
+    ctx_w = (ctx_lse - top).exp()[..., None]
+    merged = (own.float() * own_w + ctx.float() * ctx_w) / (own_w + ctx_w)
+    return merged.to(q.dtype)
 
 
 def _single_sequence(k_cache, v_cache, blocks: slice | torch.Tensor, length: int):
