@@ -32,7 +32,18 @@ def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: 
     # One sequence of 2,048 tokens, as llama.cpp's context (n_ctx) below: the KV cache then
     # holds what llama.cpp's does, so the peak RSS of the two compares like for like (the
     # engine's default sizes it for a server: 10% of the free memory).
-    llm = LLM(model, device="cpu", max_model_len=2048, max_num_seqs=1, **options)
+    # No prefix caching: the warm-up sends the same prompt, and llama.cpp (reset=True) computes
+    # it again, so a cache hit would make the TTFT column compare nothing. No speculation:
+    # llama.cpp decodes one token per step here (bench/spec_decode.py measures speculation).
+    options = {"enable_speculative_decoding": False, **options}
+    llm = LLM(
+        model,
+        device="cpu",
+        max_model_len=2048,
+        max_num_seqs=1,
+        enable_prefix_caching=False,
+        **options,
+    )
     engine = llm.llm_engine
     from engine.models.quantize import decode_read_bytes
 
