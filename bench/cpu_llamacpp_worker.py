@@ -73,7 +73,8 @@ def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: 
     return stream
 
 
-def llamacpp(model: str, prompt: list[int], num_tokens: int, threads: int, options: dict):
+def load_llama(model: str, threads: int, **kwargs):
+    """llama_cpp.Llama on ``model`` (a GGUF file) with ``threads`` threads and a 2,048 context."""
     import llama_cpp.llama_cpp as low_level  # the module Llama reads its defaults from
     from llama_cpp import Llama
 
@@ -87,7 +88,11 @@ def llamacpp(model: str, prompt: list[int], num_tokens: int, threads: int, optio
         return params
 
     low_level.llama_model_default_params = without_extra_buffers
-    llm = Llama(model_path=model, n_threads=threads, n_ctx=2048, verbose=False, seed=0)
+    return Llama(model_path=model, n_threads=threads, n_ctx=2048, verbose=False, seed=0, **kwargs)
+
+
+def llamacpp(model: str, prompt: list[int], num_tokens: int, threads: int, options: dict):
+    llm = load_llama(model, threads)
 
     def stream(n: int) -> list[float]:
         llm.reset()
