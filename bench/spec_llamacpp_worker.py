@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.cpu_llamacpp_worker import load_llama  # noqa: E402
+from bench.cpu_llamacpp_worker import load_llama
 
 
 def generate(llm, prompt: list[int], tokens: int) -> tuple[list[int], float]:
