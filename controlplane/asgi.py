@@ -12,10 +12,11 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.common.api_middleware import ApiASGIHandler, SplitByPath  # noqa: E402
 from controlplane.common.daphne_bodies import adjust_daphne_bodies  # noqa: E402
 from controlplane.metrics.access import metrics_bearer_token  # noqa: E402
 from controlplane.metrics.metrics_port import start_configured_metrics_port  # noqa: E402
-from inference.body_limit import BodySizeLimit, capped_limit_for  # noqa: E402
+from inference.body_limit import BodySizeLimit, capped_limit_for, is_api_path  # noqa: E402
 from inference.routing import websocket_urlpatterns  # noqa: E402
 
 # Before the first scrape: the generated metrics token's file (when METRICS_BEARER_TOKEN is
@@ -28,8 +29,9 @@ adjust_daphne_bodies(capped_limit_for)
 
 application = ProtocolTypeRouter(
     {
-        # JSON API bodies over API_MAX_REQUEST_BYTES get a 413 before Django reads them.
-        "http": BodySizeLimit(django_asgi_app),
+        # JSON API bodies over API_MAX_REQUEST_BYTES get a 413 before Django reads them; the
+        # API's paths run through their own, shorter middleware (settings.API_MIDDLEWARE).
+        "http": BodySizeLimit(SplitByPath(ApiASGIHandler(), django_asgi_app, is_api_path)),
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )

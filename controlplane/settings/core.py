@@ -55,6 +55,15 @@ MIDDLEWARE = [
     # Last, as axes asks: it turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
+# The JSON API's paths (/v1/..., /tokenize, /detokenize, /v2/rerank) under Daphne: metrics,
+# security headers and the client's address, on the event loop (controlplane/common/
+# api_middleware.py); the browser's middlewares above would add a thread hop per hook.
+API_MIDDLEWARE = [
+    "controlplane.common.api_middleware.InlinePrometheusBeforeMiddleware",
+    "controlplane.common.api_middleware.InlineSecurityMiddleware",
+    "inference.credentials.ClientAddressMiddleware",
+    "controlplane.common.api_middleware.InlinePrometheusAfterMiddleware",
+]
 
 ROOT_URLCONF = "controlplane.urls"
 ASGI_APPLICATION = "controlplane.asgi.application"

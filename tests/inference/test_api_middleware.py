@@ -1,0 +1,81 @@
+"""The JSON API's own middleware under Daphne (controlplane/common/api_middleware.py): an API
+request still gets the security headers and counts in django-prometheus's metrics (the Grafana
+dashboard reads them), its middleware hooks run on the event loop, and every other path keeps
+the browser's full stack (sessions, CSRF, clickjacking)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+
+from controlplane.common.api_middleware import ApiASGIHandler, InlinePrometheusAfterMiddleware
+from tests.inference.metrics.test_metrics_e2e import scrape_url, total
+
+VIEW_REQUESTS = "django_http_requests_total_by_view_transport_method_total"
+
+
+def test_an_api_response_has_the_security_headers_and_no_browser_ones(api_platform, auth):
+    response = httpx.get(f"{api_platform.base_url}/v1/models", headers=auth, timeout=10)
+    assert response.status_code == 200
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "same-origin"
+    # Sessions, CSRF and clickjacking belong to pages, not to a JSON API called with a key.
+    assert "set-cookie" not in response.headers
+    assert "x-frame-options" not in response.headers
+
+
+def test_api_requests_count_in_the_django_metrics(api_platform, auth):
+    before = total(scrape_url(api_platform, api_platform.base_url), VIEW_REQUESTS, view="models")
+    for _ in range(3):
+        httpx.get(f"{api_platform.base_url}/v1/models", headers=auth, timeout=10)
+    after = total(scrape_url(api_platform, api_platform.base_url), VIEW_REQUESTS, view="models")
+    assert after - before == 3
+
+
+def test_pages_keep_the_full_middleware(api_platform):
+    response = httpx.get(f"{api_platform.base_url}/admin/login/", timeout=10)
+    assert response.status_code == 200
+    assert "csrftoken" in response.headers.get("set-cookie", "")
+    assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_api_middleware_hooks_run_on_the_event_loop_thread(monkeypatch):
+    """No hook of the API's chain goes through sync_to_async: each would be a hop to another
+    thread and back for every request."""
+    threads = []
+    original = InlinePrometheusAfterMiddleware.process_request
+
+    def recording(self, request):
+        threads.append(threading.current_thread())
+        return original(self, request)
+
+    monkeypatch.setattr(InlinePrometheusAfterMiddleware, "process_request", recording)
+    handler = ApiASGIHandler()
+    sent = []
+
+    async def request():
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": "/v1/models",
+            "headers": [],
+            "query_string": b"",
+            "server": ("testserver", 80),
+            "client": ("127.0.0.1", 1234),
+        }
+        messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive():
+            return messages.pop(0) if messages else await asyncio.Event().wait()
+
+        async def send(message):
+            sent.append(message)
+
+        await handler(scope, receive, send)
+        return threading.current_thread()
+
+    loop_thread = asyncio.run(request())
+    assert sent[0]["status"] == 401  # no key: the view ran behind the chain
+    assert threads == [loop_thread]
