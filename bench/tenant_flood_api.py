@@ -1,0 +1,213 @@
+"""Issue 26's flood as an operator meets it: two tenants of one served platform, through the API.
+
+bench/tenant_fairness.py drives the engine's Redis interface directly, which isolates the
+engine's scheduling. This one runs the issue's scenario the way its report was taken: the whole
+platform as ``bin/serve`` starts it (private Redis, SQLite, one engine with ``--max-num-seqs 8``
+on a tiny random-weight llama, Daphne), two tenants with keys of their own, and the official
+``openai`` SDK as client:
+
+- tenant B (its own process, as another user would be) streams one short completion (16 prompt
+  tokens, 4 output tokens) every ``--interval`` s and takes its time to first token;
+- tenant A sends ``--flood`` completions of ``--prompt`` token ids at once.
+
+For each policy (``fair``, then ``fcfs``, a fresh platform each): B idle; then ``--rounds``
+rounds alternating A alone and A with B (B's TTFTs pooled over the rounds). Prints the issue's
+ratios; ``--record`` appends them to docs/benchmarks.md.
+
+    .venv/bin/python bench/tenant_flood_api.py
+    .venv/bin/python bench/tenant_flood_api.py --rounds 5 --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.peers import percentile  # noqa: E402
+from bench.tenant_b import TenantB, add_flood_arguments, flood_checks  # noqa: E402
+
+MODEL = "flood-bench"
+B_PROMPT, B_OUTPUT = 16, 4
+
+# Run with ``python -c`` in the platform's environment: a second tenant and its key.
+FLOOD_TENANT_KEY = """
+import django
+django.setup()
+from controlplane.tenants.services import api_key_create, tenant_create
+print(api_key_create(tenant=tenant_create(name="flood")).secret)
+"""
+
+
+def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
+    # Random ids: no prefix-cache hit between requests, every prompt token is computed.
+    return [rng.randrange(3, vocab) for _ in range(length)]
+
+
+def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
+    """Tenant B's process: per command (count, interval), streams that many requests, one per
+    interval or until ``stop``, and sends back their TTFTs."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
+    rng = random.Random(1)
+    while (command := conn.recv()) is not None:
+        count, interval = command
+        ttfts = []
+        for _ in range(count):
+            if stop.is_set():
+                break
+            began = time.monotonic()
+            stream = client.completions.create(
+                model=MODEL,
+                prompt=random_prompt(rng, B_PROMPT, vocab),
+                max_tokens=B_OUTPUT,
+                temperature=0.0,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            first = None
+            for chunk in stream:
+                # The first chunk carries the first token (its text may be empty: a random
+                # model's token can be part of a character).
+                if first is None and chunk.choices:
+                    first = time.monotonic() - began
+            ttfts.append(first)
+            time.sleep(max(0.0, interval - (time.monotonic() - began)))
+        conn.send(ttfts)
+
+
+async def flood(client, rng: random.Random, args, vocab: int) -> tuple[float, int]:
+    """A's requests at once: (seconds, prompt + output tokens)."""
+    prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
+    start = time.monotonic()
+    responses = await asyncio.gather(
+        *[
+            client.completions.create(
+                model=MODEL,
+                prompt=prompt,
+                max_tokens=args.output,
+                temperature=0.0,
+                extra_body={"ignore_eos": True},
+            )
+            for prompt in prompts
+        ]
+    )
+    elapsed = time.monotonic() - start
+    return elapsed, sum(r.usage.prompt_tokens + r.usage.completion_tokens for r in responses)
+
+
+async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, policy: str) -> dict:
+    import httpx
+    import openai
+
+    client = openai.AsyncOpenAI(
+        base_url=f"{base_url}/v1",
+        api_key=a_key,
+        max_retries=0,
+        timeout=600.0,
+        http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=args.flood + 8)),
+    )
+    rng = random.Random(0)
+    tenant_b = TenantB(_tenant_b_main, base_url, b_key, vocab)
+    await tenant_b.trickle(3, 0.1)  # warm-up
+    result: dict = {"policy": policy, "b_idle": await tenant_b.trickle(args.idle_samples, 0.25)}
+    alone, with_b, result["b_flood"] = [], [], []
+    for _ in range(args.rounds):
+        alone.append(await flood(client, rng, args, vocab))
+        tenant_b.start(10**6, args.interval)
+        with_b.append(await flood(client, rng, args, vocab))
+        result["b_flood"] += await tenant_b.collect()
+    tenant_b.close()
+    await client.close()
+    result["a_alone"] = tuple(map(sum, zip(*alone, strict=True)))
+    result["a_with_b"] = tuple(map(sum, zip(*with_b, strict=True)))
+    return result
+
+
+def report(fair: dict, fifo: dict) -> list[str]:
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1000:.0f} ms"
+
+    lines = ["| policy | measure | value |", "|---|---|---|"]
+    for r in (fair, fifo):
+        for key, label in (("b_idle", "idle"), ("b_flood", "under A's flood")):
+            values = r[key]
+            lines.append(
+                f"| {r['policy']} | B's TTFT {label} | p50 {ms(statistics.median(values))}, "
+                f"p99 {ms(percentile(values, 0.99))} (n={len(values)}) |"
+            )
+        for key, label in (("a_alone", "A alone"), ("a_with_b", "A with B")):
+            seconds, tokens = r[key]
+            lines.append(
+                f"| {r['policy']} | {label} | {tokens / seconds:.0f} tok/s ({seconds:.1f} s) |"
+            )
+
+    def total(r: dict) -> float:
+        seconds, tokens = r["a_with_b"]
+        return (tokens + (B_PROMPT + B_OUTPUT) * len(r["b_flood"])) / seconds
+
+    idle = statistics.median(fair["b_idle"])
+    fifo_ratio = statistics.median(fifo["b_flood"]) / statistics.median(fifo["b_idle"])
+    checks = [
+        *flood_checks(idle, fair["b_flood"], fair, total(fair) / total(fifo)),
+        (f"FIFO: B's TTFT p50 under flood / idle p50 = {fifo_ratio:.1f}", "(before)", True),
+    ]
+    lines += ["", "| ratio | goal | holds |", "|---|---|---|"]
+    lines += [f"| {text} | {goal} | {'yes' if ok else 'NO'} |" for text, goal, ok in checks]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_flood_arguments(parser, idle_samples=20)
+    args = parser.parse_args()
+
+    from bench.peers import machine_line, record
+    from bench.served_platform import served_platform
+    from engine.model_config import ModelConfig
+    from engine.tooling.demo.checkpoint import make_checkpoint
+
+    workdir = Path(tempfile.mkdtemp(prefix="flood-api-bench-"))
+    checkpoint = make_checkpoint(workdir / "llama-tiny", size="tiny")
+    vocab = ModelConfig.from_pretrained(str(checkpoint)).vocab_size
+    machine = machine_line()
+    print(machine, flush=True)
+    results = {}
+    for policy in ("fair", "fcfs"):
+        options = {"scheduling_policy": policy, "max_num_seqs": args.max_num_seqs}
+        with served_platform(
+            workdir / policy, checkpoint, model_name=MODEL, engine_options=options
+        ) as platform:
+            a_key = subprocess.run(
+                [sys.executable, "-c", FLOOD_TENANT_KEY],
+                cwd=REPO,
+                env=platform.stack.env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()[-1]
+            results[policy] = asyncio.run(
+                scenario(platform.base_url, platform.key, a_key, vocab, args, policy)
+            )
+        print(f"{policy} done", flush=True)
+    lines = report(results["fair"], results["fcfs"])
+    print("\n".join(lines))
+    if args.record:
+        command = "python bench/tenant_flood_api.py " + " ".join(sys.argv[1:])
+        record(
+            "Fair share across tenants, through the API (issue 26)", command.strip(), machine, lines
+        )
+
+
+if __name__ == "__main__":
+    main()
