@@ -1,4 +1,5 @@
-// Weight-only quantized matrix-vector products for CPU decode (one to a few rows at a time).
+// Weight-only quantized matrix-vector products for CPU decode (one to a few rows at a time),
+// and the float32 one beside them.
 //
 // Decoding one token reads every weight once, so on a CPU its speed is set by how many bytes a
 // weight takes and by whether the kernel keeps up with memory. No bf16 hardware is needed
@@ -19,7 +20,10 @@
 //
 // Up to kRows activation rows share one pass over a weight row (the widened weights are reused
 // from registers); the caller sends larger batches to dequantize-then-GEMM instead. Output
-// rows are split over ATen's intra-op threads.
+// rows are split over ATen's intra-op threads. Every activation row is computed the same way
+// whatever rows come with it (activations quantized per row, sums in a fixed order, no split
+// along K), so a few rows at once give each row exactly what it gets alone: the rows of a
+// speculative verification step match the one-row decode bit for bit.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -51,11 +55,20 @@ using platform_cpu::hsum8;
 constexpr int kRows = 4;
 constexpr int64_t kBlock = 32;  // int4 weights per scale/min
 
+#ifdef PLATFORM_AVX512
+// Sixteen weights from memory, as float32 lanes.
+inline __m512 widen16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+#endif
+
 #ifdef PLATFORM_AVX2
-// Eight int8 weights from memory, as float32 lanes.
-inline __m256 widen_i8(const int8_t* p) {
+// Eight weights from memory, as float32 lanes.
+inline __m256 widen8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
+inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
 
 // The low eight bytes of v (values 0..15), as float32 lanes.
 inline __m256 widen_u8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
@@ -65,10 +78,12 @@ inline float half_to_float(at::Half h) { return _cvtsh_ss(h.x); }
 inline float half_to_float(at::Half h) { return static_cast<float>(h); }
 #endif
 
-// y[r * ldy] = scale * dot(x[r], q) for R rows of x (row stride ldx).
-template <int R>
-void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, float scale,
-                   float* y, int64_t ldy) {
+// y[r * ldy] = scale * dot(x[r], q) for R rows of x (row stride ldx), q int8 or float32
+// weights (float32 ones with scale 1, which rounds nothing). Each row's sum is taken in the
+// same order whatever R is: a row's result is the same alone or beside others.
+template <int R, typename W>
+void dot_rows(const float* x, int64_t ldx, const W* q, int64_t K, float scale, float* y,
+              int64_t ldy) {
   float sums[R];
   int64_t k = 0;
 #ifdef PLATFORM_AVX512
@@ -79,8 +94,7 @@ void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, floa
   for (; k + 64 <= K; k += 64) {
     __m512 w[4];
     for (int j = 0; j < 4; ++j)
-      w[j] = _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16 * j))));
+      w[j] = widen16(q + k + 16 * j);
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < 4; ++j)
         wide[r][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k + 16 * j), w[j], wide[r][j]);
@@ -92,8 +106,8 @@ void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, floa
   for (int r = 0; r < R; ++r)
     for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
   for (; k + 32 <= K; k += 32) {
-    const __m256 w0 = widen_i8(q + k), w1 = widen_i8(q + k + 8);
-    const __m256 w2 = widen_i8(q + k + 16), w3 = widen_i8(q + k + 24);
+    const __m256 w0 = widen8(q + k), w1 = widen8(q + k + 8);
+    const __m256 w2 = widen8(q + k + 16), w3 = widen8(q + k + 24);
     for (int r = 0; r < R; ++r) {
       const float* xr = x + r * ldx + k;
       acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
@@ -103,7 +117,7 @@ void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, floa
     }
   }
   for (; k + 8 <= K; k += 8) {
-    const __m256 w = widen_i8(q + k);
+    const __m256 w = widen8(q + k);
     for (int r = 0; r < R; ++r)
       acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + k), w, acc[r][0]);
   }
@@ -307,12 +321,19 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
 }
 #endif  // PLATFORM_AVX512_VNNI
 
-// Calls rows(m, R) over the rows of x in groups of kRows, then the leftover rows.
+// Calls rows(m, R) over the rows of x in groups of kRows, then once for the leftover rows
+// (a weight row is widened once per group: 7 rows are two groups, not four).
 template <typename F>
 void for_row_groups(int64_t M, F&& rows) {
   int64_t m = 0;
   for (; m + kRows <= M; m += kRows) rows(m, std::integral_constant<int, kRows>{});
-  for (; m < M; ++m) rows(m, std::integral_constant<int, 1>{});
+  static_assert(kRows == 4, "the leftover cases below assume groups of four");
+  switch (M - m) {
+    case 3: rows(m, std::integral_constant<int, 3>{}); break;
+    case 2: rows(m, std::integral_constant<int, 2>{}); break;
+    case 1: rows(m, std::integral_constant<int, 1>{}); break;
+    default: break;
+  }
 }
 
 void check_x(const at::Tensor& x, int64_t K) {
@@ -342,7 +363,30 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
       for_row_groups(M, [&](int64_t m, auto rows) {
-        int8_dot_rows<decltype(rows)::value>(xp + m * K, K, qp + n * K, K, sp[n], yp + m * N + n, N);
+        dot_rows<decltype(rows)::value>(xp + m * K, K, qp + n * K, K, sp[n], yp + m * N + n, N);
+      });
+  });
+  return y;
+}
+
+// x [M, K] times a float32 weight [N, K], transposed: F.linear without a bias for decode rows.
+// BLAS picks its kernel (and its order of sums) by the number of rows, so a row's result
+// depends on the batch it came in; here it never does (see dot_rows).
+at::Tensor float_linear(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kFloat && weight.is_contiguous(),
+              "weight must be a contiguous 2-D float32 tensor");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  check_x(x, K);
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0);
+  at::Tensor y = at::empty({M, N}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for_row_groups(M, [&](int64_t m, auto rows) {
+        dot_rows<decltype(rows)::value>(xp + m * K, K, wp + n * K, K, 1.f, yp + m * N + n, N);
       });
   });
   return y;
@@ -419,12 +463,14 @@ at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
 
 TORCH_LIBRARY(platform_cpu, m) {
   m.def("int8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
+  m.def("float_linear(Tensor x, Tensor weight) -> Tensor");
   m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor mins) -> Tensor");
   m.def("int4_dequantize(Tensor packed, Tensor scales, Tensor mins) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
   m.impl("int8_linear", &platform_cpu::int8_linear);
+  m.impl("float_linear", &platform_cpu::float_linear);
   m.impl("int4_linear", &platform_cpu::int4_linear);
   m.impl("int4_dequantize", &platform_cpu::int4_dequantize);
 }
