@@ -134,9 +134,7 @@ def linear(
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
-def _float_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
+def _float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Float32 decode rows on a CPU take the native kernel, whose rows do not depend on each
     other (BLAS picks its kernel, and so its rounding, by the number of rows): the rows of a
     speculative verification step then match the one-row decode bit for bit."""

@@ -257,7 +257,9 @@ def test_greedy_output_is_token_identical_with_quantized_weights(tiny_engine_pat
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(repeating)}
     one_at_a_time = {}
     for rid, request in requests.items():  # concurrency 1, as a single stream runs
-        plain, speculative, engine = both(tiny_engine_path, {rid: request}, quantization=quantization)
+        plain, speculative, engine = both(
+            tiny_engine_path, {rid: request}, quantization=quantization
+        )
         assert speculative == plain, rid
         one_at_a_time[rid] = engine.stats().spec_decode_num_accepted_tokens
     assert all(accepted > 0 for accepted in one_at_a_time.values()), one_at_a_time
