@@ -2,9 +2,9 @@
 
 A step is ``prepare_inputs`` (engine/worker/step_inputs.py: each scheduled request's new
 tokens, positions and block table from the SchedulerOutput; decodes and draft verifications
-before prefill chunks as the attention backends expect), ``run_model`` and ``sample``, which computes logits
-only where a token is sampled (the end of a request's known tokens) plus prompt positions of
-requests that asked for prompt logprobs.
+before prefill chunks as the attention backends expect), ``run_model`` and ``sample``, which
+computes logits only where a token is sampled (the end of a request's known tokens) plus
+prompt positions of requests that asked for prompt logprobs.
 
 With LoRA, the step's adapter layout (which slot each token uses, grouped into segments) is
 built once from the same request order and handed to the model, which applies it in every
