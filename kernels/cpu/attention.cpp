@@ -97,9 +97,6 @@ void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
               "kv_heads, head_dim] tensors of one shape and dtype");
 }
 
-// One sequence's attention over its tokens [t0, t1), all heads: per head the largest score
-// m[h], the sum l[h] of exp(score - m[h]), and o[h] = the sum of exp(score - m[h]) * v, not
-// yet divided by l[h] (so partial ranges of one sequence can be merged).
 // Tokens of one part of a sequence's attention (see decode_attention).
 constexpr int64_t kPartTokens = 64;
 
@@ -112,6 +109,9 @@ struct SequenceView {
   float scale;
 };
 
+// One sequence's attention over its tokens [t0, t1), all heads: per head the largest score
+// m[h], the sum l[h] of exp(score - m[h]), and o[h] = the sum of exp(score - m[h]) * v, not
+// yet divided by l[h] (so partial ranges of one sequence can be merged).
 template <typename T>
 void attend_tokens(const SequenceView<T>& seq, const float* q, int64_t t0, int64_t t1,
                    std::vector<float>& scores, float* o, float* m, float* l) {
