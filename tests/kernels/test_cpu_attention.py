@@ -8,16 +8,8 @@ import torch
 from engine.attention import torch_backend
 from engine.attention.backend import AttentionMetadata
 from engine.attention.torch_backend import TorchAttentionBackend
-from kernels.cpu import native_ops, unavailable_reason
 
 BLOCK = 16
-
-
-@pytest.fixture(scope="module")
-def ops():
-    found = native_ops()
-    assert found is not None, unavailable_reason()  # this machine kind has a C++ compiler
-    return found
 
 
 def _paged(seq_lens: list[int], heads: int, kv_heads: int, head_dim: int, seed: int):

@@ -14,17 +14,9 @@ from engine.attention.torch_backend import TorchAttentionBackend
 from engine.layers.quantized_linear import KERNEL_MAX_ROWS, quantize_int4, quantize_int8
 from engine.model_config import ModelConfig
 from engine.models import load_model
-from kernels.cpu import native_ops, unavailable_reason
 from kernels.cpu import reference as ref
 
 BLOCK = 16
-
-
-@pytest.fixture(scope="module")
-def ops():
-    found = native_ops()
-    assert found is not None, unavailable_reason()  # this machine kind has a C++ compiler
-    return found
 
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
