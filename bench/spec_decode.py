@@ -262,7 +262,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="default: the demo SmolLM2")
     parser.add_argument(
-        "--variant", default="fp32", help="fp32 or bf16 (quantized: no speculation)"
+        "--variant", default="fp32", help="fp32, bf16, int8 or int4 (bench/single_stream.py)"
     )
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
@@ -281,13 +281,17 @@ def main() -> int:
         ],
         "open chat": [chat_prompt_ids(tokenizer, p) for p in CHAT_PROMPTS[: args.chat_prompts]],
     }
-    longest = max(len(p) for ps in workloads.values() for p in ps)
+    workloads = {name: ps for name, ps in workloads.items() if ps}  # --chat-prompts 0 skips
+    warm_up = chat_prompt_ids(tokenizer, CHAT_PROMPTS[0])
+    longest = max(len(p) for ps in [*workloads.values(), [warm_up]] for p in ps)
     engines = {}
     for speculative in (True, False):
         engines[speculative] = build_engine(
             model, args.variant, speculative, longest + args.tokens + 16
         )
-        generate(engines[speculative], workloads["open chat"][0], 8)  # first-call allocations
+        generate(engines[speculative], warm_up, 8)  # first-call allocations
+    if engines[True].scheduler.speculator is None:
+        raise SystemExit(f"the {args.variant} engine does not speculate: nothing to compare")
     summary = {
         name: run_workload(name, ps, engines, args.tokens, args.rounds)
         for name, ps in workloads.items()

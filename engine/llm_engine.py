@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from engine.core.block_hash import PublicPrefix
 from engine.core.fair_share import service_class_rank
 from engine.core.scheduler import Scheduler
+from engine.layers.quantized_linear import KERNEL_MAX_ROWS
 from engine.lora.manager import LoraManager
 from engine.lora.shapes import BaseModelShape
 from engine.lora.slots import PACKED_MODULES
@@ -86,14 +87,14 @@ class LLMEngine:
         config = self.config
         if not config.enable_speculative_decoding:
             return None
-        if config.quantization is not None:
-            # The quantized kernels' multi-row results differ slightly from their one-row
-            # results, so verified drafts would not give exactly the tokens decoding gives
-            # (docs/benchmarks.md, "Speculative decoding"): no speculation until they match.
-            logger.info("speculative decoding is off: %s weights", config.quantization)
-            return None
+        num_speculative_tokens = config.num_speculative_tokens
+        if self.runner.device.type == "cpu" and num_speculative_tokens >= KERNEL_MAX_ROWS:
+            # Verification is exact while a step's decode rows take the CPU's row-invariant
+            # kernels (engine/worker/step_inputs.py), that is up to KERNEL_MAX_ROWS rows.
+            num_speculative_tokens = KERNEL_MAX_ROWS - 1
+            logger.info("speculative decoding proposes at most %d tokens", num_speculative_tokens)
         return Speculator(
-            num_speculative_tokens=config.num_speculative_tokens,
+            num_speculative_tokens=num_speculative_tokens,
             max_num_seqs=config.speculative_max_num_seqs,
             max_model_len=self.model_config.max_model_len,
         )

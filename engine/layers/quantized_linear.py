@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.layers.dispatch import cpu_ops
 from engine.layers.packed_linear import PackedWeight, packed_linear
 from kernels.cpu import native_ops
 from kernels.cpu import reference as cpu_reference
@@ -114,11 +115,12 @@ def linear(
     weight: torch.Tensor | QuantizedWeight | PackedWeight,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``F.linear`` for float weights, oneDNN's for packed bfloat16 ones; for quantized ones,
+    """``F.linear`` for float weights (the native row-invariant kernel for float32 decode rows
+    on a CPU), oneDNN's for packed bfloat16 ones; for quantized ones,
     the native kernels (few rows) or dequantize-then-GEMM (many), computed in float32 and
     returned in ``x``'s dtype."""
     if isinstance(weight, torch.Tensor):
-        return F.linear(x, weight, bias)
+        return _float_linear(x, weight, bias)
     if isinstance(weight, PackedWeight):
         return packed_linear(x, weight, bias)
     rows = x.reshape(-1, x.shape[-1])
@@ -130,6 +132,23 @@ def linear(
     if bias is not None:
         y = y + bias
     return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def _float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Float32 decode rows on a CPU take the native kernel, whose rows do not depend on each
+    other (BLAS picks its kernel, and so its rounding, by the number of rows): the rows of a
+    speculative verification step then match the one-row decode bit for bit."""
+    ops = cpu_ops(x)
+    if (
+        ops is None
+        or x.dtype != torch.float32
+        or weight.dtype != torch.float32
+        or x.dim() != 2
+        or x.shape[0] > KERNEL_MAX_ROWS
+    ):
+        return F.linear(x, weight, bias)
+    y = ops.float_linear(x, weight)
+    return y if bias is None else y + bias
 
 
 def _quantized_matmul(rows: torch.Tensor, weight: QuantizedWeight) -> torch.Tensor:

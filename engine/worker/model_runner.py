@@ -1,10 +1,10 @@
 """Model runner: builds the flattened varlen batch of a step, runs the model, samples.
 
-A step is ``prepare_inputs`` (each scheduled request's new tokens, positions and block table
-from the SchedulerOutput, O(batch) Python, the rest in tensor ops; decodes before prefill
-chunks as the attention backends expect), ``run_model`` and ``sample``, which computes logits
-only where a token is sampled (the end of a request's known tokens) plus prompt positions of
-requests that asked for prompt logprobs.
+A step is ``prepare_inputs`` (engine/worker/step_inputs.py: each scheduled request's new
+tokens, positions and block table from the SchedulerOutput; decodes and draft verifications
+before prefill chunks as the attention backends expect), ``run_model`` and ``sample``, which
+computes logits only where a token is sampled (the end of a request's known tokens) plus
+prompt positions of requests that asked for prompt logprobs.
 
 With LoRA, the step's adapter layout (which slot each token uses, grouped into segments) is
 built once from the same request order and handed to the model, which applies it in every
@@ -14,7 +14,6 @@ projection. Steps without an adapter request skip LoRA entirely.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,34 +27,19 @@ from engine.outputs import TokenLogprobs
 from engine.request import Request
 from engine.resume import advance_generator
 from engine.sample import Sampler, SamplingBatch
-from engine.spec_decode.verify import DraftRow, DraftVerifier, draft_rows
+from engine.spec_decode.verify import DraftRow, DraftVerifier
 from engine.structured.bitmask import GrammarBitmask
 from engine.worker.cpu_allocator import keep_freed_memory_mapped
 from engine.worker.cpu_threads import StepThreads
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
+from engine.worker.step_inputs import ModelInputs, build_step_inputs
 
 if TYPE_CHECKING:
     from engine.lora.manager import LoraManager
     from engine.models.decoder import LoraApply
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class ModelInputs:
-    """One step's flattened batch: decodes first, then prefill chunks, in ``requests`` order."""
-
-    requests: list[Request]
-    num_scheduled_tokens: dict[str, int]
-    input_ids: torch.Tensor  # [num_tokens]
-    positions: torch.Tensor  # [num_tokens]
-    attention: AttentionMetadata
-    lora: LoraApply | None  # None: no request of this step uses an adapter
-    # Requests that reach the end of their known tokens and so sample one, and their last row;
-    # a request with draft tokens samples every verified row (one DraftRow each).
-    sample_requests: list[Request | DraftRow]
-    sample_rows: list[int]
 
 
 def _report_cpu_kernels() -> None:
@@ -144,73 +128,11 @@ class ModelRunner:
             return self.sample(inputs, hidden)
 
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInputs:
-        """Flatten the scheduled requests into one varlen batch, decodes first."""
-        counts = out.num_scheduled_tokens
-        requests = out.scheduled_requests
-        decodes = [r for r in requests if counts[r.request_id] == 1]
-        # Similar lengths side by side: the attention backend pads decodes per group.
-        decodes.sort(key=lambda r: r.num_computed_tokens)
-        prefills = [r for r in requests if counts[r.request_id] != 1]
-        ordered = decodes + prefills
-
-        bs = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        seq_lens: list[int] = []
-        query_start_loc = [0]
-        tables: list[list[int]] = []
-        sample_requests: list[Request] = []
-        sample_rows: list[int] = []
-        for r in ordered:
-            start = r.num_computed_tokens
-            n = counts[r.request_id]
-            end = start + n
-            table = out.block_tables[r.request_id]
-            if n == 1:
-                input_ids.append(r.all_token_ids[start])
-                positions.append(start)
-                slots.append(table[start // bs] * bs + start % bs)
-            else:
-                input_ids.extend(r.all_token_ids[start:end])
-                positions.extend(range(start, end))
-                slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
-            seq_lens.append(end)
-            query_start_loc.append(query_start_loc[-1] + n)
-            tables.append(table)
-            num_drafts = end - r.num_tokens  # draft tokens to verify (engine/spec_decode/)
-            if num_drafts > 0:
-                input_ids.extend(r.spec.draft_token_ids[:num_drafts])
-                sample_requests.extend(draft_rows(r, num_drafts))
-                sample_rows.extend(range(query_start_loc[-1] - num_drafts - 1, query_start_loc[-1]))
-            elif end == r.num_tokens:
-                sample_requests.append(r)
-                sample_rows.append(query_start_loc[-1] - 1)
-
-        device = self.device
-        max_blocks = max(len(t) for t in tables)
-        metadata = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long).to(device),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.long).to(device),
-            block_tables=torch.tensor(
-                [t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long
-            ).to(device),
-            seq_lens_list=seq_lens,
-            query_start_loc=query_start_loc,
-            num_decodes=len(decodes),
-            block_size=bs,
-        )
-        self.backend.prepare(metadata)
-        return ModelInputs(
-            requests=ordered,
-            num_scheduled_tokens=counts,
-            input_ids=torch.tensor(input_ids, dtype=torch.long).to(device),
-            positions=torch.tensor(positions, dtype=torch.long).to(device),
-            attention=metadata,
-            lora=self._lora_apply(ordered, counts),
-            sample_requests=sample_requests,
-            sample_rows=sample_rows,
-        )
+        """The step's flattened batch (engine/worker/step_inputs.py) and its LoRA layout."""
+        inputs = build_step_inputs(out, self.block_size, self.device)
+        self.backend.prepare(inputs.attention)
+        inputs.lora = self._lora_apply(inputs.requests, inputs.num_scheduled_tokens)
+        return inputs
 
     def run_model(self, inputs: ModelInputs) -> torch.Tensor:
         """Hidden states of every token in the batch; replays a CUDA graph where one fits."""
@@ -224,12 +146,12 @@ class ModelRunner:
     def sample(self, inputs: ModelInputs, hidden: torch.Tensor) -> ModelRunnerOutput:
         """Prompt logprobs where asked, and one token per request at the end of its tokens."""
         result = ModelRunnerOutput()
-        query_start_loc = inputs.attention.query_start_loc
+        starts = inputs.request_starts
         for i, r in enumerate(inputs.requests):
             if r.prompt_logprobs is not None and r.num_computed_tokens < r.num_prompt_tokens - 1:
                 result.prompt_logprobs[r.request_id] = self._prompt_logprobs(
                     r,
-                    hidden[query_start_loc[i] : query_start_loc[i + 1]],
+                    hidden[starts[i] : starts[i + 1]],
                     inputs.num_scheduled_tokens[r.request_id],
                 )
         if not inputs.sample_requests:

@@ -6,8 +6,9 @@
 // keys and values out of their blocks into a padded batch, then runs SDPA with a mask: for
 // decode the gather moves more bytes than the attention reads, and costs a dozen calls a layer.
 // This kernel reads each sequence's K/V where they lie, block by block, with no copy and no
-// padding. Work items are sequences; the query heads that share a KV head (GQA) read its keys
-// and values while they are in cache.
+// padding. Work items are fixed parts of a sequence's tokens, so a row's result never depends on
+// the batch beside it; the query heads that share a KV head (GQA) read its keys and values while
+// they are in cache.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -96,9 +97,9 @@ void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
               "kv_heads, head_dim] tensors of one shape and dtype");
 }
 
-// One sequence's attention over its tokens [t0, t1), all heads: per head the largest score
-// m[h], the sum l[h] of exp(score - m[h]), and o[h] = the sum of exp(score - m[h]) * v, not
-// yet divided by l[h] (so partial ranges of one sequence can be merged).
+// Tokens of one part of a sequence's attention (see decode_attention).
+constexpr int64_t kPartTokens = 64;
+
 template <typename T>
 struct SequenceView {
   const T* k;
@@ -108,6 +109,9 @@ struct SequenceView {
   float scale;
 };
 
+// One sequence's attention over its tokens [t0, t1), all heads: per head the largest score
+// m[h], the sum l[h] of exp(score - m[h]), and o[h] = the sum of exp(score - m[h]) * v, not
+// yet divided by l[h] (so partial ranges of one sequence can be merged).
 template <typename T>
 void attend_tokens(const SequenceView<T>& seq, const float* q, int64_t t0, int64_t t1,
                    std::vector<float>& scores, float* o, float* m, float* l) {
@@ -148,58 +152,52 @@ void decode_attention(const at::Tensor& query, const at::Tensor& k_cache, const 
     for (int64_t i = 0; i < H * D; ++i) q[i] = to_float(qp[b * H * D + i]);
   };
 
-  // Work items are sequences, all heads together: a token's K (and V) for every KV head is one
-  // contiguous row of the block, so reading them in token order streams through memory (per
-  // KV head, the rows would be read a third at a time, several times slower). With fewer
-  // sequences than threads (one stream), each sequence's tokens are split over the threads
-  // instead and the parts merged by their softmax maxima (flash-decoding), so a long context
-  // is read by every core.
-  const int64_t threads = at::get_num_threads();
-  if (B >= threads) {
-    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-      std::vector<float> scores, q(H * D), o(H * D), m(H), l(H);
-      for (int64_t b = b0; b < b1; ++b) {
-        widen_query(b, q);
-        attend_tokens(view(b), q.data(), 0, lens[b], scores, o.data(), m.data(), l.data());
-        T* ob = op + b * H * D;
-        for (int64_t h = 0; h < H; ++h) {
-          const float inv = 1.f / l[h];
-          for (int64_t d = 0; d < D; ++d) ob[h * D + d] = static_cast<T>(o[h * D + d] * inv);
-        }
-      }
-    });
-    return;
-  }
-  const int64_t S = threads;  // parts per sequence
-  std::vector<float> part_o(B * S * H * D), part_m(B * S * H), part_l(B * S * H);
-  at::parallel_for(0, B * S, 1, [&](int64_t i0, int64_t i1) {
+  // Work items are parts of kPartTokens tokens of one sequence, all heads together: a token's K
+  // (and V) for every KV head is one contiguous row of the block, so reading them in token order
+  // streams through memory (per KV head, the rows would be read a third at a time, several times
+  // slower). Parts let every core read one long context (flash-decoding), and their boundaries
+  // depend on the position alone, never on the batch or the thread count: a sequence's output
+  // is bit for bit the same whether it is decoded alone or beside others, which is what makes
+  // the rows of a speculative verification step (engine/spec_decode/) exact.
+  std::vector<int64_t> first_part(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) first_part[b + 1] = first_part[b] + (lens[b] + kPartTokens - 1) / kPartTokens;
+  const int64_t P = first_part[B];
+  std::vector<float> part_o(P * H * D), part_m(P * H), part_l(P * H);
+  at::parallel_for(0, P, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores, q(H * D);
+    int64_t b = std::upper_bound(first_part.begin(), first_part.end(), i0) - first_part.begin() - 1;
+    int64_t widened = -1;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / S, part = i % S, L = lens[b];
-      widen_query(b, q);
-      attend_tokens(view(b), q.data(), L * part / S, L * (part + 1) / S, scores, part_o.data() + i * H * D,
-                    part_m.data() + i * H, part_l.data() + i * H);
+      while (i >= first_part[b + 1]) ++b;
+      if (widened != b) widen_query(b, q), widened = b;
+      const int64_t t0 = (i - first_part[b]) * kPartTokens, t1 = std::min(t0 + kPartTokens, lens[b]);
+      attend_tokens(view(b), q.data(), t0, t1, scores, part_o.data() + i * H * D, part_m.data() + i * H,
+                    part_l.data() + i * H);
     }
   });
-  std::vector<float> weight(S);
-  for (int64_t b = 0; b < B; ++b) {
-    T* ob = op + b * H * D;
-    for (int64_t h = 0; h < H; ++h) {
-      float top = -std::numeric_limits<float>::infinity();
-      for (int64_t part = 0; part < S; ++part) top = std::max(top, part_m[(b * S + part) * H + h]);
-      float total = 0.f;
-      for (int64_t part = 0; part < S; ++part) {
-        const float pm = part_m[(b * S + part) * H + h];
-        weight[part] = pm == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(pm - top);
-        total += weight[part] * part_l[(b * S + part) * H + h];
-      }
-      for (int64_t d = 0; d < D; ++d) {
-        float acc = 0.f;
-        for (int64_t part = 0; part < S; ++part) acc += weight[part] * part_o[((b * S + part) * H + h) * D + d];
-        ob[h * D + d] = static_cast<T>(acc / total);
+  // Every sequence's parts merged by their softmax maxima, in part order (one part included).
+  at::parallel_for(0, B, 16, [&](int64_t b0, int64_t b1) {
+    std::vector<float> weight;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t p0 = first_part[b], S = first_part[b + 1] - p0;
+      weight.resize(S);
+      T* ob = op + b * H * D;
+      for (int64_t h = 0; h < H; ++h) {
+        float top = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < S; ++s) top = std::max(top, part_m[(p0 + s) * H + h]);
+        float total = 0.f;
+        for (int64_t s = 0; s < S; ++s) {
+          weight[s] = std::exp(part_m[(p0 + s) * H + h] - top);
+          total += weight[s] * part_l[(p0 + s) * H + h];
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0.f;
+          for (int64_t s = 0; s < S; ++s) acc += weight[s] * part_o[((p0 + s) * H + h) * D + d];
+          ob[h * D + d] = static_cast<T>(acc / total);
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace

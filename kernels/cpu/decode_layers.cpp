@@ -102,8 +102,19 @@ at::Tensor quantized_linear(const at::Tensor& x, const Projection& p, int64_t ke
   return y;
 }
 
+// engine.layers.quantized_linear.linear's float path: float32 decode rows take the kernel whose
+// rows do not depend on each other, anything else at::linear.
+at::Tensor float_projection(const at::Tensor& x, const Projection& p, int64_t kernel_max_rows) {
+  const at::Tensor& w = p.tensors[0];
+  if (x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat || x.size(0) > kernel_max_rows)
+    return at::linear(x, w, p.bias);
+  at::Tensor y = platform_cpu::float_linear(x, w);
+  if (p.bias.has_value()) y = y + *p.bias;
+  return y;
+}
+
 at::Tensor project(const at::Tensor& x, const Projection& p, int64_t kernel_max_rows) {
-  if (p.kind == kFloat) return at::linear(x, p.tensors[0], p.bias);
+  if (p.kind == kFloat) return float_projection(x, p, kernel_max_rows);
   if (p.kind == kPacked) return packed_linear(x, p.tensors[0], p.bias);
   return quantized_linear(x, p, kernel_max_rows);
 }

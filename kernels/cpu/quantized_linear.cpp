@@ -1,4 +1,5 @@
-// Weight-only quantized matrix-vector products for CPU decode (one to a few rows at a time).
+// Weight-only quantized matrix-vector products for CPU decode (one to a few rows at a time),
+// and the float32 one beside them.
 //
 // Decoding one token reads every weight once, so on a CPU its speed is set by how many bytes a
 // weight takes and by whether the kernel keeps up with memory. No bf16 hardware is needed
@@ -19,7 +20,10 @@
 //
 // Up to kRows activation rows share one pass over a weight row (the widened weights are reused
 // from registers); the caller sends larger batches to dequantize-then-GEMM instead. Output
-// rows are split over ATen's intra-op threads.
+// rows are split over ATen's intra-op threads. Every activation row is computed the same way
+// whatever rows come with it (activations quantized per row, sums in a fixed order, no split
+// along K), so a few rows at once give each row exactly what it gets alone: the rows of a
+// speculative verification step match the one-row decode bit for bit.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -51,11 +55,20 @@ using platform_cpu::hsum8;
 constexpr int kRows = 4;
 constexpr int64_t kBlock = 32;  // int4 weights per scale/min
 
+#ifdef PLATFORM_AVX512
+// Sixteen weights from memory, as float32 lanes.
+inline __m512 widen16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+#endif
+
 #ifdef PLATFORM_AVX2
-// Eight int8 weights from memory, as float32 lanes.
-inline __m256 widen_i8(const int8_t* p) {
+// Eight weights from memory, as float32 lanes.
+inline __m256 widen8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
+inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
 
 // The low eight bytes of v (values 0..15), as float32 lanes.
 inline __m256 widen_u8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
@@ -65,62 +78,80 @@ inline float half_to_float(at::Half h) { return _cvtsh_ss(h.x); }
 inline float half_to_float(at::Half h) { return static_cast<float>(h); }
 #endif
 
-// y[r * ldy] = scale * dot(x[r], q) for R rows of x (row stride ldx).
-template <int R>
-void int8_dot_rows(const float* x, int64_t ldx, const int8_t* q, int64_t K, float scale,
-                   float* y, int64_t ldy) {
-  float sums[R];
-  int64_t k = 0;
-#ifdef PLATFORM_AVX512
-  // Sixteen weights a vector (half the instructions a weight of the AVX2 loop below).
-  __m512 wide[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int a = 0; a < 4; ++a) wide[r][a] = _mm512_setzero_ps();
-  for (; k + 64 <= K; k += 64) {
-    __m512 w[4];
-    for (int j = 0; j < 4; ++j)
-      w[j] = _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16 * j))));
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j)
-        wide[r][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k + 16 * j), w[j], wide[r][j]);
-  }
+// The int8 and float32 kernels compute a tile of NT weight rows (output columns) times R
+// activation rows at a time: the NT weight vectors and R activation vectors loaded at each step
+// feed NT * R fused multiply-adds, so each load serves several products (a row at a time, the
+// loads would outnumber the products). Every (weight row, activation row) pair has exactly one
+// accumulator of kLanes floats, stepped over K in the same order whatever the tile: a row's
+// result is the same alone or beside others, and whatever column tile it falls in.
+#if defined(PLATFORM_AVX512)
+using Lanes = __m512;
+constexpr int64_t kLanes = 16;
+inline Lanes lanes_zero() { return _mm512_setzero_ps(); }
+inline Lanes lanes_load(const float* p) { return _mm512_loadu_ps(p); }
+inline Lanes lanes_fma(Lanes a, Lanes b, Lanes c) { return _mm512_fmadd_ps(a, b, c); }
+inline float lanes_sum(Lanes v) { return _mm512_reduce_add_ps(v); }
+inline Lanes lanes_widen(const float* p) { return widen16(p); }
+inline Lanes lanes_widen(const int8_t* p) { return widen16(p); }
+constexpr int kTileN = 4;  // weight rows a tile of 2 to 4 activation rows takes (16 accumulators)
+#elif defined(PLATFORM_AVX2)
+using Lanes = __m256;
+constexpr int64_t kLanes = 8;
+inline Lanes lanes_zero() { return _mm256_setzero_ps(); }
+inline Lanes lanes_load(const float* p) { return _mm256_loadu_ps(p); }
+inline Lanes lanes_fma(Lanes a, Lanes b, Lanes c) { return _mm256_fmadd_ps(a, b, c); }
+inline float lanes_sum(Lanes v) { return hsum8(v); }
+inline Lanes lanes_widen(const float* p) { return widen8(p); }
+inline Lanes lanes_widen(const int8_t* p) { return widen8(p); }
+constexpr int kTileN = 2;  // (8 accumulators of 16 registers)
+#else
+using Lanes = float;
+constexpr int64_t kLanes = 1;
+inline Lanes lanes_zero() { return 0.f; }
+inline Lanes lanes_load(const float* p) { return *p; }
+inline Lanes lanes_fma(Lanes a, Lanes b, Lanes c) { return a * b + c; }
+inline float lanes_sum(Lanes v) { return v; }
+template <typename W>
+inline Lanes lanes_widen(const W* p) { return static_cast<float>(*p); }
+constexpr int kTileN = 2;
 #endif
+
+template <typename W>
+inline void prefetch(const W* p) {
 #ifdef PLATFORM_AVX2
-  // Four accumulators a row: the FMA latency, not the loads, would bound one chain.
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
-  for (; k + 32 <= K; k += 32) {
-    const __m256 w0 = widen_i8(q + k), w1 = widen_i8(q + k + 8);
-    const __m256 w2 = widen_i8(q + k + 16), w3 = widen_i8(q + k + 24);
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+#else
+  (void)p;
+#endif
+}
+
+// y[r * ldy + j] = scale[j] * dot(x[r], q[j]) for R rows of x (row stride ldx) and NT rows of
+// q (row stride K), q int8 or float32 (scale null: no scaling, as for float32 weights).
+template <int NT, int R, typename W>
+void dot_tile(const float* x, int64_t ldx, const W* q, int64_t K, const float* scale, float* y,
+              int64_t ldy) {
+  Lanes acc[NT][R];
+  for (int j = 0; j < NT; ++j)
+    for (int r = 0; r < R; ++r) acc[j][r] = lanes_zero();
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    // NT rows read side by side train the hardware prefetchers poorly (they follow one
+    // stream running through memory): fetch the next tile's rows while this one runs.
+    if (NT > 1 && (k * sizeof(W)) % 64 == 0)
+      for (int j = 0; j < NT; ++j) prefetch(q + (NT + j) * K + k);
+    Lanes w[NT];
+    for (int j = 0; j < NT; ++j) w[j] = lanes_widen(q + j * K + k);
     for (int r = 0; r < R; ++r) {
-      const float* xr = x + r * ldx + k;
-      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][1]);
-      acc[r][2] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), w2, acc[r][2]);
-      acc[r][3] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), w3, acc[r][3]);
+      const Lanes xv = lanes_load(x + r * ldx + k);
+      for (int j = 0; j < NT; ++j) acc[j][r] = lanes_fma(xv, w[j], acc[j][r]);
     }
   }
-  for (; k + 8 <= K; k += 8) {
-    const __m256 w = widen_i8(q + k);
-    for (int r = 0; r < R; ++r)
-      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + k), w, acc[r][0]);
-  }
-  for (int r = 0; r < R; ++r)
-    sums[r] = hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
-                                 _mm256_add_ps(acc[r][2], acc[r][3])));
-#ifdef PLATFORM_AVX512
-  for (int r = 0; r < R; ++r)
-    sums[r] += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(wide[r][0], wide[r][1]),
-                                                  _mm512_add_ps(wide[r][2], wide[r][3])));
-#endif
-#else
-  for (int r = 0; r < R; ++r) sums[r] = 0.f;
-#endif
-  for (; k < K; ++k)
-    for (int r = 0; r < R; ++r) sums[r] += x[r * ldx + k] * static_cast<float>(q[k]);
-  for (int r = 0; r < R; ++r) y[r * ldy] = sums[r] * scale;
+  for (int j = 0; j < NT; ++j)
+    for (int r = 0; r < R; ++r) {
+      float sum = lanes_sum(acc[j][r]);
+      for (int64_t t = k; t < K; ++t) sum += x[r * ldx + t] * static_cast<float>(q[j * K + t]);
+      y[r * ldy + j] = scale != nullptr ? sum * scale[j] : sum;
+    }
 }
 
 // Activations for the int4 kernel, per block of 32: codes xq = round(x / dx) in -127..127 with
@@ -307,12 +338,45 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
 }
 #endif  // PLATFORM_AVX512_VNNI
 
-// Calls rows(m, R) over the rows of x in groups of kRows, then the leftover rows.
+// Calls rows(m, R) over the rows of x in groups of kRows, then once for the leftover rows
+// (a weight row is widened once per group: 7 rows are two groups, not four).
 template <typename F>
 void for_row_groups(int64_t M, F&& rows) {
   int64_t m = 0;
   for (; m + kRows <= M; m += kRows) rows(m, std::integral_constant<int, kRows>{});
-  for (; m < M; ++m) rows(m, std::integral_constant<int, 1>{});
+  static_assert(kRows == 4, "the leftover cases below assume groups of four");
+  switch (M - m) {
+    case 3: rows(m, std::integral_constant<int, 3>{}); break;
+    case 2: rows(m, std::integral_constant<int, 2>{}); break;
+    case 1: rows(m, std::integral_constant<int, 1>{}); break;
+    default: break;
+  }
+}
+
+// y [M, N] = x [M, K] times q [N, K] transposed (times scales [N] unless null), in tiles of
+// kTileN weight rows by up to kRows activation rows; weight rows are split over the threads.
+template <typename W>
+void tiled_linear(const float* x, int64_t M, int64_t K, const W* q, const float* scales, float* y,
+                  int64_t N) {
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    // kTileN weight rows at a time, for every row group while they are in cache
+    for (int64_t span = n0; span < n1; span += kTileN) {
+      const int64_t end = std::min(span + kTileN, n1);
+      for_row_groups(M, [&](int64_t m, auto rows) {
+        constexpr int R = decltype(rows)::value;
+        // One activation row (a plain decode) reads its weight rows one after the other, the
+        // stream the prefetchers follow best; it is bound by memory, not by the loads.
+        constexpr int NT = R == 1 ? 1 : kTileN;
+        const float* xm = x + m * K;
+        float* ym = y + m * N;
+        int64_t n = span;
+        for (; n + NT <= end; n += NT)
+          dot_tile<NT, R>(xm, K, q + n * K, K, scales != nullptr ? scales + n : nullptr, ym + n, N);
+        for (; n < end; ++n)
+          dot_tile<1, R>(xm, K, q + n * K, K, scales != nullptr ? scales + n : nullptr, ym + n, N);
+      });
+    }
+  });
 }
 
 void check_x(const at::Tensor& x, int64_t K) {
@@ -339,12 +403,25 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   const int8_t* qp = qweight.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      for_row_groups(M, [&](int64_t m, auto rows) {
-        int8_dot_rows<decltype(rows)::value>(xp + m * K, K, qp + n * K, K, sp[n], yp + m * N + n, N);
-      });
-  });
+  tiled_linear(xp, M, K, qp, sp, yp, N);
+  return y;
+}
+
+// x [M, K] times a float32 weight [N, K], transposed: F.linear without a bias for decode rows.
+// BLAS picks its kernel (and its order of sums) by the number of rows, so a row's result
+// depends on the batch it came in; here it never does (see dot_tile).
+at::Tensor float_linear(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kFloat && weight.is_contiguous(),
+              "weight must be a contiguous 2-D float32 tensor");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  check_x(x, K);
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0);
+  at::Tensor y = at::empty({M, N}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  tiled_linear(xp, M, K, wp, static_cast<const float*>(nullptr), yp, N);
   return y;
 }
 
@@ -419,12 +496,14 @@ at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
 
 TORCH_LIBRARY(platform_cpu, m) {
   m.def("int8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
+  m.def("float_linear(Tensor x, Tensor weight) -> Tensor");
   m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor mins) -> Tensor");
   m.def("int4_dequantize(Tensor packed, Tensor scales, Tensor mins) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
   m.impl("int8_linear", &platform_cpu::int8_linear);
+  m.impl("float_linear", &platform_cpu::float_linear);
   m.impl("int4_linear", &platform_cpu::int4_linear);
   m.impl("int4_dequantize", &platform_cpu::int4_dequantize);
 }

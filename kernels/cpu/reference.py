@@ -45,6 +45,12 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     return F.linear(x, qweight.float() * scales[:, None])
 
 
+def float_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [M, K] float32 -> [M, N]: x times the float32 weight, transposed (the kernel takes the
+    same sums in a fixed order per row; this one rounds as BLAS does)."""
+    return F.linear(x, weight)
+
+
 def quantize_activations(x: torch.Tensor) -> torch.Tensor:
     """x [M, K] float32 as the int4 kernel sees it: per block of 32, codes round(x / dx) with
     dx = max|x| / 127 (llama.cpp's Q8_1), times dx again."""

@@ -12,8 +12,8 @@ from tests.support.engine_runs import CountedFusedDecode, random_prompts, run_to
 
 
 def _greedy(path: str, dtype: str, quantization: str | None) -> tuple[dict, LLMEngine, int]:
-    # No speculation: its verification steps are prefill-like (several query tokens), so with
-    # it a random model's repetitive output leaves fewer decode-only steps to compare.
+    # No speculation: its verification steps take this path too, but they make the count of
+    # fused steps depend on how many drafts the random model's output accepts.
     config = EngineConfig(
         model=path,
         dtype=dtype,

@@ -16,6 +16,7 @@ import types
 import pytest
 import torch
 
+from kernels.cpu import native_ops, unavailable_reason
 from tests.support.kernel_cases import ON_GPU
 from tests.support.triton_mode import import_triton_for_the_interpreter
 
@@ -56,6 +57,15 @@ def _load(module_name: str, interpret: bool) -> types.ModuleType:
     if interpret and any(t is not InterpretedFunction for t in kernel_types):
         module = importlib.reload(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def ops():
+    """``torch.ops.platform_cpu``, the native CPU kernels (kernels/cpu)."""
+    found = native_ops()
+    # This machine kind has a C++ compiler: failing to build here is a bug, not a skip.
+    assert found is not None, unavailable_reason()
+    return found
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ KERNEL_TESTS = [
     "tests/kernels/test_cpu_layer_ops.py",
     "tests/kernels/test_cpu_attention.py",
     "tests/kernels/test_cpu_decode_layers.py",
+    "tests/kernels/test_cpu_row_invariance.py",
 ]
 
 

@@ -7,17 +7,9 @@ import torch
 
 from engine.layers.rotary import RotaryEmbedding
 from kernels import reference
-from kernels.cpu import native_ops, unavailable_reason
 from kernels.cpu import reference as cpu_reference
 
 SHAPES = [(1, 576), (5, 64), (40, 7), (3, 1536)]  # (tokens, hidden): decode, prefill, odd widths
-
-
-@pytest.fixture(scope="module")
-def ops():
-    found = native_ops()
-    assert found is not None, unavailable_reason()  # this machine kind has a C++ compiler
-    return found
 
 
 def _rows(tokens: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from engine.config import EngineConfig
+from engine.layers.quantized_linear import KERNEL_MAX_ROWS
 from engine.llm_engine import LLMEngine
 from engine.protocol import StructuredOutput
 from engine.sampling_params import SamplingParams
@@ -247,9 +248,25 @@ def test_deltas_report_each_samples_drafts_and_acceptance(tiny_engine_path):
     )
 
 
-def test_quantized_engines_do_not_speculate(tiny_engine_path):
-    # Their multi-row kernels do not give bit-identical logits: speculation would not be exact.
-    engine = make_engine(tiny_engine_path, True, quantization="int8")
-    engine.add_request("q", prompts()[-1], GREEDY)
-    deltas = run_to_completion(engine)[("q", 0)]["deltas"]
-    assert engine.scheduler.speculator is None and deltas[-1].num_draft_tokens == 0
+@pytest.mark.parametrize("quantization", [None, "int8", "int4"])
+def test_greedy_output_is_token_identical_with_quantized_weights(tiny_engine_path, quantization):
+    """Verified rows are decode rows (engine/worker/step_inputs.py) on kernels whose rows do
+    not depend on each other, so float and quantized weights alike give exactly the tokens
+    of one-row decoding; prompts that repeat themselves get drafts accepted."""
+    repeating = [list(range(40, 70)) * 3, [*range(100, 125)] * 4, [7, 8, 9, 10, 11] * 12]
+    requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(repeating)}
+    one_at_a_time = {}
+    for rid, request in requests.items():  # concurrency 1, as a single stream runs
+        plain, speculative, engine = both(
+            tiny_engine_path, {rid: request}, quantization=quantization
+        )
+        assert speculative == plain, rid
+        one_at_a_time[rid] = engine.stats().spec_decode_num_accepted_tokens
+    assert all(accepted > 0 for accepted in one_at_a_time.values()), one_at_a_time
+    plain, speculative, _ = both(tiny_engine_path, requests, quantization=quantization)
+    assert speculative == plain  # and side by side
+
+
+def test_drafts_are_capped_to_the_rows_the_exact_kernels_take(tiny_engine_path):
+    engine = make_engine(tiny_engine_path, True, num_speculative_tokens=12)
+    assert engine.scheduler.speculator.num_speculative_tokens == KERNEL_MAX_ROWS - 1

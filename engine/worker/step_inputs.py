@@ -1,0 +1,143 @@
+"""One step's flattened batch: each scheduled request's new tokens, positions, KV slots and
+block table from the SchedulerOutput (O(batch) Python, the rest in tensor ops), decodes before
+prefill chunks as the attention backends expect, and the rows the sampler reads.
+
+A request verifying draft tokens (engine/spec_decode/) runs ``[last token, d1..dk]`` as k + 1
+decode rows, not as a prefill chunk: row j is a query at position p + j that sees p + j + 1
+tokens, the cache's and the rows before it (every row's K/V is written before any row
+attends). Each row is then computed exactly as a one-token decode at that position would be
+(the decode attention kernel and the decode-row linear kernels give a row the same bits
+whatever rows come with it), so verification cannot change a greedy output, with float or
+quantized weights; and a step of decodes and verifications runs the one-call decode step
+(engine/models/fused_decode.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.attention import AttentionMetadata
+from engine.core.scheduler_output import SchedulerOutput
+from engine.request import Request
+from engine.spec_decode.verify import DraftRow, draft_rows
+
+if TYPE_CHECKING:
+    from engine.models.decoder import LoraApply
+
+
+@dataclass(slots=True)
+class ModelInputs:
+    """One step's flattened batch: decodes first, then prefill chunks, in ``requests`` order."""
+
+    requests: list[Request]
+    num_scheduled_tokens: dict[str, int]
+    # len(requests) + 1 offsets: request i's rows are request_starts[i]:request_starts[i + 1]
+    # (a verifying request has several rows, each an attention sequence of its own).
+    request_starts: list[int]
+    input_ids: torch.Tensor  # [num_tokens]
+    positions: torch.Tensor  # [num_tokens]
+    attention: AttentionMetadata
+    # Set by the runner: None when no request of this step uses an adapter
+    lora: LoraApply | None
+    # Requests that reach the end of their known tokens and so sample one, and their last row;
+    # a request with draft tokens samples every verified row (one DraftRow each).
+    sample_requests: list[Request | DraftRow]
+    sample_rows: list[int]
+
+
+def build_step_inputs(out: SchedulerOutput, block_size: int, device: torch.device) -> ModelInputs:
+    """Flatten the scheduled requests into one varlen batch, decodes (and verifications) first."""
+    counts = out.num_scheduled_tokens
+    # One query token, or one known token left followed by drafts: decode rows.
+    decodes, prefills = [], []
+    for r in out.scheduled_requests:
+        one = counts[r.request_id] == 1 or r.num_tokens - r.num_computed_tokens == 1
+        (decodes if one else prefills).append(r)
+    # Similar lengths side by side: the attention backend pads decodes per group.
+    decodes.sort(key=lambda r: r.num_computed_tokens)
+    bs = block_size
+    rows = _Rows()
+    for r in decodes:
+        start, table = r.num_computed_tokens, out.block_tables[r.request_id]
+        end = start + counts[r.request_id]
+        num_drafts = end - r.num_tokens  # draft tokens to verify (engine/spec_decode/)
+        tokens = [r.all_token_ids[start]]
+        if num_drafts > 0:
+            tokens.extend(r.spec.draft_token_ids[:num_drafts])
+        for p, token in enumerate(tokens, start):
+            rows.add_sequence([token], [p], [table[p // bs] * bs + p % bs], p + 1, table)
+        if num_drafts > 0:
+            rows.sample(draft_rows(r, num_drafts), len(tokens))
+        elif end == r.num_tokens:
+            rows.sample([r], 1)
+    num_decodes = rows.num_seqs
+    for r in prefills:
+        start, table = r.num_computed_tokens, out.block_tables[r.request_id]
+        end = start + counts[r.request_id]
+        slots = [table[p // bs] * bs + p % bs for p in range(start, end)]
+        rows.add_sequence(r.all_token_ids[start:end], range(start, end), slots, end, table)
+        if end == r.num_tokens:
+            rows.sample([r], 1)
+
+    ordered = decodes + prefills
+    request_starts = [0]
+    for r in ordered:
+        request_starts.append(request_starts[-1] + counts[r.request_id])
+    max_blocks = max(len(t) for t in rows.tables)
+    metadata = AttentionMetadata(
+        slot_mapping=torch.tensor(rows.slots, dtype=torch.long).to(device),
+        seq_lens=torch.tensor(rows.seq_lens, dtype=torch.long).to(device),
+        block_tables=torch.tensor(
+            [t + [0] * (max_blocks - len(t)) for t in rows.tables], dtype=torch.long
+        ).to(device),
+        seq_lens_list=rows.seq_lens,
+        query_start_loc=rows.query_start_loc,
+        num_decodes=num_decodes,
+        block_size=bs,
+    )
+    return ModelInputs(
+        requests=ordered,
+        num_scheduled_tokens=counts,
+        request_starts=request_starts,
+        input_ids=torch.tensor(rows.input_ids, dtype=torch.long).to(device),
+        positions=torch.tensor(rows.positions, dtype=torch.long).to(device),
+        attention=metadata,
+        lora=None,
+        sample_requests=rows.sample_requests,
+        sample_rows=rows.sample_rows,
+    )
+
+
+class _Rows:
+    """The flattened batch as it is built: its tokens, and its attention sequences."""
+
+    def __init__(self) -> None:
+        self.input_ids: list[int] = []
+        self.positions: list[int] = []
+        self.slots: list[int] = []
+        self.seq_lens: list[int] = []
+        self.query_start_loc = [0]
+        self.tables: list[list[int]] = []
+        self.sample_requests: list[Request | DraftRow] = []
+        self.sample_rows: list[int] = []
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens)
+
+    def add_sequence(self, token_ids, positions, slots, seq_len: int, table: list[int]) -> None:
+        self.input_ids.extend(token_ids)
+        self.positions.extend(positions)
+        self.slots.extend(slots)
+        self.seq_lens.append(seq_len)
+        self.query_start_loc.append(len(self.input_ids))
+        self.tables.append(table)
+
+    def sample(self, requests: list, num_rows: int) -> None:
+        """The sampler reads the last ``num_rows`` rows added, one for each of ``requests``."""
+        self.sample_requests.extend(requests)
+        end = len(self.input_ids)
+        self.sample_rows.extend(range(end - num_rows, end))
