@@ -145,12 +145,18 @@ def _url(engine: EngineProcess) -> str:
 
 
 async def test_abort_frees_kv_blocks_while_others_continue(engine, client, tokenizer):
-    long = SamplingOptions(temperature=0.0, max_tokens=1200, ignore_eos=True)
-    # ~50 KV blocks: far more than the bystander's growth between two status records.
-    prompt = tokenizer.encode(CORPUS_PATH.read_text(encoding="utf-8")[:4000])[:800]
+    # No speculation: with it the tiny model's bystander ran through its tokens, or grew
+    # by more blocks between two status records (0.2 s apart) than the victim gave back.
+    options = {"temperature": 0.0, "ignore_eos": True, "speculative_decoding": False}
+    long = SamplingOptions(max_tokens=2000, **options)
+    # ~63 KV blocks: far more than the bystander's growth between two status records; the
+    # victim's prompt and output fit the tiny model's 2,048 positions.
+    prompt = tokenizer.encode(CORPUS_PATH.read_text(encoding="utf-8")[:8000])[:1000]
+    assert len(prompt) == 1000
+    until_aborted = SamplingOptions(max_tokens=1000, **options)
     victim = client.generate(
         EngineRequest.build(
-            model=MODEL, prompt_token_ids=prompt, sampling=long, request_id="victim"
+            model=MODEL, prompt_token_ids=prompt, sampling=until_aborted, request_id="victim"
         ),
         tokenizer,
     )
