@@ -14,8 +14,9 @@ prompt lookup.
 
 Per workload and round: tokens/s of each side (all tokens over all requests' time) and the
 ratio; then the medians over rounds, the draft acceptance, and how many outputs differ.
-The last line says whether llama-cpp-python (whose LlamaPromptLookupDecoding is llama.cpp's
-prompt lookup) is installed; this script does not run it.
+With ``--llamacpp-prompts N``, llama.cpp (llama-cpp-python, bench/spec_llamacpp.py) runs the
+first N code-edit prompts plain and with its prompt-lookup decoding (LlamaPromptLookupDecoding),
+on the GGUF file the checkpoint comes from, next to this engine's first round on them.
 """
 
 from __future__ import annotations
@@ -234,6 +235,8 @@ def run_workload(name, prompts, engines, tokens, rounds) -> dict:
                 seconds[speculative] += s
                 produced[speculative] += len(out)
                 outputs.setdefault((speculative, i), out)
+                if r == 0:
+                    results.setdefault("first_round", {})[(speculative, i)] = (len(out), s)
                 if speculative and r == 0:
                     results["drafted"] += drafted
                     results["accepted"] += accepted
@@ -250,12 +253,24 @@ def run_workload(name, prompts, engines, tokens, rounds) -> dict:
     return results
 
 
-def llama_cpp_note() -> str:
-    import importlib.util
+def llama_cpp_lines(prompts: list[list[int]], results: dict, tokens: int, threads: int):
+    """llama.cpp plain and with its prompt lookup on ``prompts`` (the first code-edit prompts),
+    next to this engine's first round on the same prompts."""
+    from bench.spec_llamacpp import llamacpp_prompt_lookup
 
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed: no comparison with its prompt-lookup decoding"
-    return "llama-cpp-python is installed, but this script does not run its prompt lookup"
+    peer = llamacpp_prompt_lookup(prompts, tokens, threads)
+    ours = {}
+    for speculative in (True, False):
+        rows = [results["first_round"][(speculative, i)] for i in range(len(prompts))]
+        ours[speculative] = sum(n for n, _ in rows) / sum(s for _, s in rows)
+    return [
+        f"llama.cpp on the first {peer['n']} code-edit prompts: plain {peer['plain']:.1f} tok/s, "
+        f"prompt lookup {peer['lookup']:.1f} tok/s ({peer['lookup'] / peer['plain']:.2f}x; "
+        f"greedy outputs differing {peer['differ']} of {peer['n']})",
+        f"this engine on the same prompts: with speculation {ours[True]:.1f} tok/s, without "
+        f"{ours[False]:.1f}; with speculation / llama.cpp with prompt lookup = "
+        f"{ours[True] / peer['lookup']:.2f}x",
+    ]
 
 
 def main() -> int:
@@ -269,6 +284,13 @@ def main() -> int:
     parser.add_argument("--code-prompts", type=int, default=20)
     parser.add_argument("--chat-prompts", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument(
+        "--llamacpp-prompts",
+        type=int,
+        default=0,
+        help="also run llama.cpp plain and with its prompt lookup on this many code-edit "
+        "prompts (builds llama-cpp-python the first time)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -313,7 +335,11 @@ def main() -> int:
             f"drafts {res['drafted']} tokens, {rate:.0%} accepted; greedy outputs differing: "
             f"{res['differ']} of {len(workloads[name])}"
         )
-    print(llama_cpp_note())
+    if args.llamacpp_prompts and "code edits" in workloads:
+        prompts = workloads["code edits"][: args.llamacpp_prompts]
+        threads = torch.get_num_threads()
+        for line in llama_cpp_lines(prompts, summary["code edits"], args.tokens, threads):
+            print(line)
     return 0
 
 
