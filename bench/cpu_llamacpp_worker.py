@@ -20,8 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.rss import own_peak_rss_mib  # standard library only
 
-READS: dict[str, int] = {}  # ours: bytes a decode step reads (llama.cpp's: the driver's count)
-
 
 def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: dict):
     import torch
@@ -50,7 +48,7 @@ def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: 
     # What one decode step reads, for the driver's memory-bandwidth roofline.
     k_cache = engine.runner.kv_caches[0][0]
     config = engine.model_config
-    READS.update(
+    reads = dict(
         weight_bytes=decode_read_bytes(engine.runner.model),
         kv_bytes_per_position=2
         * config.num_hidden_layers
@@ -70,7 +68,7 @@ def ours(model: str, prompt: list[int], num_tokens: int, threads: int, options: 
                 times.extend(time.perf_counter() for _ in delta.new_token_ids)
         return times
 
-    return stream
+    return stream, reads
 
 
 def load_llama(model: str, threads: int, **kwargs):
@@ -104,7 +102,7 @@ def llamacpp(model: str, prompt: list[int], num_tokens: int, threads: int, optio
                 break
         return times
 
-    return stream
+    return stream, {}  # llama.cpp's reads: the driver counts them from the GGUF file
 
 
 def main() -> None:
@@ -118,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     prompt = json.loads(args.prompt)
     make = {"ours": ours, "llamacpp": llamacpp}[args.system]
-    stream = make(args.model, prompt, args.tokens, args.threads, json.loads(args.options))
+    stream, reads = make(args.model, prompt, args.tokens, args.threads, json.loads(args.options))
     stream(16)  # warm-up: kernels, allocator, compilation
     start = time.perf_counter()
     times = stream(args.tokens)
@@ -129,7 +127,7 @@ def main() -> None:
         "decode_tok_per_s": (len(times) - 1) / decode_s,
         "total_tok_per_s": len(times) / (times[-1] - start),
         "peak_rss_mib": own_peak_rss_mib(),
-        **READS,
+        **reads,  # bytes one decode step reads, for the driver's roofline
     }
     print("@@result " + json.dumps(result), flush=True)
 
