@@ -116,3 +116,35 @@ def test_a_full_scope_adds_each_output_token_once(monkeypatch):
     assert len(extended) == sum(len(o) + 1 for o in outputs)  # each token and one separator
     assert cache.num_total_tokens <= 1000
     assert cache.propose("busy", outputs[-1][:4], 3, 32) == (4, outputs[-1][4:7])
+
+
+def _brute_force_lookup(tokens: list[int], k: int, min_n: int, max_n: int):
+    """Prompt lookup by scanning: the longest match among the latest MAX_CANDIDATES earlier
+    occurrences of the last min_n tokens, the most recent among equally long ones."""
+    from engine.spec_decode.ngram import MAX_CANDIDATES
+
+    last = len(tokens) - 1
+    suffix = tokens[last - min_n + 1 :]
+    ends = [e for e in range(min_n - 1, last) if tokens[e - min_n + 1 : e + 1] == suffix]
+    best_len, best_end = 0, -1
+    for end in reversed(ends[-MAX_CANDIDATES:]):
+        length = min_n
+        while length < max_n and end - length >= 0 and tokens[end - length] == tokens[last - length]:
+            length += 1
+        if length > best_len:
+            best_len, best_end = length, end
+    return (best_len, tokens[best_end + 1 : best_end + 1 + k]) if best_end >= 0 else (0, [])
+
+
+def test_ngram_index_agrees_with_a_scan_as_a_sequence_grows():
+    import random
+
+    rng = random.Random(1)
+    for min_n in (1, 2, 3):
+        index = NgramIndex(min_n=min_n, max_n=6)
+        # A small alphabet repeats n-grams often; ids near the top of a 2M vocabulary too.
+        alphabet = [0, 1, 2, 3, 151_000, 2**21 - 1]
+        tokens = [rng.choice(alphabet) for _ in range(40)]
+        for _ in range(60):
+            assert index.propose(tokens, 4) == _brute_force_lookup(tokens, 4, min_n, 6)
+            tokens += [rng.choice(alphabet) for _ in range(rng.choice([1, 1, 2, 7]))]
