@@ -9,11 +9,19 @@ token. Every request carries its own cache salt, so neither the prefix cache nor
 suffix cache carries anything from one request to the next: the gain is the request's own
 prompt lookup.
 
+Requests end at the model's end of turn (or ``--tokens``), as a user's would: both sides
+produce the same tokens (greedy, exact verification), so they do the same work. With
+``--ignore-eos`` they run on for ``--tokens`` tokens; SmolLM2-135M then goes on with invented
+conversations, open chat that no prompt predicts, which dilutes the code edits (before
+2026-11-25 the bench always ran that way).
+
     .venv/bin/python bench/spec_decode.py                      # fp32, 256 tokens, 3 rounds
     .venv/bin/python bench/spec_decode.py --variant fp32 --rounds 1 --chat-prompts 5
 
 Per workload and round: tokens/s of each side (all tokens over all requests' time) and the
-ratio; then the medians over rounds, the draft acceptance, and how many outputs differ.
+ratio; then the medians over rounds, the draft acceptance, the tokens per step with speculation
+(what the ratio would be if verifying drafts cost nothing: its ceiling for these outputs), and
+how many outputs differ.
 With ``--llamacpp-prompts N``, llama.cpp (llama-cpp-python, bench/spec_llamacpp.py) runs the
 first N code-edit prompts plain and with its prompt-lookup decoding (LlamaPromptLookupDecoding),
 on the GGUF file the checkpoint comes from, next to this engine's first round on them.
@@ -204,11 +212,13 @@ def build_engine(model: Path, variant: str, speculative: bool, max_model_len: in
     return LLMEngine(config)
 
 
-def generate(engine, prompt_ids: list[int], tokens: int) -> tuple[list[int], float, int, int]:
+def generate(
+    engine, prompt_ids: list[int], tokens: int, ignore_eos: bool = False
+) -> tuple[list[int], float, int, int]:
     """(output tokens, seconds, draft tokens, accepted tokens) of one greedy request."""
     from engine.sampling_params import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=ignore_eos)
     rid = uuid.uuid4().hex
     # Its own salt: nothing from earlier requests is cached, for either side.
     engine.add_request(rid, prompt_ids, params, cache_salt=rid)
@@ -222,8 +232,9 @@ def generate(engine, prompt_ids: list[int], tokens: int) -> tuple[list[int], flo
     return output, time.perf_counter() - start, drafted, accepted
 
 
-def run_workload(name, prompts, engines, tokens, rounds) -> dict:
+def run_workload(name, prompts, engines, tokens, rounds, ignore_eos=False) -> dict:
     results = {"ratios": [], "rates": {True: [], False: []}, "drafted": 0, "accepted": 0}
+    results["produced"] = 0  # tokens of the first round with speculation
     outputs: dict[tuple[bool, int], list[int]] = {}
     for r in range(rounds):
         seconds = {True: 0.0, False: 0.0}
@@ -231,7 +242,9 @@ def run_workload(name, prompts, engines, tokens, rounds) -> dict:
         for i, prompt_ids in enumerate(prompts):
             order = (True, False) if (i + r) % 2 == 0 else (False, True)
             for speculative in order:
-                out, s, drafted, accepted = generate(engines[speculative], prompt_ids, tokens)
+                out, s, drafted, accepted = generate(
+                    engines[speculative], prompt_ids, tokens, ignore_eos
+                )
                 seconds[speculative] += s
                 produced[speculative] += len(out)
                 outputs.setdefault((speculative, i), out)
@@ -240,6 +253,7 @@ def run_workload(name, prompts, engines, tokens, rounds) -> dict:
                 if speculative and r == 0:
                     results["drafted"] += drafted
                     results["accepted"] += accepted
+                    results["produced"] += len(out)
         rates = {k: produced[k] / seconds[k] for k in seconds}
         for k in rates:
             results["rates"][k].append(rates[k])
@@ -253,13 +267,15 @@ def run_workload(name, prompts, engines, tokens, rounds) -> dict:
     return results
 
 
-def llama_cpp_lines(prompts: list[list[int]], results: dict, tokens: int, threads: int):
+def llama_cpp_lines(prompts: list[list[int]], results: dict, threads: int):
     """llama.cpp plain and with its prompt lookup on ``prompts`` (the first code-edit prompts),
-    next to this engine's first round on the same prompts."""
+    each for as many tokens as this engine produced for it, next to this engine's first round
+    on the same prompts."""
     from bench.spec_llamacpp import llamacpp_prompt_lookup
 
-    peer = llamacpp_prompt_lookup(prompts, tokens, threads)
     ours = {}
+    lengths = [results["first_round"][(True, i)][0] for i in range(len(prompts))]
+    peer = llamacpp_prompt_lookup(prompts, lengths, threads)
     for speculative in (True, False):
         rows = [results["first_round"][(speculative, i)] for i in range(len(prompts))]
         ours[speculative] = sum(n for n, _ in rows) / sum(s for _, s in rows)
@@ -279,7 +295,10 @@ def main() -> int:
     parser.add_argument(
         "--variant", default="fp32", help="fp32, bf16, int8 or int4 (bench/single_stream.py)"
     )
-    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=256, help="max_tokens of every request")
+    parser.add_argument(
+        "--ignore-eos", action="store_true", help="generate --tokens tokens past the end of turn"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--code-prompts", type=int, default=20)
     parser.add_argument("--chat-prompts", type=int, default=10)
@@ -315,13 +334,15 @@ def main() -> int:
     if engines[True].scheduler.speculator is None:
         raise SystemExit(f"the {args.variant} engine does not speculate: nothing to compare")
     summary = {
-        name: run_workload(name, ps, engines, args.tokens, args.rounds)
+        name: run_workload(name, ps, engines, args.tokens, args.rounds, args.ignore_eos)
         for name, ps in workloads.items()
     }
 
     load = os.getloadavg()
     print(
-        f"\n{model.name} {args.variant}, {args.tokens} tokens, concurrency 1, {args.rounds} "
+        f"\n{model.name} {args.variant}, "
+        f"{args.tokens} tokens{'' if args.ignore_eos else ' at most (to the end of turn)'}, "
+        f"concurrency 1, {args.rounds} "
         f"rounds, threads {torch.get_num_threads()}, load average {load[0]:.2f} {load[1]:.2f} "
         f"{load[2]:.2f}"
     )
@@ -329,16 +350,19 @@ def main() -> int:
         with_s = statistics.median(res["rates"][True])
         without = statistics.median(res["rates"][False])
         rate = res["accepted"] / res["drafted"] if res["drafted"] else 0.0
+        # Every step emits its accepted drafts and one sampled token.
+        per_step = res["produced"] / max(res["produced"] - res["accepted"], 1)
         print(
-            f"{name:>10} ({len(workloads[name])} prompts): with {with_s:6.1f} tok/s, without "
-            f"{without:6.1f} tok/s, median ratio {statistics.median(res['ratios']):.2f}x; "
-            f"drafts {res['drafted']} tokens, {rate:.0%} accepted; greedy outputs differing: "
+            f"{name:>10} ({len(workloads[name])} prompts, {res['produced']} tokens): with "
+            f"{with_s:6.1f} tok/s, without {without:6.1f} tok/s, median ratio "
+            f"{statistics.median(res['ratios']):.2f}x; drafts {res['drafted']} tokens, {rate:.0%} "
+            f"accepted, {per_step:.2f} tokens a step; greedy outputs differing: "
             f"{res['differ']} of {len(workloads[name])}"
         )
     if args.llamacpp_prompts and "code edits" in workloads:
         prompts = workloads["code edits"][: args.llamacpp_prompts]
         threads = torch.get_num_threads()
-        for line in llama_cpp_lines(prompts, summary["code edits"], args.tokens, threads):
+        for line in llama_cpp_lines(prompts, summary["code edits"], threads):
             print(line)
     return 0
 

@@ -15,10 +15,11 @@ from bench import peers
 WORKER = peers.REPO / "bench" / "spec_llamacpp_worker.py"
 
 
-def llamacpp_prompt_lookup(prompts: list[list[int]], tokens: int, threads: int) -> dict:
-    """tokens/s of llama.cpp plain and with prompt lookup over ``prompts`` (all tokens over all
-    requests' time, as bench/spec_decode.py counts ours), and how many greedy outputs differ
-    between the two. Builds llama-cpp-python the first time (bench/peers.py)."""
+def llamacpp_prompt_lookup(prompts: list[list[int]], tokens: list[int], threads: int) -> dict:
+    """tokens/s of llama.cpp plain and with prompt lookup over ``prompts``, ``tokens[i]`` tokens
+    for prompt i (all tokens over all requests' time, as bench/spec_decode.py counts ours), and
+    how many greedy outputs differ between the two. Builds llama-cpp-python the first time
+    (bench/peers.py)."""
     from bench.cpu_vs_llamacpp import smollm2_gguf
 
     python = peers.ensure_llamacpp()

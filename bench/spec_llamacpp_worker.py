@@ -3,8 +3,9 @@ without llama-cpp-python's prompt-lookup decoding (``LlamaPromptLookupDecoding``
 draft llama.cpp users reach for on input-grounded work).
 
 Runs in the llama-cpp-python virtualenv (bench/peers.py builds it). Reads a JSON file
-``{"prompts": [[token ids], ...], "tokens": N}``; for each prompt, generates N tokens (past any
-end of sequence) once plain and once with prompt lookup, in alternating order, and answers one
+``{"prompts": [[token ids], ...], "tokens": [N per prompt]}``; for each prompt, generates its N
+tokens (past any end of sequence: N is what the engine's side produced for it) once plain and
+once with prompt lookup, in alternating order, and answers one
 ``@@result {json}`` line: per prompt and side, the tokens and the seconds from the call to the
 last token.
 
@@ -59,7 +60,7 @@ def main() -> None:
         order = ["plain", "lookup"] if index % 2 == 0 else ["lookup", "plain"]
         row = {}
         for name in order:
-            tokens, seconds = generate(sides[name], prompt, work["tokens"])
+            tokens, seconds = generate(sides[name], prompt, work["tokens"][index])
             row[name] = {"tokens": tokens, "seconds": seconds}
         results.append(row)
     print("@@result " + json.dumps(results), flush=True)
