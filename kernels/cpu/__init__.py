@@ -51,7 +51,7 @@ SOURCES = [
     Path(__file__).with_name(n)
     for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp", "decode_layers.cpp")
 ]
-HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "ops.h")]
+HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "lanes.h", "attention_part.h", "ops.h")]
 _unavailable: list[str] = []
 
 
