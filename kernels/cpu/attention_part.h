@@ -30,10 +30,30 @@ constexpr int64_t kHeldFloats = 64;
 // registers summed at once (sums_of_lanes): no token pays a horizontal sum, and each is summed
 // in one fixed order. Rows of zeros stand in past the n-th token, so every token takes the
 // same path.
+template <int64_t NC, typename T>
+[[gnu::always_inline]] inline void score_chunk_unrolled(const float* q, const T* k, const int64_t* offsets, int64_t n,
+                                                        float scale, const T* zeros, float* scores) {
+  using namespace lanes;
+  Vec qr[NC];
+  for (int64_t j = 0; j < NC; ++j) qr[j] = load(q + j * W);
+  Vec acc[W];
+#pragma GCC unroll 16
+  for (int64_t i = 0; i < W; ++i) {
+    const T* ki = i < n ? k + offsets[i] : zeros;
+    Vec a = zero();
+#pragma GCC unroll 8
+    for (int64_t j = 0; j < NC; ++j) a = fma(qr[j], load(ki + j * W), a);
+    acc[i] = a;
+  }
+  store(scores, mul(sums_of_lanes(acc), set1(scale)));
+}
+
 template <typename T>
 [[gnu::always_inline]] inline void score_chunk(const float* q, const T* k, const int64_t* offsets, int64_t n, int64_t D, float scale,
                  const T* zeros, float* scores) {
   using namespace lanes;
+  if (D == 4 * W) return score_chunk_unrolled<4>(q, k, offsets, n, scale, zeros, scores);
+  if (D == 8 * W) return score_chunk_unrolled<8>(q, k, offsets, n, scale, zeros, scores);
   const int64_t whole = D / W * W;
   const T* rows[W];
   Vec acc[W];
