@@ -83,25 +83,25 @@ inline float max_score(const float* s, int64_t n) {
   return m;
 }
 
-// s[i] = exp(s[i] - max) over n scores; returns their sum.
+// s[i] = exp(s[i] - max) over n scores; returns their sum. The last, part-filled register
+// too is computed whole (its lanes past n left out of the store and the sum), so every score
+// takes the same exp.
 inline float softmax_numerators(float* s, int64_t n, float max) {
-  int64_t i = 0;
-  float total = 0.f;
-#ifdef PLATFORM_AVX2
-  const __m256 m = _mm256_set1_ps(max);
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
-    _mm256_storeu_ps(s + i, e);
-    acc = _mm256_add_ps(acc, e);
+  using namespace lanes;
+  const Vec m = set1(max);
+  Vec total = zero();
+  for (int64_t i = 0; i < n; i += W) {
+    const int64_t used = std::min(W, n - i);
+    if (used == W) {
+      const Vec e = lanes::exp(sub(load(s + i), m));
+      store(s + i, e);
+      total = add(total, e);
+    } else {
+      store_first(s + i, lanes::exp(sub(load_first(s + i, used), m)), used);
+      total = add(total, load_first(s + i, used));
+    }
   }
-  total = hsum8(acc);
-#endif
-  for (; i < n; ++i) {
-    s[i] = std::exp(s[i] - max);
-    total += s[i];
-  }
-  return total;
+  return sum_lane(total);
 }
 
 // o[0, R * W) += p[i] * v_i over n tokens in order (o = 0 before the first when start): o stays

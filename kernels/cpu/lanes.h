@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "vec.h"
@@ -28,6 +29,10 @@ inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
+inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec exp(Vec v) { return exp16(v); }
+inline float sum_lane(Vec v) { return _mm512_reduce_add_ps(v); }
 inline Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline float max_lane(Vec v) { return _mm512_reduce_max_ps(v); }
 
@@ -60,6 +65,10 @@ inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec exp(Vec v) { return exp8(v); }
+inline float sum_lane(Vec v) { return hsum8(v); }
 inline Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline float max_lane(Vec v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -90,6 +99,10 @@ inline void store(float* p, Vec v) { *p = v; }
 inline Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
 inline Vec mul(Vec a, Vec b) { return a * b; }
 inline Vec div(Vec a, Vec b) { return a / b; }
+inline Vec add(Vec a, Vec b) { return a + b; }
+inline Vec sub(Vec a, Vec b) { return a - b; }
+inline Vec exp(Vec v) { return std::exp(v); }
+inline float sum_lane(Vec v) { return v; }
 inline Vec max(Vec a, Vec b) { return std::max(a, b); }
 inline float max_lane(Vec v) { return v; }
 inline Vec sums_of_lanes(const Vec* v) { return v[0]; }
