@@ -5,7 +5,8 @@ A request verifying k draft tokens runs k + 1 decode rows of one sequence
 row with the same block table. This times ``paged_decode_attention`` (kernels/cpu/attention.cpp)
 on such rows, in SmolLM2-135M's shapes (9 query heads, 3 KV heads, head_dim 64, 16-token
 blocks), for each number of rows and context p: the best of ``--repeats`` samples, each the
-mean of ``--calls`` calls. The table gives the time of one call (one layer), a step's worth of
+mean of ``--calls`` calls cycling through ``--caches`` KV caches (by default one per layer of
+SmolLM2, so that K/V come from memory as they do in a decode step, not from the CPU caches). The table gives the time of one call (one layer), a step's worth of
 them (``--layers`` layers) and how many one-row calls at that context the call costs.
 
     .venv/bin/python bench/verify_step.py                          # 1, 2, 4, 8 rows; 10, 400, 800
@@ -18,6 +19,7 @@ blocks): decode rows of different sequences, which share no K/V reads.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -70,7 +72,14 @@ def main() -> int:
     parser.add_argument("--layout", choices=["shared", "separate"], default="shared")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--layers", type=int, default=30, help="layers of a step (SmolLM2: 30)")
-    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument(
+        "--caches",
+        type=int,
+        default=30,
+        help="distinct KV caches the calls cycle through (30: each call finds its K/V out of "
+        "the CPU caches, as a step's layers do; 1: the same K/V every call, in cache)",
+    )
+    parser.add_argument("--calls", type=int, default=210)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
 
@@ -89,9 +98,13 @@ def main() -> int:
         for context in contexts:
             one_row = None
             for rows in rows_list:
-                inputs = verification_rows(context, rows, dtype, args.layout)
+                layers = [
+                    verification_rows(context, rows, dtype, args.layout, seed)
+                    for seed in range(args.caches)
+                ]
+                calls = itertools.cycle(layers)
                 seconds = best_call_seconds(
-                    lambda i=inputs: ops.paged_decode_attention(*i, HEAD_DIM**-0.5),
+                    lambda: ops.paged_decode_attention(*next(calls), HEAD_DIM**-0.5),
                     args.calls,
                     args.repeats,
                 )
@@ -102,7 +115,8 @@ def main() -> int:
     load = os.getloadavg()
     print(
         f"\npaged_decode_attention, {HEADS} heads / {KV_HEADS} KV heads x {HEAD_DIM}, "
-        f"{args.dtype} cache, {args.layout} block tables, threads {torch.get_num_threads()}, "
+        f"{args.dtype} cache, {args.layout} block tables, {args.caches} caches cycled, "
+        f"threads {torch.get_num_threads()}, "
         f"best of {args.repeats} x {args.calls} calls, load average {load[0]:.2f} {load[1]:.2f}\n"
     )
     print(f"| context | rows | us / call | ms / {args.layers} layers | x one row |")

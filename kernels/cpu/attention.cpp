@@ -43,6 +43,8 @@ constexpr int64_t kPartTokens = 64;
 // Tokens of a part whose values every row and head of a work item adds before the next ones:
 // their V rows (4 KB per KV head at head_dim 64, float32) stay in the L1 cache meanwhile.
 constexpr int64_t kChunkTokens = 16;
+// How far ahead of the multiply-adds a part's K and V rows are asked for (prefetch_rows).
+constexpr int64_t kAheadTokens = 32;
 
 // Rows a work item runs together at most: reading a part's K/V once for 4 rows rather than 8
 // costs little (the arithmetic bounds the time), and 8 rows of a few hundred tokens then make
@@ -98,6 +100,18 @@ struct Scratch {
   int64_t widened = -1;  // the group whose queries q holds
 };
 
+// Asks for the cache rows (all KV heads) of n tokens ahead of their use. A chunk's multiply-adds
+// read a token's row a KV head at a time, in strides the hardware prefetcher follows poorly:
+// without this, one row's attention over a context that is not in the CPU caches (every decode
+// step's, past a few hundred tokens) waited on memory longer than the old token-by-token loop.
+template <typename T>
+inline void prefetch_rows(const T* cache, const int64_t* offsets, int64_t n, int64_t row_bytes) {
+  for (int64_t i = 0; i < n; ++i) {
+    const char* row = reinterpret_cast<const char*>(cache + offsets[i]);
+    for (int64_t b = 0; b < row_bytes; b += 64) (void)*reinterpret_cast<const volatile char*>(row + b);
+  }
+}
+
 // One part (tokens [t0, t0 + kPartTokens)) of every row of a group, each row over its own
 // tokens up to its length: per row and head the largest score m, the sum l of exp(score - m)
 // and o = the sum of exp(score - m) * v, not yet divided by l (so parts can be merged). The
@@ -112,21 +126,32 @@ void attend_group_part(const Caches<T>& c, const int64_t* table, const int64_t* 
   for (int64_t t = t0; t < end; ++t) s.offsets[t - t0] = (table[t / BS] * BS + t % BS) * c.token_stride;
   auto tokens = [&](int64_t r) { return std::max<int64_t>(std::min(t0 + kPartTokens, lens[r]) - t0, 0); };
   auto scores = [&](int64_t r, int64_t h) { return s.scores.data() + (r * H + h) * kPartTokens; };
-  for (int64_t i = 0; i < end - t0; i += lanes::W)
+  const int64_t n = end - t0, row_bytes = c.token_stride * static_cast<int64_t>(sizeof(T));
+  // Rows [from, from + count) of the part, clipped to it, asked for ahead of their use.
+  auto ahead = [&](const T* cache, int64_t from, int64_t count) {
+    prefetch_rows(cache, s.offsets.data() + from, std::min(count, n - from), row_bytes);
+  };
+  ahead(c.k, 0, kAheadTokens);
+  for (int64_t i = 0; i < n; i += lanes::W) {
+    ahead(c.k, i + kAheadTokens, lanes::W);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t h = 0; h < H && i < tokens(r); ++h)
         score_chunk(s.q.data() + (r * H + h) * c.q_stride, c.k + (h / G) * D, s.offsets.data() + i,
                     std::min(lanes::W, tokens(r) - i), D, c.scale, s.zeros.data(), scores(r, h) + i);
+  }
+  ahead(c.v, 0, kAheadTokens);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < H && tokens(r) > 0; ++h) {
       out[r].m[h] = max_score(scores(r, h), tokens(r));
       out[r].l[h] = softmax_numerators(scores(r, h), tokens(r), out[r].m[h]);
     }
-  for (int64_t i = 0; i < end - t0; i += kChunkTokens)
+  for (int64_t i = 0; i < n; i += kChunkTokens) {
+    ahead(c.v, i + kAheadTokens, kChunkTokens);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t h = 0; h < H && i < tokens(r); ++h)
         value_chunk(scores(r, h) + i, c.v + (h / G) * D, s.offsets.data() + i,
                     std::min(kChunkTokens, tokens(r) - i), D, i == 0, out[r].o + h * D);
+  }
 }
 
 // One sequence's output from its S parts (o, m, l of each, part-major): the parts' sums scaled
