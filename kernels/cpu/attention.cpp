@@ -43,8 +43,8 @@ constexpr int64_t kPartTokens = 64;
 // Tokens of a part whose values every row and head of a work item adds before the next ones:
 // their V rows (4 KB per KV head at head_dim 64, float32) stay in the L1 cache meanwhile.
 constexpr int64_t kChunkTokens = 16;
-// How far ahead of the multiply-adds a part's K and V rows are asked for (prefetch_rows).
-constexpr int64_t kAheadTokens = 32;
+// How far ahead of the multiply-adds a part's K and V rows are read (touch_rows).
+constexpr int64_t kAheadTokens = 16;
 
 // Rows a work item runs together at most: reading a part's K/V once for 4 rows rather than 8
 // costs little (the arithmetic bounds the time), and 8 rows of a few hundred tokens then make
@@ -100,12 +100,15 @@ struct Scratch {
   int64_t widened = -1;  // the group whose queries q holds
 };
 
-// Asks for the cache rows (all KV heads) of n tokens ahead of their use. A chunk's multiply-adds
-// read a token's row a KV head at a time, in strides the hardware prefetcher follows poorly:
-// without this, one row's attention over a context that is not in the CPU caches (every decode
-// step's, past a few hundred tokens) waited on memory longer than the old token-by-token loop.
+// Reads one byte of each cache line of n tokens' rows (all KV heads), in memory order, ahead of
+// their use. A chunk's multiply-adds read a token's row a KV head at a time, in strides (and
+// from fully unrolled loads) that the hardware prefetchers follow poorly: without this, one
+// row's attention over a context out of the CPU caches (every decode step's, past a few hundred
+// tokens) waited on memory longer than the old token-by-token loop. Loads rather than prefetch
+// instructions, and one chunk ahead rather than two or a whole part: what measured fastest in a
+// decode step (docs/benchmarks.md).
 template <typename T>
-inline void prefetch_rows(const T* cache, const int64_t* offsets, int64_t n, int64_t row_bytes) {
+inline void touch_rows(const T* cache, const int64_t* offsets, int64_t n, int64_t row_bytes) {
   for (int64_t i = 0; i < n; ++i) {
     const char* row = reinterpret_cast<const char*>(cache + offsets[i]);
     for (int64_t b = 0; b < row_bytes; b += 64) (void)*reinterpret_cast<const volatile char*>(row + b);
@@ -129,7 +132,7 @@ void attend_group_part(const Caches<T>& c, const int64_t* table, const int64_t* 
   const int64_t n = end - t0, row_bytes = c.token_stride * static_cast<int64_t>(sizeof(T));
   // Rows [from, from + count) of the part, clipped to it, asked for ahead of their use.
   auto ahead = [&](const T* cache, int64_t from, int64_t count) {
-    prefetch_rows(cache, s.offsets.data() + from, std::min(count, n - from), row_bytes);
+    touch_rows(cache, s.offsets.data() + from, std::min(count, n - from), row_bytes);
   };
   ahead(c.k, 0, kAheadTokens);
   for (int64_t i = 0; i < n; i += lanes::W) {
