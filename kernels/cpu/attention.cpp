@@ -46,10 +46,11 @@ constexpr int64_t kChunkTokens = 16;
 // How far ahead of the multiply-adds a part's K and V rows are read (touch_rows).
 constexpr int64_t kAheadTokens = 16;
 
-// Rows a work item runs together at most: reading a part's K/V once for 4 rows rather than 8
-// costs little (the arithmetic bounds the time), and 8 rows of a few hundred tokens then make
-// twice as many work items to share between the cores.
-constexpr int64_t kGroupRows = 4;
+// Rows a work item runs together at most: a verification step's 1 + 7 drafts. Splitting them
+// into work items of 4 shares a few hundred tokens better between the cores when K/V are in
+// the CPU caches, but in a decode step they come from memory, and reading each part once for
+// all 8 rows measured faster (docs/benchmarks.md).
+constexpr int64_t kGroupRows = 8;
 
 // Up to kGroupRows consecutive rows of the batch that read the same blocks: rows of one
 // speculative verification step (engine/worker/step_inputs.py), or one sequence alone.
