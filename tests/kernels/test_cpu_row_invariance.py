@@ -77,12 +77,13 @@ def test_decode_attention_rows_of_one_sequence_equal_each_alone(ops, threads, co
 
 
 def _mixed_batch(head_dim: int, dtype: torch.dtype, seed: int):
-    """Decode rows of four sequences in one call: a one-row decode, 5 verification rows at
+    """Decode rows of four sequences in one call: a one-row decode, 11 verification rows at
     context 130, a one-row decode at 70 and 3 verification rows at 63 (each verification's
-    rows share a block table; the kernel runs those together over each chunk of tokens)."""
+    rows share a block table; the kernel runs up to 8 of those together over each chunk of
+    tokens)."""
     gen = torch.Generator().manual_seed(seed)
     heads, kv_heads = 9, 3
-    sequences = [(4, 1), (130, 5), (69, 1), (63, 3)]  # (context, rows)
+    sequences = [(4, 1), (130, 11), (69, 1), (63, 3)]  # (context, rows)
     blocks = [-(-(context + rows) // BLOCK) for context, rows in sequences]
     num_blocks = sum(blocks) + 2
     order = torch.randperm(num_blocks, generator=gen).tolist()
