@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16  # SmolLM2-135M; the engine's block size
 
@@ -104,7 +104,7 @@ def main() -> int:
                 ]
                 calls = itertools.cycle(layers)
                 seconds = best_call_seconds(
-                    lambda: ops.paged_decode_attention(*next(calls), HEAD_DIM**-0.5),
+                    lambda c=calls: ops.paged_decode_attention(*next(c), HEAD_DIM**-0.5),
                     args.calls,
                     args.repeats,
                 )

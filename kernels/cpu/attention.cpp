@@ -7,8 +7,9 @@
 // decode the gather moves more bytes than the attention reads, and costs a dozen calls a layer.
 // This kernel reads each sequence's K/V where they lie, block by block, with no copy and no
 // padding. Work items are fixed parts of a sequence's tokens, so a row's result never depends on
-// the batch beside it; the query heads that share a KV head (GQA) read its keys and values while
-// they are in cache.
+// the batch beside it; the rows that share a block table (a speculative verification step) and
+// the query heads that share a KV head (GQA) read each chunk of keys and values while it is in
+// cache. The arithmetic of a part is in attention_part.h.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
