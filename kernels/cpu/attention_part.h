@@ -23,13 +23,8 @@ namespace platform_cpu {
 // registers): loading and storing them for every token cost more than the multiply-adds.
 constexpr int64_t kHeldFloats = 64;
 
-// scores[i] = (q . k_i) * scale for the n <= W tokens at offsets[0, n) (k_i = k + offsets[i]),
-// written to all W slots of scores; q is zero-padded to whole registers and zeros holds
-// head_dim zeros. Each token's products are summed in the lanes of its own register, the W
-// tokens side by side so that their multiply-adds do not wait on each other, then the W
-// registers summed at once (sums_of_lanes): no token pays a horizontal sum, and each is summed
-// in one fixed order. Rows of zeros stand in past the n-th token, so every token takes the
-// same path.
+// score_chunk for a head_dim of NC whole registers: the query held in registers and each
+// token's multiply-adds unrolled, the same arithmetic with fewer loads and spills.
 template <int64_t NC, typename T>
 [[gnu::always_inline]] inline void score_chunk_unrolled(const float* q, const T* k, const int64_t* offsets, int64_t n,
                                                         float scale, const T* zeros, float* scores) {
@@ -48,9 +43,16 @@ template <int64_t NC, typename T>
   store(scores, mul(sums_of_lanes(acc), set1(scale)));
 }
 
+// scores[i] = (q . k_i) * scale for the n <= W tokens at offsets[0, n) (k_i = k + offsets[i]),
+// written to all W slots of scores; q is zero-padded to whole registers and zeros holds
+// head_dim zeros. Each token's products are summed in the lanes of its own register, the W
+// tokens side by side so that their multiply-adds do not wait on each other, then the W
+// registers summed at once (sums_of_lanes): no token pays a horizontal sum, and each is summed
+// in one fixed order. Rows of zeros stand in past the n-th token, so every token takes the
+// same path.
 template <typename T>
-[[gnu::always_inline]] inline void score_chunk(const float* q, const T* k, const int64_t* offsets, int64_t n, int64_t D, float scale,
-                 const T* zeros, float* scores) {
+[[gnu::always_inline]] inline void score_chunk(const float* q, const T* k, const int64_t* offsets, int64_t n,
+                                               int64_t D, float scale, const T* zeros, float* scores) {
   using namespace lanes;
   if (D == 4 * W) return score_chunk_unrolled<4>(q, k, offsets, n, scale, zeros, scores);
   if (D == 8 * W) return score_chunk_unrolled<8>(q, k, offsets, n, scale, zeros, scores);
