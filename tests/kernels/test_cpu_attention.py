@@ -76,6 +76,20 @@ def test_fewer_sequences_than_threads_split_their_tokens(ops, threads, seq_lens)
     )
 
 
+@pytest.mark.parametrize(("context", "rows", "head_dim"), [(0, 8, 64), (121, 4, 40), (700, 8, 64)])
+def test_verification_rows_match_exact_attention(ops, context, rows, head_dim):
+    """Rows of one sequence at positions context .. context + rows - 1, sharing a block table
+    (a speculative verification step), which the kernel runs together."""
+    query, k_cache, v_cache, tables, _ = _paged([context + rows], 9, 3, head_dim, 6)
+    query = torch.randn(rows, 9, head_dim, generator=torch.Generator().manual_seed(7))
+    tables, lens = tables.repeat(rows, 1), torch.arange(context + 1, context + rows + 1)
+    scale = head_dim**-0.5
+    got = ops.paged_decode_attention(query, k_cache, v_cache, tables, lens, scale)
+    torch.testing.assert_close(
+        got, _exact(query, k_cache, v_cache, tables, lens, scale), rtol=1e-5, atol=1e-5
+    )
+
+
 def test_bfloat16_decode_attention_matches_exact_attention(ops):
     """A bfloat16 cache and query (read in float32), the output rounded once to bfloat16."""
     query, k_cache, v_cache, tables, lens = _paged([1, 17, 130], 16, 8, 128, 4)

@@ -76,6 +76,46 @@ def test_decode_attention_rows_of_one_sequence_equal_each_alone(ops, threads, co
         assert torch.equal(together[i : i + 1], alone), i
 
 
+def _mixed_batch(head_dim: int, dtype: torch.dtype, seed: int):
+    """Decode rows of four sequences in one call: a one-row decode, 11 verification rows at
+    context 130, a one-row decode at 70 and 3 verification rows at 63 (each verification's
+    rows share a block table; the kernel runs up to 8 of those together over each chunk of
+    tokens)."""
+    gen = torch.Generator().manual_seed(seed)
+    heads, kv_heads = 9, 3
+    sequences = [(4, 1), (130, 11), (69, 1), (63, 3)]  # (context, rows)
+    blocks = [-(-(context + rows) // BLOCK) for context, rows in sequences]
+    num_blocks = sum(blocks) + 2
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    tables, lens = [], []
+    for (context, rows), n in zip(sequences, blocks, strict=True):
+        table, order = order[:n] + [0] * (max(blocks) - n), order[n:]
+        tables += [table] * rows
+        lens += range(context + 1, context + rows + 1)
+    shape = (num_blocks, BLOCK, kv_heads, head_dim)
+    k_cache = torch.randn(shape, generator=gen).to(dtype)
+    v_cache = torch.randn(shape, generator=gen).to(dtype)
+    query = torch.randn(len(lens), heads, head_dim, generator=gen).to(dtype)
+    return query, k_cache, v_cache, torch.tensor(tables), torch.tensor(lens)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [64, 40])
+def test_decode_attention_rows_of_a_mixed_batch_equal_each_alone(ops, threads, dtype, head_dim):
+    """Verification rows beside other sequences, of other lengths; a head_dim that does not fill
+    whole registers; a bfloat16 cache."""
+    query, k_cache, v_cache, tables, lens = _mixed_batch(head_dim, dtype, head_dim)
+    together = ops.paged_decode_attention(query, k_cache, v_cache, tables, lens, 0.125)
+    for i in range(len(lens)):
+        alone = ops.paged_decode_attention(
+            query[i : i + 1], k_cache, v_cache, tables[i : i + 1], lens[i : i + 1], 0.125
+        )
+        assert torch.equal(together[i : i + 1], alone), i
+    # The rows of one verification, taken in any slice, give the same bits again.
+    middle = ops.paged_decode_attention(query[2:5], k_cache, v_cache, tables[2:5], lens[2:5], 0.125)
+    assert torch.equal(middle, together[2:5])
+
+
 def _step(token_ids: list[int], start: int, num_blocks: int) -> tuple:
     """A decode step whose rows are positions start, start + 1, ... of one sequence."""
     rows = len(token_ids)
