@@ -9,8 +9,7 @@ PyTorch kernel without bf16 hardware. So:
 - ``layer_ops.cpp``: RMSNorm (with the residual add), rotary embedding and SiLU-and-mul as one
   op each, float32 or bfloat16;
 - ``attention.cpp``: decode attention read straight from the paged KV cache, and the KV write,
-  float32 or bfloat16 (``vec.h`` holds what the two dtypes share; ``attention_part.h`` the
-  arithmetic of one part of a sequence, on ``lanes.h``'s registers of 16, 8 or 1 floats);
+  float32 or bfloat16 (``vec.h`` holds what the two dtypes share);
 - ``decode_layers.cpp``: a decode step's decoder layers in one call, running the ops above
   (declared for C++ callers in ``ops.h``) with no Python between them.
 
@@ -52,7 +51,7 @@ SOURCES = [
     Path(__file__).with_name(n)
     for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp", "decode_layers.cpp")
 ]
-HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "lanes.h", "attention_part.h", "ops.h")]
+HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "ops.h")]
 _unavailable: list[str] = []
 
 
