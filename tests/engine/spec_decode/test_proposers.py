@@ -129,7 +129,9 @@ def _brute_force_lookup(tokens: list[int], k: int, min_n: int, max_n: int):
     best_len, best_end = 0, -1
     for end in reversed(ends[-MAX_CANDIDATES:]):
         length = min_n
-        while length < max_n and end - length >= 0 and tokens[end - length] == tokens[last - length]:
+        while (
+            length < max_n and end - length >= 0 and tokens[end - length] == tokens[last - length]
+        ):
             length += 1
         if length > best_len:
             best_len, best_end = length, end
