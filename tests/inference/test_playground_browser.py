@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,22 @@ def _delta_count(page, selector: str) -> int:
     return int(page.get_attribute(selector, "data-deltas") or 0)
 
 
-def test_chat_streams_and_stops(platform, page):
+@contextmanager
+def _engine_frozen(stack, model: str):
+    """The model's engine stopped (SIGSTOP) for the block, then resumed: a stream it serves
+    stays open, whatever the engine's speed (the tiny model can finish a 1,500-token answer
+    in a second, or end it early, between two clicks of a test)."""
+    engine = next(
+        c for c in stack.supervisor.children if c.name == f"engine-{model}" and c.running()
+    )
+    os.kill(engine.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(engine.pid, signal.SIGCONT)
+
+
+def test_chat_streams_and_stops(platform, platform_env, page):
     external = []
     page.on(
         "request",
@@ -47,6 +65,9 @@ def test_chat_streams_and_stops(platform, page):
     assert page.inner_text("#messages li.user:nth-child(1) .content") == "Hello there"
 
     # A long answer: tokens arrive over time (seen at two moments), then Stop cancels it.
+    # Greedy, so the answer is the same every run (sampled, it sometimes ended in a few dozen
+    # tokens); the engine is frozen before the click, so the stream cannot end first.
+    page.fill("#temperature", "0")
     page.fill("#max_tokens", "1500")
     page.fill("#prompt", "Tell me more")
     page.click("#send")
@@ -59,9 +80,11 @@ def test_chat_streams_and_stops(platform, page):
         f"Number(document.querySelectorAll('#messages li.assistant')[1].dataset.deltas) > "
         f"{seen_early}"
     )
-    assert page.is_enabled("#stop-button")
-    page.click("#stop-button")
-    page.wait_for_selector(f'{second}[data-finish="cancelled"]', timeout=15_000)
+    with _engine_frozen(platform_env[0], platform.chat_model):
+        assert page.get_attribute(second, "data-finish") is None, "the answer ended before Stop"
+        assert page.is_enabled("#stop-button")
+        page.click("#stop-button")
+        page.wait_for_selector(f'{second}[data-finish="cancelled"]', timeout=15_000)
     stopped_at = _delta_count(page, second)
     assert stopped_at < 1500
     page.wait_for_timeout(500)
