@@ -245,7 +245,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="another engine flag for both policies' engines, e.g. cpu_threads=1 (repeatable)",
+        help="another engine flag for both policies' engines, e.g. cpu_threads=1, or a bare "
+        "flag such as no-step-preemption (repeatable)",
     )
     args = parser.parse_args()
 
@@ -266,8 +267,8 @@ def main() -> None:
     cap = args.fair_step_tokens
     step_cap = {} if cap is None else {"fair_step_tokens": cap}
     for option in args.engine_option:
-        name, _, value = option.partition("=")
-        step_cap[name.replace("-", "_")] = value
+        name, has_value, value = option.partition("=")
+        step_cap[name.replace("-", "_")] = value if has_value else True  # a bare flag
     for policy in ("fair", "fcfs"):
         prefix = f"fairbench{policy}"
         stack = Stack(workdir / policy, redis_prefix=prefix)
@@ -288,6 +289,9 @@ def main() -> None:
             stack.stop()
         print(f"{policy} done", flush=True)
     lines = report(results["fair"], results["fcfs"])
+    for policy, r in results.items():  # what a p99 of a few dozen samples is made of
+        slowest = sorted((t[0] * 1000 for t in r["b_flood"]), reverse=True)[:5]
+        print(f"{policy}: B's slowest TTFTs under the flood, ms:", [round(t) for t in slowest])
     print("\n".join(lines))
     if args.record:
         command = "python bench/tenant_fairness.py " + " ".join(sys.argv[1:])

@@ -16,6 +16,7 @@ from controlplane.common.api_middleware import ApiASGIHandler, SplitByPath  # no
 from controlplane.common.daphne_bodies import adjust_daphne_bodies  # noqa: E402
 from controlplane.metrics.access import metrics_bearer_token  # noqa: E402
 from controlplane.metrics.metrics_port import start_configured_metrics_port  # noqa: E402
+from engine.startup_heap import freeze_startup_heap  # noqa: E402
 from inference.body_limit import BodySizeLimit, capped_limit_for, is_api_path  # noqa: E402
 from inference.routing import websocket_urlpatterns  # noqa: E402
 
@@ -35,3 +36,8 @@ application = ProtocolTypeRouter(
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )
+
+# Last: everything imported so far lives as long as the process. Full collections walked its
+# ~140,000 objects, 100-150 ms each, a few times a second under a burst of requests, during
+# which no request moved (a tenant's time to first token under another's flood, 2026-11-25).
+freeze_startup_heap()

@@ -79,6 +79,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "while interactive requests keep arriving, so their steps stay short (0: no cap; with "
         "no interactive request in the last 10 s, batch lines use the whole batch)",
     )
+    parser.add_argument(
+        "--no-step-preemption",
+        action="store_true",
+        help="under the fair policy on CPU, do not run a returning tenant's short request "
+        "between two layers of the step in flight (it then waits for that step to end)",
+    )
 
 
 def engine_config_from_args(args: argparse.Namespace, model_path: str) -> EngineConfig:
@@ -98,6 +104,7 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str) -> Engine
         scheduling_policy=args.scheduling_policy,
         fair_step_tokens=args.fair_step_tokens,
         batch_step_seqs=args.batch_step_seqs,
+        step_preemption=not args.no_step_preemption,
         quantization=args.quantization,
         cpu_kv_cache_bytes=None if gib is None else int(gib * 2**30),
         cpu_threads=args.cpu_threads,

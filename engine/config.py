@@ -57,6 +57,9 @@ class EngineConfig:
     # arrive (fair_share.py, "Batch beside interactive"); 0: no cap. Alone, batch work uses
     # the whole batch.
     batch_step_seqs: int = 8
+    # Under the fair policy on CPU, a short request of a tenant back from idle runs as a step
+    # of its own between two layers of the step in flight (engine/core/step_preemption.py).
+    step_preemption: bool = True
     # Draft-free speculative decoding (engine/spec_decode/): a step verifies at most
     # num_speculative_tokens drafts, fewer as more sequences decode (one row each, at most
     # num_speculative_tokens + 1 rows), none with over speculative_max_num_seqs running.

@@ -24,6 +24,7 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
+    num_steps_inside: int = 0  # steps run between two layers of another (step_preemption.py)
     started_at: float = 0.0
     updated_at: float = 0.0
     draining: bool = False

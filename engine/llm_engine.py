@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -25,6 +25,7 @@ from engine.config import EngineConfig
 from engine.core.block_hash import PublicPrefix
 from engine.core.fair_share import service_class_rank
 from engine.core.scheduler import Scheduler
+from engine.core.scheduler_output import SchedulerOutput
 from engine.layers.quantized_linear import KERNEL_MAX_ROWS
 from engine.lora.manager import LoraManager
 from engine.lora.shapes import BaseModelShape
@@ -82,6 +83,7 @@ class LLMEngine:
         self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
         self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
         self.structured = StructuredOutputManager(config.model, self.model_config)
+        self._in_flight: SchedulerOutput | None = None  # the step the runner is computing
 
     def _build_speculator(self) -> Speculator | None:
         config = self.config
@@ -270,16 +272,51 @@ class LLMEngine:
         if sched_out.is_empty:
             self.structured.wait_for_pending()
         else:
-            model_out = self.runner.execute(sched_out)
-            for request in self.scheduler.update_from_output(sched_out, model_out):
-                outputs.append(self._delta(request))
-                if request.is_finished:
-                    self._on_finished(request)
+            self._in_flight = sched_out
+            try:
+                model_out = self.runner.execute(sched_out)
+            finally:
+                self._in_flight = None
+            outputs += self._update(sched_out, model_out)
         # Also after an empty step: a first sample dropped while waiting releases its siblings
         # (they end the same way on the next step) even when nothing else runs.
         if self._held:
             self._release_held()
         return outputs
+
+    def _update(self, sched_out, model_out) -> list[RequestOutputDelta]:
+        deltas = []
+        for request in self.scheduler.update_from_output(sched_out, model_out):
+            deltas.append(self._delta(request))
+            if request.is_finished:
+                self._on_finished(request)
+        return deltas
+
+    def enable_step_preemption(self, hook: Callable[[], None]) -> bool:
+        """Have ``hook`` called between the layers of every step, where it may call
+        ``step_inside`` (engine/core/step_preemption.py). True if set: the fair policy on a
+        CPU with ``step_preemption`` on."""
+        config = self.config
+        if not (
+            config.step_preemption
+            and config.scheduling_policy == "fair"
+            and self.device.type == "cpu"
+        ):
+            return False
+        self.runner.preemption_hook = hook
+        return True
+
+    def step_inside(self, request_ids: Iterable[str]) -> list[RequestOutputDelta]:
+        """From the preemption hook: run those of the requests just added (their ids) that may
+        as a step of their own, inside the step in flight; their deltas ([] if none ran)."""
+        in_step = self._in_flight
+        if in_step is None:
+            return []
+        candidates = [s for rid in request_ids for s in self._samples.get(rid, ())]
+        sched_out = self.scheduler.schedule_inside(candidates, in_step)
+        if sched_out.is_empty:
+            return []
+        return self._update(sched_out, self.runner.execute(sched_out))
 
     def _on_finished(self, request: Request) -> None:
         self.runner.remove_request(request.request_id)
@@ -340,6 +377,7 @@ class LLMEngine:
             prefix_cache_queries=s.prefix_cache_queries,
             prefix_cache_hits=s.prefix_cache_hits,
             num_preemptions=s.num_preemptions,
+            num_steps_inside=s.num_steps_inside,
             prompt_tokens_total=s.prompt_tokens_total,
             generation_tokens_total=s.generation_tokens_total,
             max_num_seqs=self.config.max_num_seqs,

@@ -125,6 +125,8 @@ class EngineStats:
     spec_decode_num_drafts: int = 0
     spec_decode_num_draft_tokens: int = 0
     spec_decode_num_accepted_tokens: int = 0
+    # Steps run inside a paused step for a tenant back from idle (engine/core/step_preemption.py).
+    num_steps_inside: int = 0
 
 
 class Throughput:

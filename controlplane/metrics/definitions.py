@@ -127,6 +127,12 @@ NUM_PREEMPTIONS = MetricSpec(
     "Cumulative number of preemption from the engine.",
     ENGINE_LABELS,
 )
+NUM_STEPS_INSIDE = MetricSpec(
+    "platform:engine_steps_inside",
+    "counter",
+    "Steps run between two layers of the step in flight, for a tenant back from idle.",
+    ENGINE_LABELS,
+)
 SPEC_DECODE_NUM_DRAFTS = MetricSpec(
     "vllm:spec_decode_num_drafts",
     "counter",
@@ -166,6 +172,7 @@ ENGINE_STATUS_FIELDS: tuple[tuple[MetricSpec, str], ...] = (
     (PROMPT_TOKENS, "prompt_tokens_total"),
     (GENERATION_TOKENS, "generation_tokens_total"),
     (NUM_PREEMPTIONS, "num_preemptions"),
+    (NUM_STEPS_INSIDE, "num_steps_inside"),
     (SPEC_DECODE_NUM_DRAFTS, "spec_decode_num_drafts"),
     (SPEC_DECODE_NUM_DRAFT_TOKENS, "spec_decode_num_draft_tokens"),
     (SPEC_DECODE_NUM_ACCEPTED_TOKENS, "spec_decode_num_accepted_tokens"),

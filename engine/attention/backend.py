@@ -12,6 +12,7 @@ then the prefill chunks (several query tokens, possibly continuing a cached pref
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +33,9 @@ class AttentionMetadata:
     block_size: int
     # Filled by AttentionBackend.prepare: whatever the backend precomputes once per step.
     backend_state: dict = field(default_factory=dict)
+    # Called by the model between layers, and by a backend between long prompts, when set:
+    # where another step may run while this one waits (engine/core/step_preemption.py).
+    checkpoint: Callable[[], None] | None = None
 
     @property
     def num_seqs(self) -> int:

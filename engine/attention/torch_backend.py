@@ -122,7 +122,10 @@ class TorchAttentionBackend(AttentionBackend):
         # Batched [1, heads, len, head_dim] operands: on a CPU, SDPA's flash kernel takes only
         # 4-D inputs and 3-D ones fall back to its unfused math path, 5 to 20 times slower
         # for prompts of 250 to 2,000 tokens.
-        for start, end, slots, mask in state["prefills"]:
+        checkpoint = metadata.checkpoint
+        for i, (start, end, slots, mask) in enumerate(state["prefills"]):
+            if i and checkpoint is not None:  # another step may run here (step_preemption.py)
+                checkpoint()
             q = query[start:end].transpose(0, 1)[None]  # [1, heads, query_len, head_dim]
             if slots is None:
                 k = key[start:end].transpose(0, 1)[None]

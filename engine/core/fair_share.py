@@ -217,6 +217,10 @@ class FairQueue:
         if not self._lanes[key]:
             del self._lanes[key]
 
+    def num_waiting(self, tenant: str) -> int:
+        """How many of ``tenant``'s requests wait, in every class."""
+        return sum(len(lane) for (_, t), lane in self._lanes.items() if t == tenant)
+
     def lanes(self) -> set[tuple[int, str]]:
         """The (service class, tenant) pairs that have a request waiting."""
         return set(self._lanes)

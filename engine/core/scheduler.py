@@ -22,6 +22,10 @@ will compute is skipped the same way, to take it from the prefix cache, not comp
 Speculative decoding (engine/spec_decode/, docs/kernels.md): a decoding request may be
 scheduled for 1 + draft tokens; its accepted drafts and one sampled token are appended (each
 checked for a stop), and the rejected drafts' KV blocks are freed.
+
+Steps inside a step (engine/core/step_preemption.py, fair policy, CPU): a short request of a
+tenant back from idle may run as a step of its own while the step in flight is paused between
+two layers (``schedule_inside``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from engine.core.output_tokens import append_output_tokens
 from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.core.step_preemption import InsideStep
 from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -72,6 +77,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
+        self.num_steps_inside = 0  # steps run inside a paused one (step_preemption.py)
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         self.prompt_tokens_total = 0
@@ -236,23 +242,81 @@ class Scheduler:
             if request.adapter is not None:
                 self.lora.hold(request.adapter)
                 self._lora_holders.add(request.request_id)
-            if request.num_cached_tokens < 0:  # first admission, not a resume
-                request.num_cached_tokens = num_hit_tokens
-                self.prefix_cache_queries += request.num_tokens
-                self.prefix_cache_hits += num_hit_tokens
-                self.prompt_tokens_total += request.num_prompt_tokens
-            if request.timestamps.scheduled is None:
-                request.timestamps.scheduled = now
-            request.num_computed_tokens = num_hit_tokens
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            out.new_requests.append(request)
-            out.num_scheduled_tokens[request.request_id] = num_new
-            self._charge(request, num_new)
+            self._start(request, out, num_new, num_hit_tokens, now)
             budget -= num_new
         for request in reversed(skipped):
             self.waiting.prepend(request)
         return budget
+
+    def _start(
+        self, request: Request, out: SchedulerOutput, num_new: int, num_hit_tokens: int, now: float
+    ) -> None:
+        """Make the admitted ``request`` (out of the waiting queue, its slots allocated) run
+        ``num_new`` tokens after its ``num_hit_tokens`` cached ones in the step ``out``."""
+        if request.num_cached_tokens < 0:  # first admission, not a resume
+            request.num_cached_tokens = num_hit_tokens
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += num_hit_tokens
+            self.prompt_tokens_total += request.num_prompt_tokens
+        if request.timestamps.scheduled is None:
+            request.timestamps.scheduled = now
+        request.num_computed_tokens = num_hit_tokens
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        out.new_requests.append(request)
+        out.num_scheduled_tokens[request.request_id] = num_new
+        self._charge(request, num_new)
+
+    def schedule_inside(
+        self, candidates: list[Request], in_step: SchedulerOutput
+    ) -> SchedulerOutput:
+        """A step of its own for those of ``candidates`` (requests just added) that may run
+        while the step ``in_step`` is paused between two layers (engine/core/step_preemption.py
+        says who may); empty when none may. Fair policy only."""
+        out = SchedulerOutput()
+        if self.fair is None:
+            return out
+        budget = self.config.fair_step_tokens or self.config.max_num_batched_tokens
+        inside = InsideStep(in_step, self.fair, self.block_size)
+        prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
+        self.in_flight.begin_step(prefills)  # schedule() starts its own map again
+        now = time.monotonic()
+        for request in candidates:
+            if len(self.running) > self.config.max_num_seqs:
+                break
+            if (
+                request.status != RequestStatus.WAITING
+                or request.adapter is not None
+                or request.grammar is not None
+                or not inside.ranks_above(request)
+                or not self._back_from_idle(request)
+            ):
+                continue
+            hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
+            num_new = request.num_tokens - num_hit_tokens
+            if (
+                num_new > budget
+                or inside.reads_unwritten(hits)
+                or self.in_flight.holder(request, len(hits)) is not None
+                or self.kv_cache.allocate_slots(request, num_new, hits) is None
+            ):
+                continue
+            self.waiting.remove(request)
+            self._start(request, out, num_new, num_hit_tokens, now)
+            budget -= num_new
+        if out.new_requests:
+            self.num_steps_inside += 1
+        out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
+        for request in out.new_requests:
+            out.block_tables[request.request_id] = self.kv_cache.get_block_ids(request.request_id)
+        return out
+
+    def _back_from_idle(self, request: Request) -> bool:
+        """True if the waiting ``request`` is its tenant's only unfinished one."""
+        tenant = request.tenant
+        return self.waiting.num_waiting(tenant) == 1 and all(
+            r.tenant != tenant for r in self.running
+        )
 
     def _grammar_ready(self, request: Request, out: SchedulerOutput, skipped: list) -> bool:
         """False while the head request's grammar compiles (it keeps its queue place, the

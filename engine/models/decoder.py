@@ -154,10 +154,13 @@ class DecoderLM:
         kv_size = self.num_kv_heads * self.head_dim
         residual = hidden
         x = None
+        checkpoint = metadata.checkpoint
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
             if x is None:
                 x = rms_norm(hidden, layer.input_norm, self.eps)
             else:
+                if checkpoint is not None:  # another step may run here (step_preemption.py)
+                    checkpoint()
                 x, residual = add_rms_norm(x, residual, layer.input_norm, self.eps)
             qkv = linear(x, layer.qkv, layer.qkv_bias)
             if lora is not None:

@@ -99,6 +99,8 @@ class EngineService:
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
+        if engine.enable_step_preemption(self.between_layers):
+            logger.info("step preemption on: returning tenants' requests run between layers")
 
     def start(self) -> None:
         """Announce this engine (status first, so it is alive before it joins the group)."""
@@ -219,6 +221,23 @@ class EngineService:
         self.num_steps += 1
         return self.engine.step()
 
+    def between_layers(self) -> None:
+        """The step in flight is paused between two layers (engine/core/step_preemption.py):
+        take the new requests queued meanwhile and run those that may as a step of their own,
+        publishing their first tokens now."""
+        if self.inbox.num_requests == 0 or self.draining:
+            return
+        added = [
+            event.request.request_id
+            for event in self.inbox.take_new_requests()
+            if self._admit(event.entry_id, event.request)
+        ]
+        deltas = self.engine.step_inside(added) if added else []
+        if deltas:
+            self.num_steps += 1
+        if deltas or self.job:
+            self.publish(deltas)
+
     def publish(self, deltas: list[RequestOutputDelta]) -> None:
         for delta in deltas:
             active = self.active.get(delta.request_id)
@@ -242,8 +261,8 @@ class EngineService:
         if deltas or self.inbox.num_requests == 0:
             self.reader.room_changed.set()
 
-    def _admit(self, entry_id: str, request: protocol.GenerateRequest) -> None:
-        """Add the request to the engine, or answer it at once if it cannot run here."""
+    def _admit(self, entry_id: str, request: protocol.GenerateRequest) -> bool:
+        """Add the request to the engine (True), or answer it at once if it cannot run here."""
         request_id = request.request_id
         if self.recent_aborts.pop(request_id, None) is not None:
             return self._answer_without_running(entry_id, request)
@@ -280,6 +299,7 @@ class EngineService:
             return self._answer_without_running(entry_id, request, error=str(exc))
         indexes = set(range(request.sampling.n))
         self.active[request_id] = ActiveRequest(entry_id, request, open_indexes=indexes)
+        return True
 
     def _answer_without_running(self, entry_id, request, *, error: str = "") -> None:
         """Answer a request that never reached the engine (refused, or aborted first)."""

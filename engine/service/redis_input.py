@@ -57,6 +57,7 @@ class Inbox:
         self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.num_requests = 0
+        self._later: list[Event] = []  # taken by take_new_requests, for the next take_all
 
     def put(self, event: Event) -> None:
         if isinstance(event, NewRequest):
@@ -66,10 +67,24 @@ class Inbox:
 
     def take_all(self, timeout: float = 0.0) -> list[Event]:
         """Everything queued now; waits up to ``timeout`` for the first event if empty."""
-        events = take_all(self._queue, timeout)
+        if self._later:
+            events, self._later = self._later, []
+            events += take_all(self._queue, 0.0)
+        else:
+            events = take_all(self._queue, timeout)
         with self._lock:
             self.num_requests -= sum(isinstance(e, NewRequest) for e in events)
         return events
+
+    def take_new_requests(self) -> list[NewRequest]:
+        """Only the new requests queued now; the other events, in their order, come first
+        from the next ``take_all`` (one consumer: the loop thread)."""
+        new = []
+        for event in take_all(self._queue, 0.0):
+            (new if isinstance(event, NewRequest) else self._later).append(event)
+        with self._lock:
+            self.num_requests -= len(new)
+        return new
 
 
 def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:

@@ -14,6 +14,7 @@ projection. Steps without an adapter request skip LoRA entirely.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -102,6 +103,10 @@ class ModelRunner:
         self.grammar_bitmask = GrammarBitmask(model_config.vocab_size, device)
         self.lora = lora  # None when the model cannot serve adapters
         self.step_threads = StepThreads.for_model(model_config, device)  # small: one thread
+        # Called between layers of a step when set (engine/core/step_preemption.py); never
+        # inside the step it may run itself.
+        self.preemption_hook: Callable[[], None] | None = None
+        self._in_hook = False
 
     # -- per-request state -------------------------------------------------------------------
 
@@ -123,9 +128,18 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
         inputs = self.prepare_inputs(out)
+        if self.preemption_hook is not None and not self._in_hook:
+            inputs.attention.checkpoint = self._checkpoint
         with self.step_threads.for_step(out.total_num_scheduled_tokens):
             hidden = self.run_model(inputs)
             return self.sample(inputs, hidden)
+
+    def _checkpoint(self) -> None:
+        self._in_hook = True
+        try:
+            self.preemption_hook()
+        finally:
+            self._in_hook = False
 
     def prepare_inputs(self, out: SchedulerOutput) -> ModelInputs:
         """The step's flattened batch (engine/worker/step_inputs.py) and its LoRA layout."""

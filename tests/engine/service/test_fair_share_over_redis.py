@@ -3,6 +3,7 @@ another tenant's backlog in the stream is served long before that backlog ends."
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -60,4 +61,38 @@ def test_a_second_tenant_is_served_before_the_first_ones_backlog(engine, redis_s
     # FCFS would finish all 40 first; the fair engine takes B at the next step it can.
     assert num_a_before_b <= 4, done
     assert all(d.startswith("a-") for d in done[:num_a_before_b])
+    client.close()
+
+
+def test_a_returning_tenant_runs_inside_the_floods_steps(engine, redis_server):
+    """Step preemption (engine/core/step_preemption.py) in a real engine process: tenant B's
+    short requests, sent one at a time while A's long prompts are being computed, get their
+    first tokens from steps run between the layers of A's, which the status counts."""
+    client = redis.Redis.from_url(redis_server.url)
+    keys, frontend = Keys(PREFIX), f"inside-{uuid.uuid4().hex[:6]}"
+    before = engine.status().num_steps_inside
+    pipe = client.pipeline()
+    for i in range(24):  # distinct 700-token prompts: no prefix-cache hits, long steps
+        prompt = [(i * 37 + j) % 1000 + 3 for j in range(700)]
+        message = protocol.GenerateRequest(
+            request_id=f"flood-{i}",
+            frontend_id=frontend,
+            prompt_token_ids=prompt,
+            sampling=protocol.SamplingOptions(temperature=0.0, max_tokens=2, ignore_eos=True),
+            tenant="tA",
+        )
+        pipe.xadd(keys.requests(MODEL), {FIELD: protocol.encode(message)})
+    pipe.execute()
+    for i in range(10):  # each once B's previous one is done: B is back from idle each time
+        client.xadd(keys.requests(MODEL), {FIELD: _request(frontend, f"inside-b-{i}", "tB", 2)})
+
+        def finished(rid=f"inside-b-{i}"):
+            batches = [
+                protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))
+            ]
+            return any(d.request_id == rid and d.finish_reason for b in batches for d in b.deltas)
+
+        wait_for(finished, 60, f"B's request {i}")
+        time.sleep(0.02)
+    wait_for(lambda: engine.status().num_steps_inside > before, 10, "the status to count them")
     client.close()

@@ -1,0 +1,66 @@
+"""Who may run inside the step in flight (Scheduler.schedule_inside,
+engine/core/step_preemption.py), with hand-made model outputs."""
+
+from __future__ import annotations
+
+from engine.request import Request, RequestStatus
+from engine.sampling_params import SamplingParams
+from tests.engine.core.test_fair_share import fair_scheduler, request
+from tests.engine.core.test_scheduler import fake_model
+
+
+def flood_step(sched, num=4, num_prompt=40):
+    """Tenant A's ``num`` prompts scheduled as the step in flight."""
+    for _ in range(num):
+        sched.add_request(request("A", num_prompt=num_prompt))
+    return sched.schedule()
+
+
+def test_a_returning_tenants_short_request_runs_alone_inside_a_full_batch():
+    sched = fair_scheduler(max_num_seqs=4)
+    in_step = flood_step(sched)
+    assert len(sched.running) == 4
+    b = request("B", num_prompt=8)
+    sched.add_request(b)
+    out = sched.schedule_inside([b], in_step)
+    assert out.num_scheduled_tokens == {b.request_id: 8}  # its whole prompt, nothing of A's
+    assert len(sched.running) == 5 and b not in sched.waiting
+    sched.update_from_output(out, fake_model(out))
+    assert b.num_output_tokens == 1
+    sched.update_from_output(in_step, fake_model(in_step))
+    # One over max_num_seqs: the next steps admit nothing until a sequence finishes.
+    sched.add_request(request("C"))
+    assert not sched.schedule().new_requests
+
+
+def test_who_may_not_run_inside():
+    sched = fair_scheduler(max_num_seqs=4, fair_step_tokens=16)
+    in_step = flood_step(sched)
+    own = request("A", num_prompt=8)  # the flood's tenant: ranks no higher than its step
+    long = request("B", num_prompt=17)  # over fair_step_tokens
+    second = request("B", num_prompt=8)  # B is not back from idle: its long request waits
+    for r in (own, long, second):
+        sched.add_request(r)
+    assert sched.schedule_inside([own, long, second], in_step).is_empty
+    assert all(r in sched.waiting for r in (own, long, second))
+
+
+def test_a_prompt_whose_cached_prefix_the_step_is_writing_waits():
+    sched = fair_scheduler(max_num_seqs=4)
+    in_step = flood_step(sched, num=1)
+    [a] = in_step.new_requests
+    # B's prompt starts with A's first 8 tokens: two blocks A's step is writing right now,
+    # already in the prefix cache but with no KV yet.
+    b = Request(
+        "b",
+        [*a.prompt_token_ids[:8], 5, 6, 7, 8],
+        SamplingParams(max_tokens=4, temperature=0.0),
+        max_tokens=4,
+        tenant="B",
+    )
+    sched.add_request(b)
+    assert sched.schedule_inside([b], in_step).is_empty
+    assert b.status == RequestStatus.WAITING
+    sched.update_from_output(in_step, fake_model(in_step))
+    out = sched.schedule()  # once written, they are hits
+    assert b in out.new_requests and b.num_cached_tokens == 8

@@ -1,0 +1,91 @@
+"""Steps inside the step in flight (engine/core/step_preemption.py) on a real tiny llama: a
+returning tenant's request gets its first token while a flood's prompt step is paused between
+layers, and neither its tokens nor the flood's change."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+from tests.support.engine_runs import random_prompts, run_to_completion
+
+FLOOD = random_prompts(6, 300, 400, seed=3)
+SHORT = random_prompts(1, 12, 12, seed=4)[0]
+PARAMS = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+
+
+def make_engine(path, **overrides) -> LLMEngine:
+    config = dict(
+        num_gpu_blocks=512,
+        max_model_len=512,
+        max_num_seqs=4,
+        scheduling_policy="fair",
+        device="cpu",
+        dtype="float32",
+    )
+    return LLMEngine(EngineConfig(model=str(path), **(config | overrides)))
+
+
+def add_flood(engine: LLMEngine) -> None:
+    for i, prompt in enumerate(FLOOD):
+        engine.add_request(f"a-{i}", prompt, PARAMS, tenant="A")
+
+
+def tokens(results) -> dict[str, list[int]]:
+    return {rid: entry["tokens"] for (rid, _), entry in results.items()}
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_llama):
+    """Each tenant's greedy tokens without the other."""
+    engine = make_engine(tiny_llama)
+    add_flood(engine)
+    flood = tokens(run_to_completion(engine))
+    engine.add_request("b", SHORT, PARAMS, tenant="B")
+    return flood, tokens(run_to_completion(engine))["b"]
+
+
+def test_a_returning_tenant_runs_inside_the_flood_step_with_unchanged_tokens(tiny_llama, alone):
+    engine = make_engine(tiny_llama)
+    add_flood(engine)
+    inside: list = []  # (checkpoint number, deltas of the nested step)
+    calls = []
+
+    def hook():
+        calls.append(1)
+        if len(calls) == 2:  # the first step (the flood's prompts) is paused mid-way
+            engine.add_request("b", SHORT, PARAMS, tenant="B")
+            inside.append(engine.step_inside(["b"]))
+
+    assert engine.enable_step_preemption(hook)
+    results = tokens(run_to_completion(engine))
+    [deltas] = inside
+    assert [d.request_id for d in deltas] == ["b"]
+    assert len(deltas[0].new_token_ids) == 1  # its first token, before the paused step ended
+    assert engine.scheduler.num_steps_inside == 1
+    flood_alone, b_alone = alone
+    assert [deltas[0].new_token_ids[0]] + results["b"] == b_alone
+    assert {rid: t for rid, t in results.items() if rid != "b"} == flood_alone
+
+
+def test_the_flood_tenants_own_new_request_waits_for_the_step(tiny_llama):
+    engine = make_engine(tiny_llama)
+    add_flood(engine)
+    inside = []
+
+    def hook():
+        if not inside:
+            engine.add_request("a-late", SHORT, PARAMS, tenant="A")
+            inside.append(engine.step_inside(["a-late"]))
+
+    engine.enable_step_preemption(hook)
+    results = tokens(run_to_completion(engine))
+    assert inside == [[]]  # its tenant is the one in the step: it ranks no higher
+    assert len(results["a-late"]) == PARAMS.max_tokens  # and it ran later as usual
+
+
+def test_only_the_fair_policy_on_a_cpu_takes_the_hook(tiny_llama):
+    assert not make_engine(tiny_llama, scheduling_policy="fcfs").enable_step_preemption(print)
+    assert not make_engine(tiny_llama, step_preemption=False).enable_step_preemption(print)
