@@ -306,13 +306,20 @@ class LLMEngine:
         self.runner.preemption_hook = hook
         return True
 
+    def disable_step_preemption(self) -> None:
+        self.runner.preemption_hook = None
+
     def step_inside(self, request_ids: Iterable[str]) -> list[RequestOutputDelta]:
         """From the preemption hook: run those of the requests just added (their ids) that may
         as a step of their own, inside the step in flight; their deltas ([] if none ran)."""
         in_step = self._in_flight
         if in_step is None:
             return []
-        candidates = [s for rid in request_ids for s in self._samples.get(rid, ())]
+        # Samples held back until their first sample has the prompt cached are not candidates.
+        queued = self.scheduler.requests
+        candidates = [
+            s for rid in request_ids for s in self._samples.get(rid, ()) if s.request_id in queued
+        ]
         sched_out = self.scheduler.schedule_inside(candidates, in_step)
         if sched_out.is_empty:
             return []

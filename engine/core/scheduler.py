@@ -286,6 +286,7 @@ class Scheduler:
                 break
             if (
                 request.status != RequestStatus.WAITING
+                or self.requests.get(request.request_id) is not request
                 or request.adapter is not None
                 or request.grammar is not None
                 or not inside.ranks_above(request)

@@ -227,12 +227,19 @@ class EngineService:
         publishing their first tokens now."""
         if self.inbox.num_requests == 0 or self.draining:
             return
-        added = [
-            event.request.request_id
-            for event in self.inbox.take_new_requests()
-            if self._admit(event.entry_id, event.request)
-        ]
-        deltas = self.engine.step_inside(added) if added else []
+        try:
+            added = [
+                event.request.request_id
+                for event in self.inbox.take_new_requests()
+                if self._admit(event.entry_id, event.request)
+            ]
+            deltas = self.engine.step_inside(added) if added else []
+        except Exception:
+            # The paused step goes on; a request the failed step admitted is computed again
+            # by the next one (its computed-token count only advances after a step).
+            logger.exception("a step inside the step in flight failed; step preemption is off")
+            self.engine.disable_step_preemption()
+            return
         if deltas:
             self.num_steps += 1
         if deltas or self.job:

@@ -89,3 +89,24 @@ def test_the_flood_tenants_own_new_request_waits_for_the_step(tiny_llama):
 def test_only_the_fair_policy_on_a_cpu_takes_the_hook(tiny_llama):
     assert not make_engine(tiny_llama, scheduling_policy="fcfs").enable_step_preemption(print)
     assert not make_engine(tiny_llama, step_preemption=False).enable_step_preemption(print)
+
+
+def test_a_request_of_two_samples_runs_its_first_inside_and_the_second_after(tiny_llama):
+    engine = make_engine(tiny_llama)
+    add_flood(engine)
+    inside = []
+    params = SamplingParams(temperature=0.0, max_tokens=4, n=2, ignore_eos=True)
+
+    def hook():
+        if not inside:
+            engine.add_request("b2", SHORT, params, tenant="B")
+            inside.append(engine.step_inside(["b2"]))
+
+    engine.enable_step_preemption(hook)
+    results = run_to_completion(engine)
+    # Sample 1 waits, held, for sample 0 to have the prompt cached: only sample 0 ran inside.
+    assert [(d.request_id, d.index) for d in inside[0]] == [("b2", 0)]
+    first = inside[0][0].new_token_ids
+    assert first + results[("b2", 0)]["tokens"] == results[("b2", 1)]["tokens"]  # greedy twins
+    assert len(results[("b2", 1)]["tokens"]) == 4
+    assert len(engine.scheduler.waiting) == 0 and not engine.has_unfinished_requests()
