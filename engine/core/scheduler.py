@@ -276,6 +276,18 @@ class Scheduler:
         out = SchedulerOutput()
         if self.fair is None:
             return out
+        # The cheap tests first: under one tenant's load every new request fails them.
+        candidates = [
+            r
+            for r in candidates
+            if r.status == RequestStatus.WAITING
+            and self.requests.get(r.request_id) is r
+            and r.adapter is None
+            and r.grammar is None
+            and self._back_from_idle(r)
+        ]
+        if not candidates:
+            return out
         budget = self.config.fair_step_tokens or self.config.max_num_batched_tokens
         inside = InsideStep(in_step, self.fair, self.block_size)
         prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
@@ -284,15 +296,8 @@ class Scheduler:
         for request in candidates:
             if len(self.running) > self.config.max_num_seqs:
                 break
-            if (
-                request.status != RequestStatus.WAITING
-                or self.requests.get(request.request_id) is not request
-                or request.adapter is not None
-                or request.grammar is not None
-                or not inside.ranks_above(request)
-                or not self._back_from_idle(request)
-            ):
-                continue
+            if not inside.ranks_above(request) or not self._back_from_idle(request):
+                continue  # (back from idle: a request admitted just before may be its tenant's)
             hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit_tokens
             if (
