@@ -72,8 +72,8 @@ def test_a_returning_tenant_runs_inside_the_floods_steps(engine, redis_server):
     keys, frontend = Keys(PREFIX), f"inside-{uuid.uuid4().hex[:6]}"
     before = engine.status().num_steps_inside
     pipe = client.pipeline()
-    for i in range(24):  # distinct 700-token prompts: no prefix-cache hits, long steps
-        prompt = [(i * 37 + j) % 1000 + 3 for j in range(700)]
+    for i in range(40):  # distinct 1,000-token prompts: no prefix-cache hits, long steps
+        prompt = [(i * 37 + j) % 1000 + 3 for j in range(1000)]
         message = protocol.GenerateRequest(
             request_id=f"flood-{i}",
             frontend_id=frontend,
