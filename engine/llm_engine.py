@@ -26,17 +26,14 @@ from engine.core.block_hash import PublicPrefix
 from engine.core.fair_share import service_class_rank
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import SchedulerOutput
-from engine.layers.quantized_linear import KERNEL_MAX_ROWS
-from engine.lora.manager import LoraManager
-from engine.lora.shapes import BaseModelShape
-from engine.lora.slots import PACKED_MODULES
+from engine.core.step_preemption import schedule_inside
+from engine.engine_parts import build_lora_manager, build_speculator
 from engine.model_config import ModelConfig
 from engine.outputs import EngineStats, RequestOutputDelta
 from engine.request import Request, RequestStatus
 from engine.request_checks import check_prompt, check_public_prefix, check_weight
 from engine.resume import check_resumed, mark_resumed
 from engine.sampling_params import SamplingParams
-from engine.spec_decode import Speculator
 from engine.structured.manager import StructuredOutputManager
 from engine.worker.model_runner import ModelRunner
 
@@ -67,7 +64,7 @@ class LLMEngine:
         self.model_config = ModelConfig.from_pretrained(config.model, config.max_model_len)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device, self.model_config.checkpoint_dtype)
-        self.lora, self._no_lora_reason = self._build_lora_manager()
+        self.lora, self._no_lora_reason = build_lora_manager(config, self.device, self.dtype)
         self.runner = ModelRunner(
             config, self.model_config, device=self.device, dtype=self.dtype, lora=self.lora
         )
@@ -77,7 +74,7 @@ class LLMEngine:
             max_model_len=self.model_config.max_model_len,
             eos_token_ids=self.model_config.eos_token_ids,
             lora=self.lora,
-            speculator=self._build_speculator(),
+            speculator=build_speculator(config, self.model_config, self.device),
         )
         self._samples: dict[str, list[Request]] = {}  # user request id -> its live samples
         self._held: dict[str, tuple[Request, list[Request]]] = {}  # sample 0 id -> (it, others)
@@ -85,45 +82,7 @@ class LLMEngine:
         self.structured = StructuredOutputManager(config.model, self.model_config)
         self._in_flight: SchedulerOutput | None = None  # the step the runner is computing
 
-    def _build_speculator(self) -> Speculator | None:
-        config = self.config
-        if not config.enable_speculative_decoding:
-            return None
-        num_speculative_tokens = config.num_speculative_tokens
-        if self.runner.device.type == "cpu" and num_speculative_tokens >= KERNEL_MAX_ROWS:
-            # Verification is exact while a step's decode rows take the CPU's row-invariant
-            # kernels (engine/worker/step_inputs.py), that is up to KERNEL_MAX_ROWS rows.
-            num_speculative_tokens = KERNEL_MAX_ROWS - 1
-            logger.info("speculative decoding proposes at most %d tokens", num_speculative_tokens)
-        return Speculator(
-            num_speculative_tokens=num_speculative_tokens,
-            max_num_seqs=config.speculative_max_num_seqs,
-            max_model_len=self.model_config.max_model_len,
-        )
-
     # -- LoRA adapters ---------------------------------------------------------------------------
-
-    def _build_lora_manager(self) -> tuple[LoraManager | None, str]:
-        """The adapter manager, or None and the reason when this model cannot take adapters."""
-        if self.config.quantization is not None:
-            # The LoRA hook adds deltas to float projections; quantized ones have no such path.
-            return None, (
-                f"LoRA adapters on a {self.config.quantization}-quantized base are not "
-                "supported; serve the model without --quantization to use adapters"
-            )
-        try:
-            base = BaseModelShape.from_pretrained(self.config.model)
-        except ValueError as exc:
-            return None, str(exc)
-        manager = LoraManager(
-            base,
-            max_loras=self.config.max_loras,
-            max_lora_rank=self.config.max_lora_rank,
-            modules=PACKED_MODULES,  # the decoder fuses q|k|v and gate|up
-            device=self.device,
-            dtype=self.dtype,
-        )
-        return manager, ""
 
     def load_adapter(self, name: str, path: str, checksum: str = "") -> AdapterIdentity:
         """Validate and cache the PEFT adapter at ``path``; return the identity to request it by.
@@ -292,22 +251,16 @@ class LLMEngine:
                 self._on_finished(request)
         return deltas
 
-    def enable_step_preemption(self, hook: Callable[[], None]) -> bool:
+    def enable_step_preemption(self, hook: Callable[[], None] | None) -> bool:
         """Have ``hook`` called between the layers of every step, where it may call
-        ``step_inside`` (engine/core/step_preemption.py). True if set: the fair policy on a
-        CPU with ``step_preemption`` on."""
+        ``step_inside`` (engine/core/step_preemption.py); None turns it off. True if set: the
+        fair policy on a CPU with ``step_preemption`` on."""
         config = self.config
-        if not (
-            config.step_preemption
-            and config.scheduling_policy == "fair"
-            and self.device.type == "cpu"
-        ):
+        fair = config.scheduling_policy == "fair" and config.step_preemption
+        if hook is not None and not (fair and self.device.type == "cpu"):
             return False
         self.runner.preemption_hook = hook
-        return True
-
-    def disable_step_preemption(self) -> None:
-        self.runner.preemption_hook = None
+        return hook is not None
 
     def step_inside(self, request_ids: Iterable[str]) -> list[RequestOutputDelta]:
         """From the preemption hook: run those of the requests just added (their ids) that may
@@ -320,7 +273,7 @@ class LLMEngine:
         candidates = [
             s for rid in request_ids for s in self._samples.get(rid, ()) if s.request_id in queued
         ]
-        sched_out = self.scheduler.schedule_inside(candidates, in_step)
+        sched_out = schedule_inside(self.scheduler, candidates, in_step)
         if sched_out.is_empty:
             return []
         return self._update(sched_out, self.runner.execute(sched_out))

@@ -23,9 +23,8 @@ Speculative decoding (engine/spec_decode/, docs/kernels.md): a decoding request 
 scheduled for 1 + draft tokens; its accepted drafts and one sampled token are appended (each
 checked for a stop), and the rejected drafts' KV blocks are freed.
 
-Steps inside a step (engine/core/step_preemption.py, fair policy, CPU): a short request of a
-tenant back from idle may run as a step of its own while the step in flight is paused between
-two layers (``schedule_inside``).
+Steps inside a step (engine/core/step_preemption.py): a tenant back from idle may run its
+short request while the step in flight is paused between two layers.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from engine.core.admission_checks import adapter_available, grammar_ready
 from engine.core.block_hash import update_block_hashes
 from engine.core.fair_share import FairQueue, StepLimits, VirtualTokenCounter, yield_victim
 from engine.core.kv_cache_manager import KVCacheManager
@@ -42,7 +42,6 @@ from engine.core.output_tokens import append_output_tokens
 from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from engine.core.step_preemption import InsideStep
 from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -129,21 +128,6 @@ class Scheduler:
             self._lora_holders.discard(request.request_id)
             self.lora.release(request.adapter)
 
-    def _adapter_available(self, request: Request, out: SchedulerOutput) -> bool:
-        """False, after ending it as aborted, if the head request's adapter was unloaded."""
-        if self.lora is not None and self.lora.knows(request.adapter):
-            return True
-        return self._drop_head(request, out, f"adapter {request.adapter.name} unloaded")
-
-    def _drop_head(self, request: Request, out: SchedulerOutput, reason: str) -> bool:
-        """End the head waiting request as aborted, ``reason`` in the log; False."""
-        self.waiting.pop()
-        request.status = RequestStatus.FINISHED_ABORTED
-        del self.requests[request.request_id]
-        out.dropped_requests.append(request)
-        logger.info("request %s dropped: %s", request.request_id, reason)
-        return False
-
     @property
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
@@ -219,12 +203,12 @@ class Scheduler:
             if bar is not None and out.new_requests and self.fair.rank(request) >= bar:
                 break  # a lane whose prefills this step leaves out (fair_share.py, "Admission")
             if request.adapter is not None:
-                if not self._adapter_available(request, out):
+                if not adapter_available(self, request, out):
                     continue
                 if not self.lora.can_hold(request.adapter):  # all max_loras slots are held
                     skipped.append(self.waiting.pop())
                     continue
-            if request.grammar is not None and not self._grammar_ready(request, out, skipped):
+            if request.grammar is not None and not grammar_ready(self, request, out, skipped):
                 continue
             hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit_tokens
@@ -242,13 +226,13 @@ class Scheduler:
             if request.adapter is not None:
                 self.lora.hold(request.adapter)
                 self._lora_holders.add(request.request_id)
-            self._start(request, out, num_new, num_hit_tokens, now)
+            self.start(request, out, num_new, num_hit_tokens, now)
             budget -= num_new
         for request in reversed(skipped):
             self.waiting.prepend(request)
         return budget
 
-    def _start(
+    def start(
         self, request: Request, out: SchedulerOutput, num_new: int, num_hit_tokens: int, now: float
     ) -> None:
         """Make the admitted ``request`` (out of the waiting queue, its slots allocated) run
@@ -266,75 +250,6 @@ class Scheduler:
         out.new_requests.append(request)
         out.num_scheduled_tokens[request.request_id] = num_new
         self._charge(request, num_new)
-
-    def schedule_inside(
-        self, candidates: list[Request], in_step: SchedulerOutput
-    ) -> SchedulerOutput:
-        """A step of its own for those of ``candidates`` (requests just added) that may run
-        while the step ``in_step`` is paused between two layers (engine/core/step_preemption.py
-        says who may); empty when none may. Fair policy only."""
-        out = SchedulerOutput()
-        if self.fair is None:
-            return out
-        # The cheap tests first: under one tenant's load every new request fails them.
-        candidates = [
-            r
-            for r in candidates
-            if r.status == RequestStatus.WAITING
-            and self.requests.get(r.request_id) is r
-            and r.adapter is None
-            and r.grammar is None
-            and self._back_from_idle(r)
-        ]
-        if not candidates:
-            return out
-        budget = self.config.fair_step_tokens or self.config.max_num_batched_tokens
-        inside = InsideStep(in_step, self.fair, self.block_size)
-        prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
-        self.in_flight.begin_step(prefills)  # schedule() starts its own map again
-        now = time.monotonic()
-        for request in candidates:
-            if len(self.running) > self.config.max_num_seqs:
-                break
-            if not inside.ranks_above(request) or not self._back_from_idle(request):
-                continue  # (back from idle: a request admitted just before may be its tenant's)
-            hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
-            num_new = request.num_tokens - num_hit_tokens
-            if (
-                num_new > budget
-                or inside.reads_unwritten(hits)
-                or self.in_flight.holder(request, len(hits)) is not None
-                or self.kv_cache.allocate_slots(request, num_new, hits) is None
-            ):
-                continue
-            self.waiting.remove(request)
-            self._start(request, out, num_new, num_hit_tokens, now)
-            budget -= num_new
-        if out.new_requests:
-            self.num_steps_inside += 1
-        out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
-        for request in out.new_requests:
-            out.block_tables[request.request_id] = self.kv_cache.get_block_ids(request.request_id)
-        return out
-
-    def _back_from_idle(self, request: Request) -> bool:
-        """True if the waiting ``request`` is its tenant's only unfinished one."""
-        tenant = request.tenant
-        return self.waiting.num_waiting(tenant) == 1 and all(
-            r.tenant != tenant for r in self.running
-        )
-
-    def _grammar_ready(self, request: Request, out: SchedulerOutput, skipped: list) -> bool:
-        """False while the head request's grammar compiles (it keeps its queue place, the
-        requests behind it go ahead), or after ending it because its grammar failed."""
-        grammar = request.grammar
-        if not grammar.ready(request.output_token_ids):
-            skipped.append(self.waiting.pop())
-            return False
-        if not grammar.error:
-            return True
-        request.error = grammar.error
-        return self._drop_head(request, out, grammar.error)
 
     def _make_room(self, request: Request, num_new: int, out: SchedulerOutput) -> int:
         """Allocate slots for ``request``, preempting others until it fits or is preempted;

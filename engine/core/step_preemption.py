@@ -12,12 +12,12 @@ one layer's attention (``AttentionMetadata.checkpoint``). The service loop's hoo
 new requests the Redis reader has queued (nothing else: aborts and adapter changes wait for
 the end of the step, since they may free blocks the step is writing), adds them to the engine
 and asks the scheduler for a step of its own made of those that may run now
-(``Scheduler.schedule_inside``). That step runs to its first tokens, which are published at
+(``schedule_inside``). That step runs to its first tokens, which are published at
 once; then the paused step resumes. Nothing the paused step reads or writes changes: the
 nested step writes only its own requests' new KV blocks, and its inputs, attention state and
 outputs are its own.
 
-Who may run inside (``Scheduler.schedule_inside``), all of:
+Who may run inside (``schedule_inside``), all of:
 - its tenant is back from idle: nothing else of it waits or runs. Tenants with work under way
   keep the plain fair order, so the weighted shares between backlogged tenants are untouched;
 - its lane (class, tenant counter) ranks above every lane of the step in flight: a tenant back
@@ -38,12 +38,16 @@ a nested step would queue behind the step in flight anyway (it would need its ow
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
+
+from engine.core.scheduler_output import SchedulerOutput
+from engine.request import RequestStatus
 
 if TYPE_CHECKING:
     from engine.core.block_pool import KVCacheBlock
     from engine.core.fair_share import VirtualTokenCounter
-    from engine.core.scheduler_output import SchedulerOutput
+    from engine.core.scheduler import Scheduler
     from engine.request import Request
 
 
@@ -68,3 +72,61 @@ class InsideStep:
     def reads_unwritten(self, hits: list[KVCacheBlock]) -> bool:
         """True if a prefix-cache hit is a block the step in flight has yet to write."""
         return any(block.block_id in self.written for block in hits)
+
+
+def schedule_inside(
+    sched: Scheduler, candidates: list[Request], in_step: SchedulerOutput
+) -> SchedulerOutput:
+    """A step of its own for those of ``candidates`` (requests just added to ``sched``) that
+    may run while the step ``in_step`` is paused between two layers (see the module's
+    docstring for who may); empty when none may. Fair policy only."""
+    out = SchedulerOutput()
+    if sched.fair is None:
+        return out
+    # The cheap tests first: under one tenant's load every new request fails them.
+    candidates = [
+        r
+        for r in candidates
+        if r.status == RequestStatus.WAITING
+        and sched.requests.get(r.request_id) is r
+        and r.adapter is None
+        and r.grammar is None
+        and back_from_idle(sched, r)
+    ]
+    if not candidates:
+        return out
+    config, kv_cache = sched.config, sched.kv_cache
+    budget = config.fair_step_tokens or config.max_num_batched_tokens
+    inside = InsideStep(in_step, sched.fair, sched.block_size)
+    prefills = [r for r in sched.running if r.num_tokens - r.num_computed_tokens > 1]
+    sched.in_flight.begin_step(prefills)  # schedule() starts its own map again
+    now = time.monotonic()
+    for request in candidates:
+        if len(sched.running) > config.max_num_seqs:
+            break
+        if not inside.ranks_above(request) or not back_from_idle(sched, request):
+            continue  # (back from idle: a request admitted just before may be its tenant's)
+        hits, num_hit_tokens = kv_cache.get_computed_blocks(request)
+        num_new = request.num_tokens - num_hit_tokens
+        if (
+            num_new > budget
+            or inside.reads_unwritten(hits)
+            or sched.in_flight.holder(request, len(hits)) is not None
+            or kv_cache.allocate_slots(request, num_new, hits) is None
+        ):
+            continue
+        sched.waiting.remove(request)
+        sched.start(request, out, num_new, num_hit_tokens, now)
+        budget -= num_new
+    if out.new_requests:
+        sched.num_steps_inside += 1
+    out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
+    for request in out.new_requests:
+        out.block_tables[request.request_id] = kv_cache.get_block_ids(request.request_id)
+    return out
+
+
+def back_from_idle(sched: Scheduler, request: Request) -> bool:
+    """True if the waiting ``request`` is its tenant's only unfinished one."""
+    tenant = request.tenant
+    return sched.waiting.num_waiting(tenant) == 1 and all(r.tenant != tenant for r in sched.running)

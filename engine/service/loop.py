@@ -9,6 +9,7 @@ Redis is back, rather than generating for clients that gave up."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import signal
 import threading
@@ -29,6 +30,7 @@ from engine.service import redis_input as inputs
 from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
+from engine.service.step_preemption import between_layers
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -99,7 +101,7 @@ class EngineService:
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
-        if engine.enable_step_preemption(self.between_layers):
+        if engine.enable_step_preemption(functools.partial(between_layers, self)):
             logger.info("step preemption on: returning tenants' requests run between layers")
 
     def start(self) -> None:
@@ -198,7 +200,7 @@ class EngineService:
         for event in self.inbox.take_all(timeout):
             match event:
                 case inputs.NewRequest():
-                    self._admit(event.entry_id, event.request)
+                    self.admit(event.entry_id, event.request)
                 case protocol.AbortRequest() if event.request_id in self.active:
                     self._end([event.request_id])
                 case protocol.AbortRequest():
@@ -220,30 +222,6 @@ class EngineService:
             return []
         self.num_steps += 1
         return self.engine.step()
-
-    def between_layers(self) -> None:
-        """The step in flight is paused between two layers (engine/core/step_preemption.py):
-        take the new requests queued meanwhile and run those that may as a step of their own,
-        publishing their first tokens now."""
-        if self.inbox.num_requests == 0 or self.draining:
-            return
-        try:
-            added = [
-                event.request.request_id
-                for event in self.inbox.take_new_requests()
-                if self._admit(event.entry_id, event.request)
-            ]
-            deltas = self.engine.step_inside(added) if added else []
-        except Exception:
-            # The paused step goes on; a request the failed step admitted is computed again
-            # by the next one (its computed-token count only advances after a step).
-            logger.exception("a step inside the step in flight failed; step preemption is off")
-            self.engine.disable_step_preemption()
-            return
-        if deltas:
-            self.num_steps += 1
-        if deltas or self.job:
-            self.publish(deltas)
 
     def publish(self, deltas: list[RequestOutputDelta]) -> None:
         for delta in deltas:
@@ -268,7 +246,7 @@ class EngineService:
         if deltas or self.inbox.num_requests == 0:
             self.reader.room_changed.set()
 
-    def _admit(self, entry_id: str, request: protocol.GenerateRequest) -> bool:
+    def admit(self, entry_id: str, request: protocol.GenerateRequest) -> bool:
         """Add the request to the engine (True), or answer it at once if it cannot run here."""
         request_id = request.request_id
         if self.recent_aborts.pop(request_id, None) is not None:

@@ -1,8 +1,9 @@
-"""Who may run inside the step in flight (Scheduler.schedule_inside,
-engine/core/step_preemption.py), with hand-made model outputs."""
+"""Who may run inside the step in flight (schedule_inside, engine/core/step_preemption.py),
+with hand-made model outputs."""
 
 from __future__ import annotations
 
+from engine.core.step_preemption import schedule_inside
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from tests.engine.core.test_fair_share import fair_scheduler, request
@@ -22,7 +23,7 @@ def test_a_returning_tenants_short_request_runs_alone_inside_a_full_batch():
     assert len(sched.running) == 4
     b = request("B", num_prompt=8)
     sched.add_request(b)
-    out = sched.schedule_inside([b], in_step)
+    out = schedule_inside(sched, [b], in_step)
     assert out.num_scheduled_tokens == {b.request_id: 8}  # its whole prompt, nothing of A's
     assert len(sched.running) == 5 and b not in sched.waiting
     sched.update_from_output(out, fake_model(out))
@@ -41,7 +42,7 @@ def test_who_may_not_run_inside():
     second = request("B", num_prompt=8)  # B is not back from idle: its long request waits
     for r in (own, long, second):
         sched.add_request(r)
-    assert sched.schedule_inside([own, long, second], in_step).is_empty
+    assert schedule_inside(sched, [own, long, second], in_step).is_empty
     assert all(r in sched.waiting for r in (own, long, second))
 
 
@@ -59,7 +60,7 @@ def test_a_prompt_whose_cached_prefix_the_step_is_writing_waits():
         tenant="B",
     )
     sched.add_request(b)
-    assert sched.schedule_inside([b], in_step).is_empty
+    assert schedule_inside(sched, [b], in_step).is_empty
     assert b.status == RequestStatus.WAITING
     sched.update_from_output(in_step, fake_model(in_step))
     out = sched.schedule()  # once written, they are hits

@@ -1,0 +1,38 @@
+"""The service loop's side of step preemption (engine/core/step_preemption.py): what runs when
+the step in flight is paused between two layers."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.service.loop import EngineService
+
+logger = logging.getLogger(__name__)
+
+
+def between_layers(service: EngineService) -> None:
+    """Take the new requests queued while the step computes, add them to the engine and run
+    those that may as a step of their own, publishing their first tokens now. Only new
+    requests: aborts and adapter changes may free blocks the paused step writes, so they wait
+    in the inbox for the step's end."""
+    if service.inbox.num_requests == 0 or service.draining:
+        return
+    try:
+        added = [
+            event.request.request_id
+            for event in service.inbox.take_new_requests()
+            if service.admit(event.entry_id, event.request)
+        ]
+        deltas = service.engine.step_inside(added) if added else []
+    except Exception:
+        # The paused step goes on; a request the failed step admitted is computed again by
+        # the next one (its computed-token count only advances after a step).
+        logger.exception("a step inside the step in flight failed; step preemption is off")
+        service.engine.enable_step_preemption(None)
+        return
+    if deltas:
+        service.num_steps += 1
+    if deltas or service.job:
+        service.publish(deltas)
