@@ -135,9 +135,12 @@ class ModelRunner:
             return self.sample(inputs, hidden)
 
     def _checkpoint(self) -> None:
+        hook = self.preemption_hook  # None once turned off, possibly by the hook itself
+        if hook is None:
+            return
         self._in_hook = True
         try:
-            self.preemption_hook()
+            hook()
         finally:
             self._in_hook = False
 

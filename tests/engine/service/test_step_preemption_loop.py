@@ -1,0 +1,94 @@
+"""Step preemption in the service loop, in-process on a real LLMEngine (engine/service/
+step_preemption.py): a request that reaches the inbox while a step computes is published from
+a step inside it, before that step's own outputs; a nested step that fails turns the feature
+off and loses nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from engine import protocol
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.service import EngineService, ServiceSettings
+from engine.service.redis_input import NewRequest
+from tests.engine.service.test_service_loop import queued_jobs
+
+
+@pytest.fixture
+def service(tiny_llama, redis_server):
+    config = EngineConfig(
+        model=str(tiny_llama), device="cpu", max_num_seqs=2, scheduling_policy="fair"
+    )
+    settings = ServiceSettings(
+        model_name="inside", redis_url=redis_server.url, prefix=f"in{uuid.uuid4().hex[:6]}"
+    )
+    svc = EngineService(LLMEngine(config), settings)
+    yield svc
+    svc.redis.close()
+
+
+def new_request(request_id: str, tenant: str, prompt_len: int) -> NewRequest:
+    request = protocol.GenerateRequest(
+        request_id=request_id,
+        frontend_id="fe",
+        prompt_token_ids=[(7 * i + len(request_id)) % 500 + 10 for i in range(prompt_len)],
+        sampling=protocol.SamplingOptions(temperature=0.0, max_tokens=3, ignore_eos=True),
+        tenant=tenant,
+    )
+    return NewRequest(f"{int(time.time() * 1000)}-{uuid.uuid4().int % 1000}", request)
+
+
+def send_b_at_first_checkpoint(service: EngineService) -> None:
+    """B's request reaches the inbox while the flood's first step is computing."""
+    runner = service.engine.runner
+    hook, sent = runner.preemption_hook, []
+
+    def wrapped():
+        if not sent:
+            sent.append(service.inbox.put(new_request("b", "tB", 12)))
+        hook()
+
+    runner.preemption_hook = wrapped
+
+
+def deltas_by_job(service: EngineService) -> list[list[str]]:
+    return [
+        [d.request_id for ds in job.outputs.values() for d in ds] for job in queued_jobs(service)
+    ]
+
+
+def test_a_request_arriving_mid_step_is_published_before_that_step_ends(service):
+    for i in range(2):
+        service.inbox.put(new_request(f"a{i}", "tA", 600))
+    send_b_at_first_checkpoint(service)
+    service.run_once()  # drain the flood, step (B runs inside it), publish
+    jobs = deltas_by_job(service)
+    assert jobs == [["b"], ["a0", "a1"]]  # B's first token went out first
+    assert service.engine.stats().num_steps_inside == 1
+    assert "b" in service.active and service.active["b"].started
+
+
+def test_a_failing_nested_step_turns_step_preemption_off_and_loses_nothing(service, monkeypatch):
+    def broken(request_ids):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(service.engine, "step_inside", broken)
+    for i in range(2):
+        service.inbox.put(new_request(f"a{i}", "tA", 600))
+    send_b_at_first_checkpoint(service)
+    service.run_once()
+    assert service.engine.runner.preemption_hook is None
+    for _ in range(20):
+        service.run_once()
+    finished = {
+        d.request_id
+        for job in queued_jobs(service)
+        for ds in job.outputs.values()
+        for d in ds
+        if d.finish_reason
+    }
+    assert finished == {"a0", "a1", "b"}
