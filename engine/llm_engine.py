@@ -268,11 +268,7 @@ class LLMEngine:
         in_step = self._in_flight
         if in_step is None:
             return []
-        # Samples held back until their first sample has the prompt cached are not candidates.
-        queued = self.scheduler.requests
-        candidates = [
-            s for rid in request_ids for s in self._samples.get(rid, ()) if s.request_id in queued
-        ]
+        candidates = [s for rid in request_ids for s in self._samples.get(rid, ())]
         sched_out = schedule_inside(self.scheduler, candidates, in_step)
         if sched_out.is_empty:
             return []

@@ -88,7 +88,7 @@ def schedule_inside(
         r
         for r in candidates
         if r.status == RequestStatus.WAITING
-        and sched.requests.get(r.request_id) is r
+        and sched.requests.get(r.request_id) is r  # not a sample held back by the engine
         and r.adapter is None
         and r.grammar is None
         and back_from_idle(sched, r)

@@ -250,16 +250,19 @@ class EngineService:
         """Add the request to the engine (True), or answer it at once if it cannot run here."""
         request_id = request.request_id
         if self.recent_aborts.pop(request_id, None) is not None:
-            return self._answer_without_running(entry_id, request)
+            self._answer_without_running(entry_id, request)
+            return False
         if self.draining:
-            return self.job.hand_back(entry_id, request)
+            self.job.hand_back(entry_id, request)
+            return False
         running = self.active.get(request_id)
         if running is not None and running.request.frontend_id == request.frontend_id:
             # The same submission twice (a client's retry after a dropped connection): the
             # running copy answers it; this entry is only acknowledged. Another frontend's
             # request under a running id is refused by the engine below (the id is in use).
             logger.warning("duplicate entry %s of request %s", entry_id, request_id)
-            return self.job.done.append(entry_id)
+            self.job.done.append(entry_id)
+            return False
         # The engine orders by its monotonic clock; carry over the time spent queued.
         queued_for = max(0.0, time.time() - request.arrival_time)
         try:
@@ -281,7 +284,8 @@ class EngineService:
             )
         except (ValueError, TypeError) as exc:
             logger.info("request %s refused: %s", request_id, exc)
-            return self._answer_without_running(entry_id, request, error=str(exc))
+            self._answer_without_running(entry_id, request, error=str(exc))
+            return False
         indexes = set(range(request.sampling.n))
         self.active[request_id] = ActiveRequest(entry_id, request, open_indexes=indexes)
         return True
