@@ -252,17 +252,22 @@ def test_deltas_report_each_samples_drafts_and_acceptance(tiny_engine_path):
 def test_greedy_output_is_token_identical_with_quantized_weights(tiny_engine_path, quantization):
     """Verified rows are decode rows (engine/worker/step_inputs.py) on kernels whose rows do
     not depend on each other, so float and quantized weights alike give exactly the tokens
-    of one-row decoding; prompts that repeat themselves get drafts accepted."""
+    of one-row decoding; prompts that repeat themselves get drafts verified, and some accepted.
+    (Which drafts the random model accepts depends on the CPU's kernels: on an AVX2-only CPU
+    one of these prompts once had none of its drafts accepted, so acceptance is asked of the
+    three together.)"""
     repeating = [list(range(40, 70)) * 3, [*range(100, 125)] * 4, [7, 8, 9, 10, 11] * 12]
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(repeating)}
-    one_at_a_time = {}
+    drafted, accepted = {}, {}
     for rid, request in requests.items():  # concurrency 1, as a single stream runs
         plain, speculative, engine = both(
             tiny_engine_path, {rid: request}, quantization=quantization
         )
         assert speculative == plain, rid
-        one_at_a_time[rid] = engine.stats().spec_decode_num_accepted_tokens
-    assert all(accepted > 0 for accepted in one_at_a_time.values()), one_at_a_time
+        drafted[rid] = engine.stats().spec_decode_num_draft_tokens
+        accepted[rid] = engine.stats().spec_decode_num_accepted_tokens
+    assert all(count > 0 for count in drafted.values()), drafted
+    assert sum(accepted.values()) > 0, accepted
     plain, speculative, _ = both(tiny_engine_path, requests, quantization=quantization)
     assert speculative == plain  # and side by side
 
