@@ -252,10 +252,10 @@ def test_deltas_report_each_samples_drafts_and_acceptance(tiny_engine_path):
 def test_greedy_output_is_token_identical_with_quantized_weights(tiny_engine_path, quantization):
     """Verified rows are decode rows (engine/worker/step_inputs.py) on kernels whose rows do
     not depend on each other, so float and quantized weights alike give exactly the tokens
-    of one-row decoding; prompts that repeat themselves get drafts verified, and some accepted.
-    (Which drafts the random model accepts depends on the CPU's kernels: on an AVX2-only CPU
-    one of these prompts once had none of its drafts accepted, so acceptance is asked of the
-    three together.)"""
+    of one-row decoding; prompts that repeat themselves get drafts verified and accepted.
+    (What the random model writes after them, and so which drafts lookup finds and which are
+    accepted, depends on the CPU's kernels: on an AVX2-only CPU one of these prompts got no
+    draft at all, so drafts and acceptance are asked of the three together.)"""
     repeating = [list(range(40, 70)) * 3, [*range(100, 125)] * 4, [7, 8, 9, 10, 11] * 12]
     requests = {f"r{i}": (p, GREEDY) for i, p in enumerate(repeating)}
     drafted, accepted = {}, {}
@@ -266,7 +266,7 @@ def test_greedy_output_is_token_identical_with_quantized_weights(tiny_engine_pat
         assert speculative == plain, rid
         drafted[rid] = engine.stats().spec_decode_num_draft_tokens
         accepted[rid] = engine.stats().spec_decode_num_accepted_tokens
-    assert all(count > 0 for count in drafted.values()), drafted
+    assert sum(drafted.values()) > 0, drafted
     assert sum(accepted.values()) > 0, accepted
     plain, speculative, _ = both(tiny_engine_path, requests, quantization=quantization)
     assert speculative == plain  # and side by side
