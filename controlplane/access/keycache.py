@@ -12,6 +12,7 @@ database.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,7 @@ class KeyCache:
         self.max_age = max_age
         self.epoch = RedisEpoch(AUTH_EPOCH)
         self._entries: OrderedDict[str, tuple[KeyRecord | None, int, float]] = OrderedDict()
+        self._loading: dict[tuple[str, int], asyncio.Future] = {}  # (prefix, epoch) being read
 
     def invalidate_local(self) -> None:
         """Forget everything and re-read the epoch on the next lookup."""
@@ -70,13 +72,30 @@ class KeyCache:
         if await self.epoch.arefresh(now):
             self._entries.clear()
         record = self._cached(prefix, now)
-        if record is _MISSING:
-            if before_load is not None:
-                await before_load()
-            # Read before the load: a bump during it makes this entry stale.
-            epoch = self.epoch.value
-            record = await sync_to_async(key_record_load)(prefix=prefix)
-            self._store(prefix, record, epoch, now)
+        if record is not _MISSING:
+            return record
+        # One load per prefix and epoch: a burst of requests with one key whose entry just
+        # lapsed (every 60 s, or after any key change bumps the epoch) waits for a single
+        # database read instead of starting one each (128 requests: 128 threads and connections).
+        epoch = self.epoch.value  # read before the load: a bump during it makes the entry stale
+        loading = self._loading.get((prefix, epoch))
+        if loading is not None:
+            return await asyncio.shield(loading)
+        if before_load is not None:
+            await before_load()
+            loading = self._loading.get((prefix, epoch))  # started while the throttle answered
+            if loading is not None:
+                return await asyncio.shield(loading)
+        loading = asyncio.ensure_future(self._load(prefix, epoch, now))
+        self._loading[(prefix, epoch)] = loading
+        loading.add_done_callback(lambda _: self._loading.pop((prefix, epoch), None))
+        # Shielded: one caller going away (its client disconnected) must not cancel the read
+        # the others wait for.
+        return await asyncio.shield(loading)
+
+    async def _load(self, prefix: str, epoch: int, now: float) -> KeyRecord | None:
+        record = await sync_to_async(key_record_load)(prefix=prefix)
+        self._store(prefix, record, epoch, now)
         return record
 
     def get(self, prefix: str) -> KeyRecord | None:

@@ -153,6 +153,32 @@ def test_unknown_prefixes_are_cached_negatively(redis_client, monkeypatch):
     assert len(calls) == 1
 
 
+async def test_a_burst_on_a_lapsed_key_reads_the_database_once(tenant_and_secret, monkeypatch):
+    """128 requests with one key whose cache entry lapsed (a key change elsewhere, or its age)
+    wait for one read of the key, not one read (a thread and a connection) each."""
+    _, key, secret = tenant_and_secret
+    cache = KeyCache()
+    loads = []
+    real = keycache.key_record_load
+
+    def slow_load(**kwargs):
+        loads.append(kwargs)
+        time.sleep(0.05)  # long enough for every request of the burst to miss the cache
+        return real(**kwargs)
+
+    monkeypatch.setattr(keycache, "key_record_load", slow_load)
+    records = await asyncio.gather(*[cache.aget(key.prefix) for _ in range(128)])
+    assert len(loads) == 1
+    assert {record.prefix for record in records} == {key.prefix}
+    assert access.check_key(records[0], secret, endpoint="models").key_id == key.pk
+    # Cached from then on; a lapse later reads again, once.
+    await cache.aget(key.prefix)
+    assert len(loads) == 1
+    cache.invalidate_local()
+    await asyncio.gather(*[cache.aget(key.prefix) for _ in range(8)])
+    assert len(loads) == 2
+
+
 def test_the_stored_row_never_contains_the_secret(tenant_and_secret):
     _, key, secret = tenant_and_secret
     with connection.cursor() as cursor:
