@@ -170,6 +170,9 @@ def report(fair: dict, fifo: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_flood_arguments(parser, idle_samples=20)
+    parser.add_argument(
+        "--engine-threads", type=int, help="the engine's --cpu-threads (default: one per core)"
+    )
     args = parser.parse_args()
 
     from bench.peers import machine_line, record
@@ -185,6 +188,8 @@ def main() -> None:
     results = {}
     for policy in ("fair", "fcfs"):
         options = {"scheduling_policy": policy, "max_num_seqs": args.max_num_seqs}
+        if args.engine_threads:
+            options["cpu_threads"] = args.engine_threads
         with served_platform(
             workdir / policy, checkpoint, model_name=MODEL, engine_options=options
         ) as platform:
