@@ -77,21 +77,17 @@ class KeyCache:
         # One load per prefix and epoch: a burst of requests with one key whose entry just
         # lapsed (every 60 s, or after any key change bumps the epoch) waits for a single
         # database read instead of starting one each (128 requests: 128 threads and connections).
-        epoch = self.epoch.value  # read before the load: a bump during it makes the entry stale
-        loading = self._loading.get((prefix, epoch))
-        if loading is not None:
-            return await asyncio.shield(loading)
-        if before_load is not None:
+        # The epoch is read before the load: a bump during it makes the entry stale.
+        key = (prefix, self.epoch.value)
+        if key not in self._loading and before_load is not None:
             await before_load()
-            loading = self._loading.get((prefix, epoch))  # started while the throttle answered
-            if loading is not None:
-                return await asyncio.shield(loading)
-        loading = asyncio.ensure_future(self._load(prefix, epoch, now))
-        self._loading[(prefix, epoch)] = loading
-        loading.add_done_callback(lambda _: self._loading.pop((prefix, epoch), None))
+        if key not in self._loading:  # (nor started while the throttle answered)
+            loading = asyncio.ensure_future(self._load(*key, now))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(key, None))
         # Shielded: one caller going away (its client disconnected) must not cancel the read
         # the others wait for.
-        return await asyncio.shield(loading)
+        return await asyncio.shield(self._loading[key])
 
     async def _load(self, prefix: str, epoch: int, now: float) -> KeyRecord | None:
         record = await sync_to_async(key_record_load)(prefix=prefix)
