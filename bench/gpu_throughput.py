@@ -221,8 +221,13 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_engine(path: Path, workload: Workload, *, device: str = "cuda") -> tuple[int, float]:
-    """(output tokens, seconds) for the whole workload through engine.LLM."""
+def run_engine(
+    path: Path, workload: Workload, *, device: str = "cuda", profile: Path | None = None
+) -> tuple[int, float]:
+    """(output tokens, seconds) for the whole workload through engine.LLM. With ``profile``,
+    the workload then runs a second time under cProfile (its time is not the one returned) and
+    the stats go to that file, the top functions to stdout: where a step's time goes on the
+    host, and how long the host waits for the GPU (the synchronising calls)."""
     from engine import LLM, SamplingParams
 
     llm = LLM(
@@ -254,9 +259,24 @@ def run_engine(path: Path, workload: Workload, *, device: str = "cuda") -> tuple
     _synchronize(device)
     seconds = time.perf_counter() - start
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    if profile is not None:
+        _profile_generate(llm, prompts, params, profile)
     del llm, outputs
     _release(device)
     return tokens, seconds
+
+
+def _profile_generate(llm, prompts, params, out: Path) -> None:
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.runcall(llm.generate, prompts, params)
+    print(f"  profiled run: {time.perf_counter() - start:.1f} s under cProfile", flush=True)
+    profiler.dump_stats(out)
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(profiler).sort_stats(order).print_stats(30)
 
 
 def _load_transformers(path: Path, device: str, attn_implementation: str):
@@ -428,6 +448,9 @@ def main() -> None:
     parser.add_argument("--generate-batch-size", type=int, default=64)
     parser.add_argument("--workdir", type=Path, help="where checkpoints go (default: a temp dir)")
     parser.add_argument("--out", type=Path, help="write the results as JSON")
+    parser.add_argument(
+        "--profile", type=Path, help="after the timed engine run, run it again under cProfile"
+    )
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     systems = [s for s in args.systems.split(",") if s]
@@ -458,7 +481,8 @@ def main() -> None:
                 print(f"{model_name} / {system}: {len(used.prompts)} sequences ...", flush=True)
                 try:
                     if system == "engine":
-                        tokens, seconds = run_engine(path, used)
+                        profile = args.profile and args.profile.with_suffix(f".{model_name}.prof")
+                        tokens, seconds = run_engine(path, used, profile=profile)
                     elif system == "generate_batch":
                         tokens, seconds = run_generate_batch(path, used)
                     else:

@@ -162,13 +162,15 @@ def paged_inputs(b: Bench, seq_lens, num_heads, num_kv_heads, query_len=1):
     return query, key_cache, value_cache, block_tables.to(b.device), seq_lens_t
 
 
-def bench_decode(b: Bench, name: str, num_heads: int, num_kv_heads: int) -> None:
+def bench_decode(
+    b: Bench, name: str, num_heads: int, num_kv_heads: int, shape: tuple[int, int] | None = None
+) -> None:
     import kernels
     import kernels.reference as ref
     from kernels import decode_attention
 
     s = b.sizes
-    batch, context = s.decode_batch, s.decode_context
+    batch, context = shape or (s.decode_batch, s.decode_context)
     q, kc, vc, bt, sl = paged_inputs(b, [context] * batch, num_heads, num_kv_heads)
     args = (q, kc, vc, bt, sl, s.head_dim**-0.5, context)
     kv_bytes = 2 * batch * context * num_kv_heads * s.head_dim * kc.element_size()
@@ -359,6 +361,30 @@ def run(sizes: Sizes = FULL, device: str = "cuda", dtype=torch.bfloat16, quick=F
     return b
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    try:
+        shapes = [tuple(int(n) for n in item.split("x")) for item in text.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(shape) != 2 or min(shape) < 1 for shape in shapes):
+        sys.exit(f"--decode-shapes: expected BATCHxCONTEXT[,BATCHxCONTEXT...], got {text!r}")
+    return shapes
+
+
+def run_decode_shapes(shapes, sizes: Sizes = FULL, device="cuda", dtype=torch.bfloat16,
+                      quick=False) -> Bench:  # fmt: skip
+    """The decode sweep alone at other (batch, context) shapes: for choosing the default
+    partition size, which trades the reduce pass against idle multiprocessors."""
+    from kernels.ceilings import measure_ceilings
+
+    torch.manual_seed(0)
+    b = Bench(measure_ceilings(device), sizes, device, dtype, quick)
+    for shape in shapes:
+        for label, num_heads, num_kv_heads in sizes.heads:
+            bench_decode(b, label, num_heads, num_kv_heads, shape)
+    return b
+
+
 def disagreements(b: Bench) -> list[Row]:
     return [r for r in b.rows if r.rel_error is not None and not r.rel_error < MAX_REL_ERROR]
 
@@ -392,10 +418,17 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="write every timing (the sweep too) as JSON")
     parser.add_argument("--quick", action="store_true", help="shorter timing loops")
+    parser.add_argument(
+        "--decode-shapes",
+        help="only the decode sweep, at these BATCHxCONTEXT shapes (e.g. 1x8192,256x1024)",
+    )
     args = parser.parse_args()
     require_cuda()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    b = run(quick=args.quick)
+    if args.decode_shapes:
+        b = run_decode_shapes(parse_shapes(args.decode_shapes), quick=args.quick)
+    else:
+        b = run(quick=args.quick)
     print_table(b)
     if args.out:
         report = {"device": torch.cuda.get_device_name(), "ceilings": asdict(b.ceilings),

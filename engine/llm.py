@@ -38,6 +38,7 @@ class LLM:
         self.llm_engine = LLMEngine(EngineConfig(model=str(model), **engine_args))
         self._tokenizer_path = tokenizer or str(model)
         self._tokenizer = None
+        self._decoder: Decoder | None = None
         self._counter = itertools.count()
         self._adapters: dict[LoRARequest, AdapterIdentity] = {}
 
@@ -47,6 +48,17 @@ class LLM:
 
             self._tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_path)
         return self._tokenizer
+
+    def _text_decoder(self) -> Decoder:
+        """What detokenizes outputs: the fast tokenizer's own decoder where transformers' decode
+        would give the same text (no clean-up of spaces), since transformers' wrapper checks
+        every id's type in Python and costs more than the decode of a detokenizer's few ids."""
+        if self._decoder is None:
+            tokenizer = self.get_tokenizer()
+            backend = getattr(tokenizer, "backend_tokenizer", None)
+            cleans_up = getattr(tokenizer, "clean_up_tokenization_spaces", True)
+            self._decoder = tokenizer if backend is None or cleans_up else backend
+        return self._decoder
 
     def generate(
         self,
@@ -82,7 +94,7 @@ class LLM:
                 request_id = str(next(self._counter))
                 engine.add_request(request_id, token_ids, params, adapter=adapter)
                 states[request_id] = _RequestState(
-                    request_id, text, token_ids, params, self.get_tokenizer()
+                    request_id, text, token_ids, params, self._text_decoder()
                 )
                 order.append(request_id)
             while engine.has_unfinished_requests():

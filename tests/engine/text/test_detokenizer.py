@@ -58,3 +58,27 @@ def test_prompt_ending_inside_a_character_gives_the_completion_its_own_text(toke
     detok = IncrementalDetokenizer(tokenizer, prompt)
     text = "".join(detok.push(t) for t in completion) + detok.flush()
     assert text == tokenizer.decode(completion)
+
+
+class _CountingDecoder:
+    """The real tokenizer, counting the ids each decode is given."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.largest = 0
+
+    def decode(self, ids, *, skip_special_tokens=True):
+        self.largest = max(self.largest, len(ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def test_a_long_run_of_tokens_without_text_keeps_the_decoded_window_small(tokenizer):
+    # A random model samples special tokens (skipped) and ids past the vocabulary for hundreds
+    # of steps: each push used to decode every one of them again.
+    eos = tokenizer.eos_token_id
+    decoder = _CountingDecoder(tokenizer)
+    detok = IncrementalDetokenizer(decoder)
+    ids = [*tokenizer.encode("Hello there"), *[eos] * 500, *tokenizer.encode(" and 🙂 again")]
+    text = "".join(detok.push(t) for t in ids) + detok.flush()
+    assert text == tokenizer.decode(ids)
+    assert decoder.largest < 40

