@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "ops.h"
@@ -81,35 +82,40 @@ inline float half_to_float(at::Half h) { return static_cast<float>(h); }
 // The int8 and float32 kernels compute a tile of NT weight rows (output columns) times R
 // activation rows at a time: the NT weight vectors and R activation vectors loaded at each step
 // feed NT * R fused multiply-adds, so each load serves several products (a row at a time, the
-// loads would outnumber the products). Every (weight row, activation row) pair has exactly one
-// accumulator of kLanes floats, stepped over K in the same order whatever the tile: a row's
-// result is the same alone or beside others, and whatever column tile it falls in.
+// loads would outnumber the products). Every (weight row, activation row) pair has exactly two
+// accumulators of kLanes floats, for the even and the odd steps over K, in the same order
+// whatever the tile: a row's result is the same alone or beside others, and whatever column
+// tile it falls in. With one, a one-row decode (the LM head) waited on each multiply-add's
+// latency: 6.6 GB/s on one AVX2 core, 13 on two, where memory gives 20.
 #if defined(PLATFORM_AVX512)
 using Lanes = __m512;
 constexpr int64_t kLanes = 16;
 inline Lanes lanes_zero() { return _mm512_setzero_ps(); }
 inline Lanes lanes_load(const float* p) { return _mm512_loadu_ps(p); }
 inline Lanes lanes_fma(Lanes a, Lanes b, Lanes c) { return _mm512_fmadd_ps(a, b, c); }
+inline Lanes lanes_add(Lanes a, Lanes b) { return _mm512_add_ps(a, b); }
 inline float lanes_sum(Lanes v) { return _mm512_reduce_add_ps(v); }
 inline Lanes lanes_widen(const float* p) { return widen16(p); }
 inline Lanes lanes_widen(const int8_t* p) { return widen16(p); }
-constexpr int kTileN = 4;  // weight rows a tile of 2 to 4 activation rows takes (16 accumulators)
+constexpr int kTileN = 2;  // weight rows a tile of 2 to 4 activation rows takes (16 accumulators)
 #elif defined(PLATFORM_AVX2)
 using Lanes = __m256;
 constexpr int64_t kLanes = 8;
 inline Lanes lanes_zero() { return _mm256_setzero_ps(); }
 inline Lanes lanes_load(const float* p) { return _mm256_loadu_ps(p); }
 inline Lanes lanes_fma(Lanes a, Lanes b, Lanes c) { return _mm256_fmadd_ps(a, b, c); }
+inline Lanes lanes_add(Lanes a, Lanes b) { return _mm256_add_ps(a, b); }
 inline float lanes_sum(Lanes v) { return hsum8(v); }
 inline Lanes lanes_widen(const float* p) { return widen8(p); }
 inline Lanes lanes_widen(const int8_t* p) { return widen8(p); }
-constexpr int kTileN = 2;  // (8 accumulators of 16 registers)
+constexpr int kTileN = 1;  // (8 accumulators of 16 registers)
 #else
 using Lanes = float;
 constexpr int64_t kLanes = 1;
 inline Lanes lanes_zero() { return 0.f; }
 inline Lanes lanes_load(const float* p) { return *p; }
 inline Lanes lanes_fma(Lanes a, Lanes b, Lanes c) { return a * b + c; }
+inline Lanes lanes_add(Lanes a, Lanes b) { return a + b; }
 inline float lanes_sum(Lanes v) { return v; }
 template <typename W>
 inline Lanes lanes_widen(const W* p) { return static_cast<float>(*p); }
@@ -130,11 +136,12 @@ inline void prefetch(const W* p) {
 template <int NT, int R, typename W>
 void dot_tile(const float* x, int64_t ldx, const W* q, int64_t K, const float* scale, float* y,
               int64_t ldy) {
-  Lanes acc[NT][R];
-  for (int j = 0; j < NT; ++j)
-    for (int r = 0; r < R; ++r) acc[j][r] = lanes_zero();
-  int64_t k = 0;
-  for (; k + kLanes <= K; k += kLanes) {
+  Lanes acc[2][NT][R];
+  for (int a = 0; a < 2; ++a)
+    for (int j = 0; j < NT; ++j)
+      for (int r = 0; r < R; ++r) acc[a][j][r] = lanes_zero();
+  // One step of kLanes columns into accumulator a.
+  auto step = [&](int64_t k, int a) {
     // NT rows read side by side train the hardware prefetchers poorly (they follow one
     // stream running through memory): fetch the next tile's rows while this one runs.
     if (NT > 1 && (k * sizeof(W)) % 64 == 0)
@@ -143,12 +150,21 @@ void dot_tile(const float* x, int64_t ldx, const W* q, int64_t K, const float* s
     for (int j = 0; j < NT; ++j) w[j] = lanes_widen(q + j * K + k);
     for (int r = 0; r < R; ++r) {
       const Lanes xv = lanes_load(x + r * ldx + k);
-      for (int j = 0; j < NT; ++j) acc[j][r] = lanes_fma(xv, w[j], acc[j][r]);
+      for (int j = 0; j < NT; ++j) acc[a][j][r] = lanes_fma(xv, w[j], acc[a][j][r]);
     }
+  };
+  int64_t k = 0;
+  for (; k + 2 * kLanes <= K; k += 2 * kLanes) {
+    step(k, 0);
+    step(k + kLanes, 1);
+  }
+  if (k + kLanes <= K) {
+    step(k, 0);
+    k += kLanes;
   }
   for (int j = 0; j < NT; ++j)
     for (int r = 0; r < R; ++r) {
-      float sum = lanes_sum(acc[j][r]);
+      float sum = lanes_sum(lanes_add(acc[0][j][r], acc[1][j][r]));
       for (int64_t t = k; t < K; ++t) sum += x[r * ldx + t] * static_cast<float>(q[j * K + t]);
       y[r * ldy + j] = scale != nullptr ? sum * scale[j] : sum;
     }
@@ -173,6 +189,24 @@ void quantize_activations(const float* x, int64_t K, int8_t* xq, float* dx, floa
     xsum[b] = sum;
   }
 }
+
+#if defined(PLATFORM_AVX2) && !defined(PLATFORM_AVX512_VNNI)
+// The AVX2 loop takes blocks in pairs, reading a pair's 32 bytes of codes as the low nibbles of
+// both blocks (weights 0..15 of each), then their high ones (16..31): interleave_pairs orders
+// each pair's activations the same way, [x[0..15] of each block, then x[16..31] of each]. A last
+// single block stays as it is.
+void interleave_pairs(int8_t* xq, int64_t K) {
+  int8_t pair[2 * kBlock];
+  for (int64_t b = 0; b + 2 <= K / kBlock; b += 2) {
+    int8_t* x = xq + b * kBlock;
+    for (int j = 0; j < 2; ++j) {
+      std::memcpy(pair + j * 16, x + j * kBlock, 16);
+      std::memcpy(pair + 32 + j * 16, x + j * kBlock + 16, 16);
+    }
+    std::memcpy(x, pair, 2 * kBlock);
+  }
+}
+#endif
 
 #ifdef PLATFORM_AVX512_VNNI
 // The VNNI loop takes blocks four at a time, then a pair, then a last single block. A group of
@@ -279,43 +313,85 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
   const int64_t blocks = K / kBlock;
   float sums[R];
 #ifdef PLATFORM_AVX2
-  // Two accumulators a row, for even and odd blocks: one would wait on the FMA's latency.
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const __m128i nibble = _mm_set1_epi8(0x0F);
+  // Blocks in pairs: one 32-byte load holds a pair's codes, its low nibbles are weights 0..15 of
+  // both blocks and its high ones 16..31, against activations interleaved the same way
+  // (interleave_pairs): two byte multiply-adds, one add, one widening a pair, about half the
+  // instructions of a block at a time, which was what bound this kernel (10.7 GB/s a core with
+  // the weights in cache, 8 from memory; pairs: 17 and 10). The scale products of eight blocks
+  // are computed at once and spread four lanes a block. Two accumulators a row, for even and
+  // odd pairs; the mins' share beside them, eight blocks at a time. Every row is summed in the
+  // same order whatever R is.
+  (void)sums;
+  __m256 acc[R][2], min_acc[R];
+  float tail[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = acc[r][1] = min_acc[r] = _mm256_setzero_ps();
+    tail[r] = 0.f;
+  }
+  const __m256i nibbles = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  auto block = [&](int64_t b, int slot) {
+  // the codes of blocks b and b + 1: their low nibbles, then their high ones
+  auto pair_codes = [&](int64_t b) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * 16));
+    return std::pair<__m256i, __m256i>{_mm256_and_si256(bytes, nibbles),
+                                       _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibbles)};
+  };
+  // a pair's codes times its interleaved activations x, summed per block: lanes 0..3 the
+  // first block, 4..7 the second
+  auto dot = [&](const std::pair<__m256i, __m256i>& codes, const int8_t* x) {
+    const __m256i sums16 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(codes.first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+        _mm256_maddubs_epi16(codes.second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32))));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(sums16, ones));
+  };
+  const __m256i spread[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                             _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
+  int64_t b = 0;
+  for (; b + 8 <= blocks; b += 8) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + b)));
+    const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + b)));
+    __m256 f[R];
+    for (int r = 0; r < R; ++r) {
+      f[r] = _mm256_mul_ps(d, _mm256_loadu_ps(dx + r * blocks + b));
+      min_acc[r] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xsum + r * blocks + b), min_acc[r]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      const auto codes = pair_codes(b + 2 * i);
+      for (int r = 0; r < R; ++r)
+        acc[r][i & 1] = _mm256_fmadd_ps(dot(codes, xq + r * K + (b + 2 * i) * kBlock),
+                                        _mm256_permutevar8x32_ps(f[r], spread[i]), acc[r][i & 1]);
+    }
+  }
+  // Pairs past the last eight blocks, then a last single block (its activations not interleaved).
+  for (; b + 2 <= blocks; b += 2) {
+    const auto codes = pair_codes(b);
+    const int slot = (b / 2) & 1;
+    const float d0 = half_to_float(scale[b]), d1 = half_to_float(scale[b + 1]);
+    for (int r = 0; r < R; ++r) {
+      const float s0 = d0 * dx[r * blocks + b], s1 = d1 * dx[r * blocks + b + 1];
+      acc[r][slot] = _mm256_fmadd_ps(dot(codes, xq + r * K + b * kBlock),
+                                     _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1), acc[r][slot]);
+      tail[r] += half_to_float(mins[b]) * xsum[r * blocks + b];
+      tail[r] += half_to_float(mins[b + 1]) * xsum[r * blocks + b + 1];
+    }
+  }
+  if (b < blocks) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * 16));
-    // weights 0..15 in the low lane, 16..31 in the high one: the activations' order
+    const __m128i nibble = _mm256_castsi256_si128(nibbles);
     const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
                                            _mm_and_si128(bytes, nibble));
+    const int slot = (b / 2) & 1;
     const float d = half_to_float(scale[b]);
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
-      // codes (0..15) times activations (-127..127), pairs summed into 16 bits, then 32
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
-      acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d * dx[r * blocks + b]),
+      const __m256i dots = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), ones);
+      acc[r][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_set1_ps(d * dx[r * blocks + b]),
                                      acc[r][slot]);
+      tail[r] += half_to_float(mins[b]) * xsum[r * blocks + b];
     }
-  };
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    block(b, 0);
-    block(b + 1, 1);
   }
-  if (b < blocks) block(b, 0);
-  for (int r = 0; r < R; ++r) sums[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
-  // The mins' share, eight blocks at a time.
-  for (int r = 0; r < R; ++r) {
-    __m256 m = _mm256_setzero_ps();
-    int64_t c = 0;
-    for (; c + 8 <= blocks; c += 8)
-      m = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + c))),
-                          _mm256_loadu_ps(xsum + r * blocks + c), m);
-    float tail = 0.f;
-    for (; c < blocks; ++c) tail += half_to_float(mins[c]) * xsum[r * blocks + c];
-    y[r * ldy] = sums[r] + hsum8(m) + tail;
-  }
+  for (int r = 0; r < R; ++r)
+    y[r * ldy] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) + hsum8(min_acc[r]) + tail[r];
 #else
   for (int r = 0; r < R; ++r) {
     sums[r] = 0.f;
@@ -445,6 +521,8 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
                          xsum.data() + m * blocks);
 #ifdef PLATFORM_AVX512_VNNI
     interleave_groups(xq.data() + m * K, K);
+#elif defined(PLATFORM_AVX2)
+    interleave_pairs(xq.data() + m * K, K);
 #endif
   }
   at::Tensor y = at::empty({M, N}, xc.options());
