@@ -91,6 +91,10 @@ class FusedDecode:
             ints, tensors = layer_arguments(layer)
             self.layout.extend(ints)
             self.weights.extend(tensors)
+        # The caches, weights and layout in one native object (decode_stack), made at the first
+        # step and again if the runner hands over other caches.
+        self._stack = None
+        self._stack_caches: list | None = None
 
     @classmethod
     def build(cls, model: DecoderLM) -> FusedDecode | None:
@@ -122,16 +126,18 @@ class FusedDecode:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, residual) after the last layer, as the per-op loop leaves them."""
         m = self.model
-        return native_ops().decode_layers(
+        if self._stack_caches is not kv_caches:
+            caches = [cache for pair in kv_caches for cache in pair]
+            self._stack = torch.classes.platform_cpu.DecodeStack(caches, self.weights, self.layout)
+            self._stack_caches = kv_caches
+        return native_ops().decode_stack(
             hidden,
             None,
             positions,
             metadata.slot_mapping,
             metadata.block_tables,
             metadata.seq_lens,
-            [cache for pair in kv_caches for cache in pair],  # ~3 us for 30 layers
-            self.weights,
-            self.layout,
+            self._stack,
             m.rotary.cos,
             m.rotary.sin,
             m.num_heads,

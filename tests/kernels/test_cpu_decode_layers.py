@@ -183,3 +183,21 @@ def test_refuses_weights_that_do_not_fit_the_layout(checkpoints, monkeypatch):
     fused = FusedDecode(model)
     with pytest.raises(RuntimeError, match="K and a V cache"):
         fused(model.embed_tokens[input_ids], positions, caches[:1], metadata)
+
+
+def test_a_step_on_other_caches_writes_those_caches(checkpoints, monkeypatch):
+    """The caches and weights are handed to the native op once, as one object: a runner that
+    hands over other caches (a new list) must have its step write them, not the first ones."""
+    model = _model(checkpoints, "llama", "fp32", monkeypatch)
+    input_ids, positions, caches, metadata = _decode_step(model, [3], seed=2)
+    fused = FusedDecode(model)
+    hidden = model.embed_tokens[input_ids]
+    first = [(k.clone(), v.clone()) for k, v in caches]
+    second = [(k.clone(), v.clone()) for k, v in caches]
+    first_out, _ = fused(hidden, positions, first, metadata)
+    untouched = [(k.clone(), v.clone()) for k, v in first]
+    second_out, _ = fused(hidden, positions, second, metadata)
+    assert torch.equal(first_out, second_out)
+    assert not torch.equal(second[0][0], caches[0][0])  # the second step wrote its own caches
+    for (k, v), (uk, uv) in zip(first, untouched, strict=True):
+        assert torch.equal(k, uk) and torch.equal(v, uv)
