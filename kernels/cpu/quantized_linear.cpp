@@ -190,30 +190,11 @@ void quantize_activations(const float* x, int64_t K, int8_t* xq, float* dx, floa
   }
 }
 
-#if defined(PLATFORM_AVX2) && !defined(PLATFORM_AVX512_VNNI)
-// The AVX2 loop takes blocks in pairs, reading a pair's 32 bytes of codes as the low nibbles of
-// both blocks (weights 0..15 of each), then their high ones (16..31): interleave_pairs orders
-// each pair's activations the same way, [x[0..15] of each block, then x[16..31] of each]. A last
-// single block stays as it is.
-void interleave_pairs(int8_t* xq, int64_t K) {
-  int8_t pair[2 * kBlock];
-  for (int64_t b = 0; b + 2 <= K / kBlock; b += 2) {
-    int8_t* x = xq + b * kBlock;
-    for (int j = 0; j < 2; ++j) {
-      std::memcpy(pair + j * 16, x + j * kBlock, 16);
-      std::memcpy(pair + 32 + j * 16, x + j * kBlock + 16, 16);
-    }
-    std::memcpy(x, pair, 2 * kBlock);
-  }
-}
-#endif
-
-#ifdef PLATFORM_AVX512_VNNI
-// The VNNI loop takes blocks four at a time, then a pair, then a last single block. A group of
-// g blocks is read as g * 16 bytes of codes split into their low nibbles (weights 0..15 of
-// each block) and then their high ones (16..31); interleave_groups reorders each group's
-// activations the same way: [x[0..15] of each block, then x[16..31] of each]. A single block
-// is already in that order.
+// The SIMD loops read a group of g blocks (VNNI: four, then a pair; AVX2: pairs) as g * 16
+// bytes of codes split into their low nibbles (weights 0..15 of each block) and then their
+// high ones (16..31); interleave reorders a group's activations the same way: [x[0..15] of
+// each block, then x[16..31] of each]. A last single block is already in that order.
+#if defined(PLATFORM_AVX2) || defined(PLATFORM_AVX512_VNNI)
 void interleave(int8_t* x, int g) {
   int8_t group[4 * kBlock];
   for (int j = 0; j < g; ++j) {
@@ -222,14 +203,24 @@ void interleave(int8_t* x, int g) {
   }
   std::memcpy(x, group, g * kBlock);
 }
+#endif
 
+#ifdef PLATFORM_AVX512_VNNI
+// The VNNI loop takes blocks four at a time, then a pair, then a last single block.
 void interleave_groups(int8_t* xq, int64_t K) {
   const int64_t blocks = K / kBlock;
   int64_t b = 0;
   for (; b + 4 <= blocks; b += 4) interleave(xq + b * kBlock, 4);
   if (b + 2 <= blocks) interleave(xq + b * kBlock, 2);
 }
+#elif defined(PLATFORM_AVX2)
+// The AVX2 loop takes blocks in pairs, then a last single block.
+void interleave_pairs(int8_t* xq, int64_t K) {
+  for (int64_t b = 0; b + 2 <= K / kBlock; b += 2) interleave(xq + b * kBlock, 2);
+}
+#endif
 
+#ifdef PLATFORM_AVX512_VNNI
 // y[r * ldy] = sum over blocks b of scale[b] * dx[r][b] * dot(codes, xq[r]) + min[b] * xsum[r][b],
 // with AVX512-VNNI: vpdpbusd sums 64 products of 4-bit codes and 8-bit activations in one
 // instruction. int32 lane i of a group's sums belongs to block i / 4 of the group (a pair
@@ -311,7 +302,6 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
                    const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
                    int64_t ldy) {
   const int64_t blocks = K / kBlock;
-  float sums[R];
 #ifdef PLATFORM_AVX2
   // Blocks in pairs: one 32-byte load holds a pair's codes, its low nibbles are weights 0..15 of
   // both blocks and its high ones 16..31, against activations interleaved the same way
@@ -321,7 +311,6 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
   // are computed at once and spread four lanes a block. Two accumulators a row, for even and
   // odd pairs; the mins' share beside them, eight blocks at a time. Every row is summed in the
   // same order whatever R is.
-  (void)sums;
   __m256 acc[R][2], min_acc[R];
   float tail[R];
   for (int r = 0; r < R; ++r) {
@@ -393,6 +382,7 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
   for (int r = 0; r < R; ++r)
     y[r * ldy] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) + hsum8(min_acc[r]) + tail[r];
 #else
+  float sums[R];
   for (int r = 0; r < R; ++r) {
     sums[r] = 0.f;
     for (int64_t b = 0; b < blocks; ++b) {
