@@ -7,7 +7,9 @@ float32 (compute) and come back in the caller's dtype; only the stored weights s
 - ``int8``: symmetric, one float32 scale per output channel.
 - ``int4``: min and scale per block of 32 input channels, w = q * scale + min (q in 0..15),
   float16 scale and min: GGUF's Q4_1 format, five bits a weight. A checkpoint converted from a
-  Q4_1 GGUF is re-packed onto the very codes, scales and mins the file stored.
+  Q4_1 GGUF is re-packed onto the very codes, scales and mins the file stored. Where the
+  native kernel reads it faster (the AVX2 build), the loader interleaves each group of eight
+  rows (``kernel_layout``): the same bytes in another order.
 
 Batches of up to ``KERNEL_MAX_ROWS`` rows (decode) run the native matrix-vector kernels of
 kernels/cpu (int4 ones quantize the activations to 8 bits per block of 32, as llama.cpp does);
@@ -50,6 +52,8 @@ class Int4Weight:
     packed: torch.Tensor  # [out, in / 2] uint8, kernels/cpu/reference.pack_int4's order
     scales: torch.Tensor  # [out, in / 32] float16
     mins: torch.Tensor  # [out, in / 32] float16
+    # 1: rows in order; 8: groups of eight rows interleaved (reference.interleave_int4_rows)
+    interleave: int = 1
 
     @property
     def shape(self) -> torch.Size:
@@ -102,11 +106,28 @@ def quantize_int4(weight: torch.Tensor) -> Int4Weight:
     return Int4Weight(cpu_reference.pack_int4(codes), scale.contiguous(), mins.contiguous())
 
 
+def kernel_layout(weight: Int4Weight) -> Int4Weight:
+    """``weight`` in the row order the native int4 kernel of this machine reads fastest."""
+    ops = native_ops()
+    return interleave_rows(weight, ops.int4_kernel_interleave() if ops is not None else 1)
+
+
+def interleave_rows(weight: Int4Weight, group: int) -> Int4Weight:
+    """``weight`` with its rows interleaved by ``group`` (1 or 8) where its rows divide."""
+    if weight.interleave != 1 or group == 1 or weight.shape[0] % group:
+        return weight
+    packed, scales, mins = cpu_reference.interleave_int4_rows(
+        weight.packed, weight.scales, weight.mins
+    )
+    return Int4Weight(packed, scales, mins, interleave=group)
+
+
 def quantize(weight: torch.Tensor, method: str) -> QuantizedWeight:
+    """``weight`` quantized for this machine's kernels."""
     if method == "int8":
         return quantize_int8(weight)
     if method == "int4":
-        return quantize_int4(weight)
+        return kernel_layout(quantize_int4(weight))
     raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_METHODS)}")
 
 
@@ -160,16 +181,19 @@ def _quantized_matmul(rows: torch.Tensor, weight: QuantizedWeight) -> torch.Tens
         # Scaling the output columns is cheaper than scaling the widened matrix.
         return F.linear(rows, weight.qweight.float()) * weight.scales
     impl = ops if ops is not None else cpu_reference
+    args = (weight.packed, weight.scales, weight.mins, weight.interleave)
     if few:
-        return impl.int4_linear(rows, weight.packed, weight.scales, weight.mins)
-    return F.linear(rows, impl.int4_dequantize(weight.packed, weight.scales, weight.mins))
+        return impl.int4_linear(rows, *args)
+    return F.linear(rows, impl.int4_dequantize(*args))
 
 
 def dequantize(weight: QuantizedWeight) -> torch.Tensor:
     """The float32 [out, in] matrix a quantized weight stands for."""
     if isinstance(weight, Int8Weight):
         return weight.qweight.float() * weight.scales[:, None]
-    return cpu_reference.int4_dequantize(weight.packed, weight.scales, weight.mins)
+    return cpu_reference.int4_dequantize(
+        weight.packed, weight.scales, weight.mins, weight.interleave
+    )
 
 
 def weight_bytes(weight: torch.Tensor | QuantizedWeight | PackedWeight) -> int:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 ENV_SWITCH = "PLATFORM_FUSED_DECODE"
 
 # The op's codes for a projection's weight form (kernels/cpu/decode_layers.cpp: kFloat...).
-FLOAT, PACKED, INT8, INT4 = 0, 1, 2, 3
+FLOAT, PACKED, INT8, INT4, INT4_ROWS8 = 0, 1, 2, 3, 4
 # Bits of a layer's fifth layout int: which optional tensors follow in its weight list.
 QKV_BIAS, QK_NORM, O_BIAS, GATE_UP_BIAS, DOWN_BIAS = 1, 2, 4, 8, 16
 
@@ -50,7 +50,8 @@ def _weight(weight: Weight) -> tuple[int, list[torch.Tensor]]:
     if isinstance(weight, Int8Weight):
         return INT8, [weight.qweight, weight.scales]
     if isinstance(weight, Int4Weight):
-        return INT4, [weight.packed, weight.scales, weight.mins]
+        kind = {1: INT4, 8: INT4_ROWS8}[weight.interleave]
+        return kind, [weight.packed, weight.scales, weight.mins]
     raise TypeError(f"no fused decode for weights of type {type(weight).__name__}")
 
 

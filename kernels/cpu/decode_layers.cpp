@@ -18,7 +18,8 @@
 //   weights: a layer's tensors in this order: input norm, q|k|v weight, [q|k|v bias],
 //     [q norm, k norm], o weight, [o bias], post-attention norm, gate|up weight, [its bias],
 //     down weight, [its bias]; a weight is one tensor (float, or oneDNN-packed bfloat16), two
-//     (int8: codes, scales) or three (int4: packed codes, scales, mins).
+//     (int8: codes, scales) or three (int4: packed codes, scales, mins; kInt4 with its rows in
+//     order, kInt4Rows8 interleaved by eight: quantized_linear.cpp).
 // Returns (x, residual) after the last layer; the caller applies the final add+RMSNorm.
 //
 // decode_stack is the same call with the KV caches, the weights and the layout held by a
@@ -40,7 +41,7 @@
 namespace {
 
 // Kinds of projection weight (engine/models/fused_decode.py: WEIGHT_KINDS).
-constexpr int64_t kFloat = 0, kPacked = 1, kInt8 = 2, kInt4 = 3;
+constexpr int64_t kFloat = 0, kPacked = 1, kInt8 = 2, kInt4 = 3, kInt4Rows8 = 4;
 // What a layer has (bits of its layout's fifth int).
 constexpr int64_t kQkvBias = 1, kQkNorm = 2, kOBias = 4, kGateUpBias = 8, kDownBias = 16;
 constexpr int64_t kLayoutInts = 5;
@@ -60,8 +61,8 @@ class Cursor {
     return list_[at_++];
   }
   Projection projection(int64_t kind, bool has_bias) {
-    const int count = kind == kInt8 ? 2 : kind == kInt4 ? 3 : 1;
-    TORCH_CHECK(kind >= kFloat && kind <= kInt4, "decode_layers: unknown weight kind ", kind);
+    const int count = kind == kInt8 ? 2 : kind == kInt4 || kind == kInt4Rows8 ? 3 : 1;
+    TORCH_CHECK(kind >= kFloat && kind <= kInt4Rows8, "decode_layers: unknown weight kind ", kind);
     Projection p{kind, {}, std::nullopt};
     for (int i = 0; i < count; ++i) p.tensors.push_back(next());
     if (has_bias) p.bias = next();
@@ -99,9 +100,11 @@ at::Tensor quantized_linear(const at::Tensor& x, const Projection& p, int64_t ke
   at::Tensor y;
   if (p.kind == kInt8)
     y = few ? platform_cpu::int8_linear(rows, w[0], w[1]) : at::linear(rows, w[0].to(at::kFloat)) * w[1];
-  else
-    y = few ? platform_cpu::int4_linear(rows, w[0], w[1], w[2])
-            : at::linear(rows, platform_cpu::int4_dequantize(w[0], w[1], w[2]));
+  else {
+    const int64_t interleave = p.kind == kInt4Rows8 ? 8 : 1;
+    y = few ? platform_cpu::int4_linear(rows, w[0], w[1], w[2], interleave)
+            : at::linear(rows, platform_cpu::int4_dequantize(w[0], w[1], w[2], interleave));
+  }
   if (y.scalar_type() != x.scalar_type()) y = y.to(x.scalar_type());
   if (p.bias.has_value()) y = y + *p.bias;
   return y;

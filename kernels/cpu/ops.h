@@ -15,8 +15,11 @@ namespace platform_cpu {
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales);
 at::Tensor float_linear(const at::Tensor& x, const at::Tensor& weight);
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
-                       const at::Tensor& mins);
-at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales, const at::Tensor& mins);
+                       const at::Tensor& mins, int64_t interleave);
+at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales, const at::Tensor& mins,
+                           int64_t interleave);
+// The row interleave (1 or 8) the int4 kernel of this build reads fastest.
+int64_t int4_kernel_interleave();
 
 // layer_ops.cpp
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);

@@ -17,6 +17,13 @@
 //         of a block holds weight j in its low nibble and weight j + 16 in its high nibble;
 //         scales, mins [N, K / 32] float16; w = q * scale + min, q in 0..15. Five bits a
 //         weight, as in a Q4_1 file, whose float16 scales and mins are kept exactly.
+//         Interleaved by 8 (`interleave`; the AVX2 build's choice, int4_kernel_interleave):
+//         the same tensors with their bytes reordered so that a group of eight rows comes
+//         block by block, each block's codes as four 32-byte chunks of eight rows' four bytes
+//         (reference.interleave_int4_rows) and its scales and mins as eight rows' values side
+//         by side. One register then holds eight rows' codes for the same four activation
+//         bytes, so the sums of eight rows build up in eight lanes: no horizontal sums, no
+//         scale shuffles, no per-row tail, and one 32-byte store for eight outputs.
 //
 // Up to kRows activation rows share one pass over a weight row (the widened weights are reused
 // from registers); the caller sends larger batches to dequantize-then-GEMM instead. Output
@@ -404,6 +411,82 @@ void int4_dot_rows(const int8_t* xq, const float* dx, const float* xsum, int64_t
 }
 #endif  // PLATFORM_AVX512_VNNI
 
+constexpr int64_t kGroup = 8;  // rows of an interleaved int4 group
+
+#ifdef PLATFORM_AVX2
+// y[r * ldy + j], j < 8: one interleaved group of eight weight rows against R activation rows
+// (codes xq not interleaved; dx, xsum per block). Per block, each 32-byte chunk holds the eight
+// rows' bytes for activations 4c..4c+3 (low nibbles) and 20+4c.. (high ones): two byte
+// multiply-adds against those four activation bytes broadcast to every lane. A block's eight
+// partial sums stay in 16 bits (each at most 2 * 15 * 127, eight of them 30,480 < 32,767),
+// then one multiply-add widens them to a row per 32-bit lane and one float multiply-add applies
+// the eight scales times the block's activation scale. The mins' share follows block by block.
+// Every row is summed in the same order whatever R is.
+template <int R>
+void int4_dot_group8(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
+                     const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
+                     int64_t ldy) {
+  const int64_t blocks = K / kBlock;
+  const __m256i nibbles = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* qb = q + b * kGroup * (kBlock / 2);
+    __m256i sums[R];
+    for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb + 32 * c));
+      const __m256i lo = _mm256_and_si256(bytes, nibbles);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibbles);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xb = xq + r * K + b * kBlock + 4 * c;
+        int32_t low4, high4;
+        std::memcpy(&low4, xb, 4);
+        std::memcpy(&high4, xb + 16, 4);
+        sums[r] = _mm256_add_epi16(sums[r], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(low4)));
+        sums[r] = _mm256_add_epi16(sums[r], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(high4)));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + b * kGroup)));
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sums[r], ones)),
+                               _mm256_mul_ps(d, _mm256_set1_ps(dx[r * blocks + b])), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b)
+      m = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + b * kGroup))),
+                          _mm256_set1_ps(xsum[r * blocks + b]), m);
+    _mm256_storeu_ps(y + r * ldy, _mm256_add_ps(acc[r], m));
+  }
+}
+#else
+// The same products without SIMD, reading the interleaved layout byte by byte.
+template <int R>
+void int4_dot_group8(const int8_t* xq, const float* dx, const float* xsum, int64_t K,
+                     const uint8_t* q, const at::Half* scale, const at::Half* mins, float* y,
+                     int64_t ldy) {
+  const int64_t blocks = K / kBlock;
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < kGroup; ++j) {
+      float sum = 0.f, m = 0.f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* qb = q + b * kGroup * (kBlock / 2);
+        const int8_t* xb = xq + r * K + b * kBlock;
+        int32_t dot = 0;
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t byte = qb[(i / 4) * 32 + j * 4 + i % 4];
+          dot += static_cast<int32_t>(byte & 15) * xb[i] + static_cast<int32_t>(byte >> 4) * xb[i + 16];
+        }
+        sum += static_cast<float>(dot) * (half_to_float(scale[b * kGroup + j]) * dx[r * blocks + b]);
+        m += half_to_float(mins[b * kGroup + j]) * xsum[r * blocks + b];
+      }
+      y[r * ldy + j] = sum + m;
+    }
+}
+#endif
+
 // Calls rows(m, R) over the rows of x in groups of kRows, then once for the leftover rows
 // (a weight row is widened once per group: 7 rows are two groups, not four).
 template <typename F>
@@ -491,8 +574,20 @@ at::Tensor float_linear(const at::Tensor& x, const at::Tensor& weight) {
   return y;
 }
 
-at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
-                       const at::Tensor& mins) {
+int64_t int4_kernel_interleave() {
+#if defined(PLATFORM_AVX2) && !defined(PLATFORM_AVX512_VNNI)
+  // 2-core AVX2 EPYC, SmolLM2-135M's 120 products a token from memory: 2.6 ms in rows,
+  // 2.35 in groups of eight (docs/kernels.md). VNNI's row kernel sums 64 products an
+  // instruction and keeps the plain order.
+  return kGroup;
+#else
+  return 1;
+#endif
+}
+
+namespace {
+
+void check_int4(const at::Tensor& packed, const at::Tensor& scales, const at::Tensor& mins, int64_t interleave) {
   TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
               "packed must be a contiguous 2-D uint8 tensor");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, blocks = K / kBlock;
@@ -501,6 +596,17 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
     TORCH_CHECK(t->scalar_type() == at::kHalf && t->is_contiguous() && t->dim() == 2 &&
                     t->size(0) == N && t->size(1) == blocks,
                 "scales and mins must be contiguous float16 [", N, ", ", blocks, "]");
+  TORCH_CHECK(interleave == 1 || (interleave == kGroup && N % kGroup == 0),
+              "int4 rows are interleaved by 1 or by ", kGroup, " (a multiple of ", kGroup,
+              " rows), got ", interleave, " for ", N, " rows");
+}
+
+}  // namespace
+
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
+                       const at::Tensor& mins, int64_t interleave) {
+  check_int4(packed, scales, mins, interleave);
+  const int64_t N = packed.size(0), K = packed.size(1) * 2, blocks = K / kBlock;
   check_x(x, K);
   const at::Tensor xc = x.contiguous();
   const int64_t M = xc.size(0);
@@ -509,6 +615,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   for (int64_t m = 0; m < M; ++m) {
     quantize_activations(xc.data_ptr<float>() + m * K, K, xq.data() + m * K, dx.data() + m * blocks,
                          xsum.data() + m * blocks);
+    if (interleave != 1) continue;  // the group kernel reads the activations in order
 #ifdef PLATFORM_AVX512_VNNI
     interleave_groups(xq.data() + m * K, K);
 #elif defined(PLATFORM_AVX2)
@@ -520,6 +627,18 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
   const at::Half* sp = scales.data_ptr<at::Half>();
   const at::Half* mp = mins.data_ptr<at::Half>();
   float* yp = y.data_ptr<float>();
+  if (interleave == kGroup) {
+    at::parallel_for(0, N / kGroup, 2, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g)
+        for_row_groups(M, [&](int64_t m, auto rows) {
+          int4_dot_group8<decltype(rows)::value>(xq.data() + m * K, dx.data() + m * blocks,
+                                                 xsum.data() + m * blocks, K, qp + g * kGroup * (K / 2),
+                                                 sp + g * kGroup * blocks, mp + g * kGroup * blocks,
+                                                 yp + m * N + g * kGroup, N);
+        });
+    });
+    return y;
+  }
   at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
       for_row_groups(M, [&](int64_t m, auto rows) {
@@ -533,19 +652,33 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::
 
 // The float32 matrix of an int4 weight (for batches too large for the kernels above).
 at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
-                           const at::Tensor& mins) {
-  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kByte && packed.is_contiguous(),
-              "packed must be a contiguous 2-D uint8 tensor");
+                           const at::Tensor& mins, int64_t interleave) {
+  check_int4(packed, scales, mins, interleave);
   const int64_t N = packed.size(0), K = packed.size(1) * 2, blocks = K / kBlock;
-  TORCH_CHECK(scales.numel() == N * blocks && mins.numel() == N * blocks &&
-                  scales.scalar_type() == at::kHalf && mins.scalar_type() == at::kHalf,
-              "scales and mins must be float16 [", N, ", ", blocks, "]");
   at::Tensor w = at::empty({N, K}, scales.options().dtype(at::kFloat));
   const uint8_t* qp = packed.data_ptr<uint8_t>();
-  const at::Tensor sc = scales.contiguous(), mc = mins.contiguous();
-  const at::Half* sp = sc.data_ptr<at::Half>();
-  const at::Half* mp = mc.data_ptr<at::Half>();
+  const at::Half* sp = scales.data_ptr<at::Half>();
+  const at::Half* mp = mins.data_ptr<at::Half>();
   float* wp = w.data_ptr<float>();
+  if (interleave == kGroup) {
+    // block b of group g: its rows' codes in 4-byte chunks (see the layout at the top)
+    at::parallel_for(0, N / kGroup * blocks, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t g = i / blocks, b = i % blocks;
+        const uint8_t* src = qp + i * kGroup * (kBlock / 2);
+        for (int64_t j = 0; j < kGroup; ++j) {
+          float* dst = wp + (g * kGroup + j) * K + b * kBlock;
+          const float d = half_to_float(sp[i * kGroup + j]), m = half_to_float(mp[i * kGroup + j]);
+          for (int t = 0; t < 16; ++t) {
+            const uint8_t byte = src[(t / 4) * 32 + j * 4 + t % 4];
+            dst[t] = static_cast<float>(byte & 15) * d + m;
+            dst[t + 16] = static_cast<float>(byte >> 4) * d + m;
+          }
+        }
+      }
+    });
+    return w;
+  }
   at::parallel_for(0, N * blocks, 64, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* src = qp + b * 16;
@@ -565,8 +698,9 @@ at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
 TORCH_LIBRARY(platform_cpu, m) {
   m.def("int8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
   m.def("float_linear(Tensor x, Tensor weight) -> Tensor");
-  m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor mins) -> Tensor");
-  m.def("int4_dequantize(Tensor packed, Tensor scales, Tensor mins) -> Tensor");
+  m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor mins, int interleave=1) -> Tensor");
+  m.def("int4_dequantize(Tensor packed, Tensor scales, Tensor mins, int interleave=1) -> Tensor");
+  m.def("int4_kernel_interleave() -> int", &platform_cpu::int4_kernel_interleave);
 }
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {

@@ -6,6 +6,11 @@ int8: ``qweight`` [N, K] int8 and ``scales`` [N] float32, w = q * scale per outp
 int4: ``packed`` [N, K / 2] uint8 in blocks of 32 along K (GGUF's Q4_1 order: byte j of a
 block holds weight j in its low nibble, weight j + 16 in its high one), ``scales`` and ``mins``
 [N, K / 32] float16, w = q * scale + min with q in 0..15 (computed in float32).
+
+int4 weights may also come with their rows interleaved in groups of ``ROW_GROUP`` (the
+``interleave`` argument, 1 for the plain order above): the same tensors, shapes and bytes,
+reordered so that the AVX2 kernel reads eight output rows' codes, scales and mins for one
+block side by side (``interleave_int4_rows``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ import torch
 import torch.nn.functional as F
 
 INT4_BLOCK = 32
+# Rows an interleaved int4 weight groups together (kernels/cpu/quantized_linear.cpp).
+ROW_GROUP = 8
+# Bytes of a block's codes that one row contributes at a time to an interleaved group.
+_CHUNK = 4
 
 
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
@@ -32,8 +41,69 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.cat((blocks & 15, blocks >> 4), dim=2).reshape(n, half * 2)
 
 
-def int4_dequantize(packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> torch.Tensor:
+def interleave_int4_rows(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An int4 weight with its rows interleaved in groups of ``ROW_GROUP`` (N a multiple of it).
+
+    For a group of rows and a block of 32 weights: the block's 16 code bytes in four chunks of
+    four, each chunk as eight rows' four bytes side by side (32 bytes: what one AVX2 register
+    takes, a row per 32-bit lane); then the next block. Scales and mins: a group's eight values
+    for one block side by side, block after block.
+    """
+    n, half = packed.shape
+    if n % ROW_GROUP:
+        raise ValueError(f"interleaving takes rows in groups of {ROW_GROUP}; this has {n}")
+    blocks = half // (INT4_BLOCK // 2)
+    chunks = INT4_BLOCK // 2 // _CHUNK
+    codes = packed.reshape(n // ROW_GROUP, ROW_GROUP, blocks, chunks, _CHUNK).permute(0, 2, 3, 1, 4)
+    return codes.reshape(n, half).contiguous(), _group_blocks(scales), _group_blocks(mins)
+
+
+def deinterleave_int4_rows(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The inverse of ``interleave_int4_rows``."""
+    n, half = packed.shape
+    blocks = half // (INT4_BLOCK // 2)
+    chunks = INT4_BLOCK // 2 // _CHUNK
+    codes = packed.reshape(n // ROW_GROUP, blocks, chunks, ROW_GROUP, _CHUNK).permute(0, 3, 1, 2, 4)
+    return codes.reshape(n, half).contiguous(), _ungroup_blocks(scales), _ungroup_blocks(mins)
+
+
+def _group_blocks(per_block: torch.Tensor) -> torch.Tensor:
+    n, blocks = per_block.shape
+    return (
+        per_block.reshape(n // ROW_GROUP, ROW_GROUP, blocks)
+        .transpose(1, 2)
+        .reshape(n, blocks)
+        .contiguous()
+    )
+
+
+def _ungroup_blocks(per_block: torch.Tensor) -> torch.Tensor:
+    n, blocks = per_block.shape
+    return (
+        per_block.reshape(n // ROW_GROUP, blocks, ROW_GROUP)
+        .transpose(1, 2)
+        .reshape(n, blocks)
+        .contiguous()
+    )
+
+
+def _plain(packed, scales, mins, interleave: int):
+    if interleave == 1:
+        return packed, scales, mins
+    if interleave != ROW_GROUP:
+        raise ValueError(f"int4 rows are interleaved by 1 or {ROW_GROUP}, got {interleave}")
+    return deinterleave_int4_rows(packed, scales, mins)
+
+
+def int4_dequantize(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, interleave: int = 1
+) -> torch.Tensor:
     """The float32 [N, K] matrix an int4 weight stands for."""
+    packed, scales, mins = _plain(packed, scales, mins, interleave)
     codes = unpack_int4(packed).float()
     n, k = codes.shape
     blocks = codes.reshape(n, k // INT4_BLOCK, INT4_BLOCK)
@@ -62,11 +132,16 @@ def quantize_activations(x: torch.Tensor) -> torch.Tensor:
 
 
 def int4_linear(
-    x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scales: torch.Tensor,
+    mins: torch.Tensor,
+    interleave: int = 1,
 ) -> torch.Tensor:
     """x [M, K] float32 -> [M, N], as the kernel computes it: the codes times the scales
     against x's 8-bit blocks (``quantize_activations``), plus each block's min times the exact
     sum of its activations."""
+    packed, scales, mins = _plain(packed, scales, mins, interleave)
     n, k = packed.shape[0], packed.shape[1] * 2
     codes = unpack_int4(packed).float().reshape(n, k // INT4_BLOCK, INT4_BLOCK)
     scaled_codes = (codes * scales.float()[..., None]).reshape(n, k)

@@ -10,7 +10,13 @@ import torch
 from safetensors.torch import save_file
 
 from engine.attention.selector import get_attention_backend
-from engine.layers.quantized_linear import Int4Weight, Int8Weight, quantize_int4, quantize_int8
+from engine.layers.quantized_linear import (
+    Int4Weight,
+    Int8Weight,
+    kernel_layout,
+    quantize_int4,
+    quantize_int8,
+)
 from engine.model_config import ModelConfig
 from engine.models.loader import CheckpointWeights, load_model
 
@@ -64,8 +70,11 @@ def test_an_int4_model_keeps_no_float_projection_and_matches_quantizing_after(ti
         for name in ("qkv", "o_proj", "gate_up", "down"):
             weight = getattr(layer, name)
             assert isinstance(weight, Int4Weight), name
-            # The same codes as quantizing the float model after it loaded (the old way).
-            after = quantize_int4(getattr(float_layer, name))
+            # The same codes as quantizing the float model after it loaded (the old way), in
+            # the row order this machine's kernel reads.
+            after = kernel_layout(quantize_int4(getattr(float_layer, name)))
+            assert weight.interleave == after.interleave, name
             assert torch.equal(weight.packed, after.packed), name
             assert torch.equal(weight.scales, after.scales), name
+            assert torch.equal(weight.mins, after.mins), name
     assert isinstance(model.lm_head, Int8Weight)

@@ -12,7 +12,7 @@ import torch
 
 from engine.attention.backend import AttentionMetadata
 from engine.attention.torch_backend import TorchAttentionBackend
-from engine.layers import dispatch
+from engine.layers import dispatch, quantized_linear
 from engine.layers.packed_linear import PackedWeight
 from engine.layers.quantized_linear import KERNEL_MAX_ROWS, Int4Weight, Int8Weight
 from engine.model_config import ModelConfig
@@ -22,15 +22,23 @@ from kernels.cpu import native_ops, unavailable_reason
 from tests.support.engine_runs import CountedFusedDecode
 
 BLOCK = 16
-# (dtype, quantization, oneDNN packing allowed)
+# (dtype, quantization, oneDNN packing allowed); int4 in both row orders, whatever this
+# machine's kernel prefers (int4_kernel_interleave)
 WEIGHTS = {
     "fp32": (torch.float32, None, False),
     "bf16": (torch.bfloat16, None, False),
     "bf16-packed": (torch.bfloat16, None, True),
     "int8": (torch.float32, "int8", False),
     "int4": (torch.float32, "int4", False),
+    "int4-grouped": (torch.float32, "int4", False),
 }
-WEIGHT_TYPES = {"int8": Int8Weight, "int4": Int4Weight, "bf16-packed": PackedWeight}
+WEIGHT_TYPES = {
+    "int8": Int8Weight,
+    "int4": Int4Weight,
+    "int4-grouped": Int4Weight,
+    "bf16-packed": PackedWeight,
+}
+INT4_INTERLEAVE = {"int4": 1, "int4-grouped": 8}
 # Context lengths after this step: one stream; then sequences decoding at the first position,
 # the last of a block, the first of the next, and deeper in; then more sequences than the
 # quantized matrix-vector kernels take (dequantize-then-GEMM), and fewer than threads.
@@ -57,6 +65,13 @@ def _model(checkpoints, arch: str, weights: str, monkeypatch):
             monkeypatch.setattr(quantize, "can_pack", lambda dtype, device: False)
         elif not quantize.can_pack(dtype, torch.device("cpu")):
             pytest.skip("oneDNN has no bfloat16 kernels for this CPU")
+        if weights in INT4_INTERLEAVE:
+            group = INT4_INTERLEAVE[weights]
+            monkeypatch.setattr(
+                quantized_linear,
+                "kernel_layout",
+                lambda w: quantized_linear.interleave_rows(w, group),
+            )
         config = ModelConfig.from_pretrained(checkpoints.get(arch))
         model = load_model(
             config,
@@ -68,6 +83,8 @@ def _model(checkpoints, arch: str, weights: str, monkeypatch):
         assert model.fused_decode is not None
         if weights in WEIGHT_TYPES:
             assert isinstance(model.layers[0].qkv, WEIGHT_TYPES[weights])
+        if weights in INT4_INTERLEAVE:
+            assert model.layers[0].qkv.interleave == INT4_INTERLEAVE[weights]
         _models[key] = model
     return _models[key]
 

@@ -21,6 +21,8 @@ INT4_SHAPES = [
     (1, 224, 9),
     (5, 160, 3),
 ]
+# Interleaved by eight rows (the AVX2 build's layout): out_features a multiple of 8.
+INT4_GROUP_SHAPES = [(1, 576, 960), (4, 576, 32), (7, 1536, 64), (9, 32, 16), (3, 96, 8)]
 
 
 def _bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -49,15 +51,21 @@ def test_int8_kernel_matches_the_reference(ops, rows, k, n):
     assert ((actual - expected).abs() <= _bound(x, w)).all()
 
 
-@pytest.mark.parametrize(("rows", "k", "n"), INT4_SHAPES)
-def test_int4_kernel_matches_the_reference(ops, rows, k, n):
+@pytest.mark.parametrize(
+    ("rows", "k", "n", "interleave"),
+    [(*shape, 1) for shape in INT4_SHAPES] + [(*shape, 8) for shape in INT4_GROUP_SHAPES],
+)
+def test_int4_kernel_matches_the_reference(ops, rows, k, n, interleave):
     gen = torch.Generator().manual_seed(rows * 1000 + k + n)
-    packed, scales, mins = _int4_weight(n, k, gen)
-    x = torch.randn(rows, k, generator=gen)
-    actual = ops.int4_linear(x, packed, scales, mins)
-    expected = ref.int4_linear(x, packed, scales, mins)
-    assert actual.shape == (rows, n) and actual.dtype == torch.float32
+    packed, scales, mins = _int4_weight(n, k, gen)  # rows in order
     w = ref.int4_dequantize(packed, scales, mins)
+    stored = (packed, scales, mins)
+    if interleave == 8:
+        stored = ref.interleave_int4_rows(*stored)
+    x = torch.randn(rows, k, generator=gen)
+    actual = ops.int4_linear(x, *stored, interleave)
+    expected = ref.int4_linear(x, *stored, interleave)
+    assert actual.shape == (rows, n) and actual.dtype == torch.float32
     block_mins = mins.float().repeat_interleave(ref.INT4_BLOCK, dim=1)
     assert ((actual - expected).abs() <= 2 * _bound(x, w.abs() + block_mins.abs())).all()
     # 8-bit activations: off the exact product by at most half a step of each block's codes
@@ -70,7 +78,25 @@ def test_int4_kernel_matches_the_reference(ops, rows, k, n):
         <= x_error @ (w - block_mins).abs().t() + 2 * _bound(x, w.abs() + block_mins.abs())
     ).all()
     # dequantizing (the path of large batches) gives the reference's matrix
-    torch.testing.assert_close(ops.int4_dequantize(packed, scales, mins), w, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ops.int4_dequantize(*stored, interleave), w, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ref.int4_dequantize(*stored, interleave), w, rtol=1e-6, atol=1e-7)
+
+
+def test_interleaving_int4_rows_reorders_the_bytes_and_back():
+    gen = torch.Generator().manual_seed(3)
+    plain = _int4_weight(16, 64, gen)
+    grouped = ref.interleave_int4_rows(*plain)
+    assert [t.shape for t in grouped] == [t.shape for t in plain]
+    # block 1 of row 9 (group 1, lane 1): its code bytes 4..7 are chunk 1's lane 1
+    group_start = 1 * 8 * 64 // 2
+    chunk = grouped[0].flatten()[group_start + 1 * 128 + 1 * 32 + 1 * 4 :][:4]
+    assert torch.equal(chunk, plain[0][9, 16 + 4 : 16 + 8])
+    assert grouped[1].flatten()[1 * 8 * 2 + 1 * 8 + 1] == plain[1][9, 1]
+    assert all(
+        torch.equal(a, b) for a, b in zip(ref.deinterleave_int4_rows(*grouped), plain, strict=True)
+    )
+    with pytest.raises(ValueError, match="groups of 8"):
+        ref.interleave_int4_rows(*_int4_weight(12, 64, gen))
 
 
 def test_a_strided_input_is_read_correctly(ops):
@@ -100,3 +126,6 @@ def test_bad_inputs_are_refused_with_the_reason(ops):
     packed = torch.zeros(4, 16, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match="float16"):
         ops.int4_linear(torch.zeros(1, 32), packed, scales[:, None], scales[:, None])
+    halves = torch.ones(4, 1, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="interleaved by 1 or by 8"):
+        ops.int4_linear(torch.zeros(1, 32), packed, halves, halves, 8)  # 4 rows: no group

@@ -32,11 +32,15 @@ def _linears(ops, n: int, k: int):
     gen = torch.Generator().manual_seed(n + k)
     w = torch.randn(n, k, generator=gen) * 0.05
     q8, q4 = quantize_int8(w), quantize_int4(w)
-    return {
+    linears = {
         "float32": lambda x: ops.float_linear(x, w),
         "int8": lambda x: ops.int8_linear(x, q8.qweight, q8.scales),
         "int4": lambda x: ops.int4_linear(x, q4.packed, q4.scales, q4.mins),
     }
+    if n % 8 == 0:  # the AVX2 build's layout, groups of eight rows
+        q4x8 = ref.interleave_int4_rows(q4.packed, q4.scales, q4.mins)
+        linears["int4 interleaved"] = lambda x: ops.int4_linear(x, *q4x8, 8)
+    return linears
 
 
 @pytest.mark.parametrize(("n", "k"), [(960, 576), (37, 1536), (5, 96)])
