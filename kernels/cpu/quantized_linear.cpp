@@ -441,6 +441,11 @@ void int4_dot_group8(const int8_t* xq, const float* dx, const float* xsum, int64
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* qb = q + b * kGroup * (kBlock / 2);
+    // The codes two groups ahead (4.6 KB for SmolLM2's 576-wide rows, as kPrefetchRows for
+    // the LM head): on the 2-core AVX2 EPYC the stream of SmolLM2-135M went 8-9% faster
+    // (alternating warm processes; one group ahead 3-7%, four 2-5%).
+    prefetch(qb + 2 * kGroup * (K / 2));
+    prefetch(qb + 2 * kGroup * (K / 2) + 64);
     __m256i sums[R];
     for (int r = 0; r < R; ++r) sums[r] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
