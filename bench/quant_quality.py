@@ -4,11 +4,17 @@
 variant in one batch. Per quantized variant it prints the match rate of greedy tokens (same
 token at the same position, over all 20 x 64) and the mean length of the common prefix, then
 the answer to "What is the capital of France?". A dtype (bf16) can be compared as well, as a
-baseline of how far rounding alone goes. (int8 decode computes in float32; int4 decode
-quantizes activations to 8 bits per block of 32, as llama.cpp does.)
+baseline of how far rounding alone goes.
+
+Which kernels the quantized variants run depends on the batch: up to 8 rows a step, the
+decode kernels (int4 and the LM head against activations quantized to 8 bits per block of 32,
+as llama.cpp does; int8 projections in float32); past 8, dequantize-then-GEMM in float32.
+All 20 prompts run as one batch by default; ``--max-num-seqs 4`` measures what a user of
+up to 8 concurrent streams gets.
 
     .venv/bin/python bench/quant_quality.py                       # int8 and int4 vs fp32
     .venv/bin/python bench/quant_quality.py --model PATH --variants bf16,int8
+    .venv/bin/python bench/quant_quality.py --max-num-seqs 4      # through the decode kernels
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ PROMPTS = [
 NEW_TOKENS = 64
 
 
-def greedy(model: Path, variant: str, prompts: list[list[int]]) -> list[list[int]]:
+def greedy(
+    model: Path, variant: str, prompts: list[list[int]], max_num_seqs: int | None = None
+) -> list[list[int]]:
     from engine.config import EngineConfig
     from engine.llm_engine import LLMEngine
     from engine.sampling_params import SamplingParams
@@ -57,7 +65,7 @@ def greedy(model: Path, variant: str, prompts: list[list[int]]) -> list[list[int
             model=str(model),
             device="cpu",
             max_model_len=max(map(len, prompts)) + NEW_TOKENS + 16,
-            max_num_seqs=len(prompts),
+            max_num_seqs=max_num_seqs or len(prompts),
             **parse_variant(variant),
         )
     )
@@ -86,6 +94,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="default: the demo SmolLM2")
     parser.add_argument("--variants", default="int8,int4", help="as bench/single_stream.py's")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=None, help="sequences a step (default: all prompts)"
+    )
     args = parser.parse_args()
 
     from engine.text.tokenizer import ChatTokenizer
@@ -96,10 +107,10 @@ def main() -> int:
     prompts = [
         tokenizer.encode(tokenizer.render_chat([{"role": "user", "content": p}])) for p in PROMPTS
     ]
-    reference = greedy(model, "fp32", prompts)
+    reference = greedy(model, "fp32", prompts, args.max_num_seqs)
     print(f"fp32: {tokenizer.decode(reference[0])!r}", flush=True)
     for variant in args.variants.split(","):
-        outputs = greedy(model, variant, prompts)
+        outputs = greedy(model, variant, prompts, args.max_num_seqs)
         rate, prefix = compare(reference, outputs)
         print(
             f"{variant}: greedy tokens matching fp32 {rate:.1%} ({len(PROMPTS)} prompts x "

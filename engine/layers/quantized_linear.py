@@ -4,10 +4,7 @@ One stream of decode is bound by reading the weights: every token reads all of t
 fewer bytes per weight is the biggest single-stream lever on a CPU. Activations stay in
 float32 (compute) and come back in the caller's dtype; only the stored weights shrink:
 
-- ``int8``: symmetric, one float32 scale per output channel. The LM head's decode rows
-  (``quantize_lm_head``) multiply it against activations quantized to 8 bits per block of 32,
-  as llama.cpp multiplies its Q8_0 output matrix: integer products, about half the
-  instructions of widening the weights to floats.
+- ``int8``: symmetric, one float32 scale per output channel.
 - ``int4``: min and scale per block of 32 input channels, w = q * scale + min (q in 0..15),
   float16 scale and min: GGUF's Q4_1 format, five bits a weight. A checkpoint converted from a
   Q4_1 GGUF is re-packed onto the very codes, scales and mins the file stored. Where the
@@ -44,8 +41,6 @@ KERNEL_MAX_ROWS = 8
 class Int8Weight:
     qweight: torch.Tensor  # [out, in] int8
     scales: torch.Tensor  # [out] float32
-    # decode rows against 8-bit activations (int8_linear_q8) rather than float32 ones
-    q8_activations: bool = False
 
     @property
     def shape(self) -> torch.Size:
@@ -83,13 +78,6 @@ def quantize_int8(weight: torch.Tensor) -> Int8Weight:
         q[start : start + len(w)] = torch.round(w / chunk_scales[:, None]).clamp(-127, 127)
         scales[start : start + len(w)] = chunk_scales
     return Int8Weight(q, scales)
-
-
-def quantize_lm_head(weight: torch.Tensor) -> Int8Weight:
-    """The LM head as int8, its decode rows against 8-bit activations where its width allows."""
-    quantized = quantize_int8(weight)
-    quantized.q8_activations = weight.shape[1] % INT4_BLOCK == 0
-    return quantized
 
 
 def int4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -188,9 +176,6 @@ def _quantized_matmul(rows: torch.Tensor, weight: QuantizedWeight) -> torch.Tens
     ops = native_ops()
     few = rows.shape[0] <= KERNEL_MAX_ROWS
     if isinstance(weight, Int8Weight):
-        if few and weight.q8_activations:
-            impl = ops if ops is not None else cpu_reference
-            return impl.int8_linear_q8(rows, weight.qweight, weight.scales)
         if ops is not None and few:
             return ops.int8_linear(rows, weight.qweight, weight.scales)
         # Scaling the output columns is cheaper than scaling the widened matrix.

@@ -4,8 +4,7 @@ and the oneDNN packing of unquantized bfloat16 projections on CPUs with bfloat16
 The four projections of every layer take the chosen method; the LM head (the largest single
 matrix of a small model, 49152 x 576 in SmolLM2-135M) is always int8, as llama.cpp's 4-bit
 files keep their output matrix at 6 to 8 bits (the demo Q4_1 file: Q8_0): logits are
-sensitive, and int8 already reads a quarter of the fp32 bytes. Its decode rows run against
-8-bit activations, as llama.cpp's Q8_0 x Q8_0 product does. The embedding table stays float: a lookup reads one row per token.
+sensitive, and int8 already reads a quarter of the fp32 bytes. The embedding table stays float: a lookup reads one row per token.
 Norms, biases and the KV cache keep the engine's dtype.
 """
 
@@ -18,12 +17,7 @@ from collections.abc import Callable
 import torch
 
 from engine.layers.packed_linear import can_pack, pack
-from engine.layers.quantized_linear import (
-    QUANTIZATION_METHODS,
-    quantize,
-    quantize_lm_head,
-    weight_bytes,
-)
+from engine.layers.quantized_linear import QUANTIZATION_METHODS, quantize, weight_bytes
 from engine.models.decoder import DecoderLM, Weight
 
 logger = logging.getLogger(__name__)
@@ -62,9 +56,7 @@ def load_transform(
     exists at once: a checkpoint's peak memory is one layer's floats over the kept weights.
     """
     if method is not None:
-        return lambda kind, weight: (
-            quantize(weight, method) if kind == "projection" else quantize_lm_head(weight)
-        )
+        return lambda kind, weight: quantize(weight, method if kind == "projection" else "int8")
     if can_pack(dtype, device):
         # A tied LM head is packed as a copy: the embedding lookup keeps the plain table.
         return lambda kind, weight: pack(weight)

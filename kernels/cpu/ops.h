@@ -13,7 +13,6 @@ namespace platform_cpu {
 
 // quantized_linear.cpp
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales);
-at::Tensor int8_linear_q8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales);
 at::Tensor float_linear(const at::Tensor& x, const at::Tensor& weight);
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales,
                        const at::Tensor& mins, int64_t interleave);

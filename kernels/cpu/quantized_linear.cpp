@@ -129,11 +129,10 @@ inline Lanes lanes_widen(const W* p) { return static_cast<float>(*p); }
 constexpr int kTileN = 2;
 #endif
 
-// How far ahead, in weight rows, a one-row product asks for its weights (dot_tile with one
-// weight row, q8_dot_rows): the hardware prefetchers alone kept SmolLM2's LM head (49152 rows
-// of 576 int8 weights, one stream per thread) at 20-22 GB/s of the 30 a sum reads on the
-// 2-core AVX2 EPYC; asking 8 rows (4.6 KB) ahead, 24 (float activations) and 27 (8-bit).
-// 2 rows ahead gave 26, 16 rows 23-25.
+// How far ahead, in weight rows, a product of one weight row at a time asks for its weights
+// (dot_tile with one weight row: the LM head of a decode): the hardware prefetchers alone
+// kept SmolLM2's LM head (49152 rows of 576 int8 weights, one stream per thread) at 20-22
+// GB/s of the 30 a sum reads on the 2-core AVX2 EPYC; asking 8 rows (4.6 KB) ahead, 24.
 constexpr int64_t kPrefetchRows = 8;
 
 template <typename W>
@@ -500,44 +499,6 @@ void int4_dot_group8(const int8_t* xq, const float* dx, const float* xsum, int64
 }
 #endif
 
-// y[r * ldy] = scale * sum over blocks b of dx[r][b] * dot(q, xq[r]) for an int8 weight row q
-// and R rows of 8-bit activations (codes xq, a scale dx per block of 32): llama.cpp's Q8_0
-// against Q8_0, as it multiplies a Q8_0 output matrix. AVX2 multiplies unsigned by signed
-// bytes, so the weights' signs move onto the activations (|q| times sign(q) * x; each pair sum
-// at most 2 * 127 * 127 < 32,767): 32 products in five instructions, where widening the
-// weights to floats takes twelve. Two accumulators a row, for even and odd blocks.
-template <int R>
-void q8_dot_rows(const int8_t* xq, const float* dx, int64_t K, const int8_t* q, float scale, float* y,
-                 int64_t ldy) {
-  const int64_t blocks = K / kBlock;
-#ifdef PLATFORM_AVX2
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (b % 2 == 0) prefetch(q + kPrefetchRows * K + b * kBlock);
-    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kBlock));
-    const __m256i magnitude = _mm256_sign_epi8(w, w);
-    for (int r = 0; r < R; ++r) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x, w)), ones);
-      acc[r][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dx[r * blocks + b]), acc[r][b & 1]);
-    }
-  }
-  for (int r = 0; r < R; ++r) y[r * ldy] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1])) * scale;
-#else
-  for (int r = 0; r < R; ++r) {
-    float sum = 0.f;
-    for (int64_t b = 0; b < blocks; ++b) {
-      int32_t dot = 0;
-      for (int i = 0; i < kBlock; ++i) dot += static_cast<int32_t>(q[b * kBlock + i]) * xq[r * K + b * kBlock + i];
-      sum += static_cast<float>(dot) * dx[r * blocks + b];
-    }
-    y[r * ldy] = sum * scale;
-  }
-#endif
-}
-
 // Calls rows(m, R) over the rows of x in groups of kRows, then once for the leftover rows
 // (a weight row is widened once per group: 7 rows are two groups, not four).
 template <typename F>
@@ -579,13 +540,6 @@ void tiled_linear(const float* x, int64_t M, int64_t K, const W* q, const float*
   });
 }
 
-void check_int8(const at::Tensor& qweight, const at::Tensor& scales) {
-  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
-              "qweight must be a contiguous 2-D int8 tensor");
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == qweight.size(0) && scales.is_contiguous(),
-              "scales must be ", qweight.size(0), " contiguous float32 values");
-}
-
 void check_x(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat,
               "x must be a 2-D float32 tensor, got ", x.sizes(), " ", x.scalar_type());
@@ -597,8 +551,11 @@ void check_x(const at::Tensor& x, int64_t K) {
 namespace platform_cpu {
 
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
-  check_int8(qweight, scales);
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kChar && qweight.is_contiguous(),
+              "qweight must be a contiguous 2-D int8 tensor");
   const int64_t N = qweight.size(0), K = qweight.size(1);
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == N && scales.is_contiguous(),
+              "scales must be ", N, " contiguous float32 values");
   check_x(x, K);
   const at::Tensor xc = x.contiguous();
   const int64_t M = xc.size(0);
@@ -608,34 +565,6 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   const float* sp = scales.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   tiled_linear(xp, M, K, qp, sp, yp, N);
-  return y;
-}
-
-// int8_linear with the activations quantized to 8 bits per block of 32 (q8_dot_rows), for the
-// LM head: 1.0-1.1 ms against 1.2-1.3 for SmolLM2's on 2 AVX2 threads.
-at::Tensor int8_linear_q8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
-  check_int8(qweight, scales);
-  const int64_t N = qweight.size(0), K = qweight.size(1), blocks = K / kBlock;
-  TORCH_CHECK(K % kBlock == 0, "8-bit activations come in blocks of 32 along K, got K = ", K);
-  check_x(x, K);
-  const at::Tensor xc = x.contiguous();
-  const int64_t M = xc.size(0);
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> dx(M * blocks), xsum(M * blocks);
-  for (int64_t m = 0; m < M; ++m)
-    quantize_activations(xc.data_ptr<float>() + m * K, K, xq.data() + m * K, dx.data() + m * blocks,
-                         xsum.data() + m * blocks);
-  at::Tensor y = at::empty({M, N}, xc.options());
-  const int8_t* qp = qweight.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      for_row_groups(M, [&](int64_t m, auto rows) {
-        q8_dot_rows<decltype(rows)::value>(xq.data() + m * K, dx.data() + m * blocks, K, qp + n * K, sp[n],
-                                           yp + m * N + n, N);
-      });
-  });
   return y;
 }
 
@@ -780,7 +709,6 @@ at::Tensor int4_dequantize(const at::Tensor& packed, const at::Tensor& scales,
 
 TORCH_LIBRARY(platform_cpu, m) {
   m.def("int8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
-  m.def("int8_linear_q8(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
   m.def("float_linear(Tensor x, Tensor weight) -> Tensor");
   m.def("int4_linear(Tensor x, Tensor packed, Tensor scales, Tensor mins, int interleave=1) -> Tensor");
   m.def("int4_dequantize(Tensor packed, Tensor scales, Tensor mins, int interleave=1) -> Tensor");
@@ -789,7 +717,6 @@ TORCH_LIBRARY(platform_cpu, m) {
 
 TORCH_LIBRARY_IMPL(platform_cpu, CPU, m) {
   m.impl("int8_linear", &platform_cpu::int8_linear);
-  m.impl("int8_linear_q8", &platform_cpu::int8_linear_q8);
   m.impl("float_linear", &platform_cpu::float_linear);
   m.impl("int4_linear", &platform_cpu::int4_linear);
   m.impl("int4_dequantize", &platform_cpu::int4_dequantize);

@@ -115,12 +115,6 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) ->
     return F.linear(x, qweight.float() * scales[:, None])
 
 
-def int8_linear_q8(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """``int8_linear`` against x's 8-bit blocks (``quantize_activations``), as the kernel for
-    the LM head computes it (llama.cpp's Q8_0 x Q8_0)."""
-    return int8_linear(quantize_activations(x), qweight, scales)
-
-
 def float_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x [M, K] float32 -> [M, N]: x times the float32 weight, transposed (the kernel takes the
     same sums in a fixed order per row; this one rounds as BLAS does)."""

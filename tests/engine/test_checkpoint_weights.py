@@ -78,4 +78,3 @@ def test_an_int4_model_keeps_no_float_projection_and_matches_quantizing_after(ti
             assert torch.equal(weight.scales, after.scales), name
             assert torch.equal(weight.mins, after.mins), name
     assert isinstance(model.lm_head, Int8Weight)
-    assert model.lm_head.q8_activations  # its decode rows: int8_linear_q8

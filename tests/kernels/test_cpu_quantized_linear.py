@@ -52,26 +52,6 @@ def test_int8_kernel_matches_the_reference(ops, rows, k, n):
 
 
 @pytest.mark.parametrize(
-    ("rows", "k", "n"), [(1, 576, 960), (4, 576, 33), (7, 1536, 64), (9, 32, 17)]
-)
-def test_int8_kernel_with_8_bit_activations_matches_the_reference(ops, rows, k, n):
-    """The LM head's kernel: integer products against Q8 activation blocks."""
-    gen = torch.Generator().manual_seed(rows * 1000 + k + n + 1)
-    q = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
-    scales = torch.rand(n, generator=gen) * 0.01
-    x = torch.randn(rows, k, generator=gen)
-    actual = ops.int8_linear_q8(x, q, scales)
-    expected = ref.int8_linear_q8(x, q, scales)
-    w = q.float() * scales[:, None]
-    assert ((actual - expected).abs() <= _bound(x, w)).all()
-    # within half an activation step per block of the float-activation product
-    x_error = (ref.quantize_activations(x) - x).abs()
-    float_rows = ops.int8_linear(x, q, scales)
-    assert ((actual - float_rows).abs() <= x_error @ w.abs().t() + 2 * _bound(x, w)).all()
-    assert not torch.equal(actual, float_rows)  # the activations were quantized
-
-
-@pytest.mark.parametrize(
     ("rows", "k", "n", "interleave"),
     [(*shape, 1) for shape in INT4_SHAPES] + [(*shape, 8) for shape in INT4_GROUP_SHAPES],
 )
@@ -146,8 +126,6 @@ def test_bad_inputs_are_refused_with_the_reason(ops):
     packed = torch.zeros(4, 16, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match="float16"):
         ops.int4_linear(torch.zeros(1, 32), packed, scales[:, None], scales[:, None])
-    with pytest.raises(RuntimeError, match="blocks of 32"):
-        ops.int8_linear_q8(torch.zeros(1, 40), torch.zeros(4, 40, dtype=torch.int8), scales)
     halves = torch.ones(4, 1, dtype=torch.float16)
     with pytest.raises(RuntimeError, match="interleaved by 1 or by 8"):
         ops.int4_linear(torch.zeros(1, 32), packed, halves, halves, 8)  # 4 rows: no group

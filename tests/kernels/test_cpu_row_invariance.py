@@ -35,7 +35,6 @@ def _linears(ops, n: int, k: int):
     linears = {
         "float32": lambda x: ops.float_linear(x, w),
         "int8": lambda x: ops.int8_linear(x, q8.qweight, q8.scales),
-        "int8, 8-bit activations": lambda x: ops.int8_linear_q8(x, q8.qweight, q8.scales),
         "int4": lambda x: ops.int4_linear(x, q4.packed, q4.scales, q4.mins),
     }
     if n % 8 == 0:  # the AVX2 build's layout, groups of eight rows
