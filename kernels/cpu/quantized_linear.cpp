@@ -423,7 +423,7 @@ constexpr int64_t kGroup = 8;  // rows of an interleaved int4 group
 #ifdef PLATFORM_AVX2
 // y[r * ldy + j], j < 8: one interleaved group of eight weight rows against R activation rows
 // (codes xq not interleaved; dx, xsum per block). Per block, each 32-byte chunk holds the eight
-// rows' bytes for activations 4c..4c+3 (low nibbles) and 20+4c.. (high ones): two byte
+// rows' bytes for activations 4c..4c+3 (low nibbles) and 16+4c..16+4c+3 (high ones): two byte
 // multiply-adds against those four activation bytes broadcast to every lane. A block's eight
 // partial sums stay in 16 bits (each at most 2 * 15 * 127, eight of them 30,480 < 32,767),
 // then one multiply-add widens them to a row per 32-bit lane and one float multiply-add applies
