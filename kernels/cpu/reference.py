@@ -68,27 +68,20 @@ def deinterleave_int4_rows(
     blocks = half // (INT4_BLOCK // 2)
     chunks = INT4_BLOCK // 2 // _CHUNK
     codes = packed.reshape(n // ROW_GROUP, blocks, chunks, ROW_GROUP, _CHUNK).permute(0, 3, 1, 2, 4)
-    return codes.reshape(n, half).contiguous(), _ungroup_blocks(scales), _ungroup_blocks(mins)
-
-
-def _group_blocks(per_block: torch.Tensor) -> torch.Tensor:
-    n, blocks = per_block.shape
     return (
-        per_block.reshape(n // ROW_GROUP, ROW_GROUP, blocks)
-        .transpose(1, 2)
-        .reshape(n, blocks)
-        .contiguous()
+        codes.reshape(n, half).contiguous(),
+        _group_blocks(scales, inverse=True),
+        _group_blocks(mins, inverse=True),
     )
 
 
-def _ungroup_blocks(per_block: torch.Tensor) -> torch.Tensor:
+def _group_blocks(per_block: torch.Tensor, *, inverse: bool = False) -> torch.Tensor:
+    """[N, blocks] per-block values with each group's ``ROW_GROUP`` rows side by side per block
+    (``inverse``: back to rows in order)."""
     n, blocks = per_block.shape
-    return (
-        per_block.reshape(n // ROW_GROUP, blocks, ROW_GROUP)
-        .transpose(1, 2)
-        .reshape(n, blocks)
-        .contiguous()
-    )
+    inner = (blocks, ROW_GROUP) if inverse else (ROW_GROUP, blocks)
+    grouped = per_block.reshape(n // ROW_GROUP, *inner).transpose(1, 2)
+    return grouped.reshape(n, blocks).contiguous()
 
 
 def _plain(packed, scales, mins, interleave: int):
