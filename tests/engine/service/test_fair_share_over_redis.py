@@ -67,15 +67,20 @@ def test_a_second_tenant_is_served_before_the_first_ones_backlog(engine, redis_s
 def test_a_returning_tenant_runs_inside_the_floods_steps(engine, redis_server):
     """Step preemption (engine/core/step_preemption.py) in a real engine process: tenant B's
     short requests, sent one at a time while A's long prompts are being computed, get their
-    first tokens from steps run between the layers of A's, which the status counts."""
+    first tokens from steps run between the layers of A's, which the status counts.
+
+    B sends again as soon as its previous request is done, until the status counts a step
+    inside or A's flood ends: a fixed number of B's requests fitted a slow machine's flood
+    but not a fast one's (the tiny model prefills a 1,000-token prompt in a few ms)."""
     client = redis.Redis.from_url(redis_server.url)
     keys, frontend = Keys(PREFIX), f"inside-{uuid.uuid4().hex[:6]}"
     before = engine.status().num_steps_inside
+    flood = [f"flood-{i}" for i in range(200)]
     pipe = client.pipeline()
-    for i in range(40):  # distinct 1,000-token prompts: no prefix-cache hits, long steps
+    for i, rid in enumerate(flood):  # distinct 1,000-token prompts: no prefix-cache hits
         prompt = [(i * 37 + j) % 1000 + 3 for j in range(1000)]
         message = protocol.GenerateRequest(
-            request_id=f"flood-{i}",
+            request_id=rid,
             frontend_id=frontend,
             prompt_token_ids=prompt,
             sampling=protocol.SamplingOptions(temperature=0.0, max_tokens=2, ignore_eos=True),
@@ -83,16 +88,24 @@ def test_a_returning_tenant_runs_inside_the_floods_steps(engine, redis_server):
         )
         pipe.xadd(keys.requests(MODEL), {FIELD: protocol.encode(message)})
     pipe.execute()
-    for i in range(10):  # each once B's previous one is done: B is back from idle each time
-        client.xadd(keys.requests(MODEL), {FIELD: _request(frontend, f"inside-b-{i}", "tB", 2)})
 
-        def finished(rid=f"inside-b-{i}"):
-            batches = [
-                protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))
-            ]
-            return any(d.request_id == rid and d.finish_reason for b in batches for d in b.deltas)
+    def finished() -> set[str]:
+        batches = [
+            protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))
+        ]
+        return {d.request_id for b in batches for d in b.deltas if d.finish_reason}
 
-        wait_for(finished, 60, f"B's request {i}")
+    def counted() -> bool:
+        return engine.status().num_steps_inside > before
+
+    num_b = 0
+    while not set(flood) <= finished() and not counted():
+        rid = f"inside-b-{num_b}"  # sent once the previous one is done: back from idle
+        client.xadd(keys.requests(MODEL), {FIELD: _request(frontend, rid, "tB", 2)})
+        wait_for(lambda rid=rid: rid in finished(), 60, f"B's request {num_b}")
+        num_b += 1
         time.sleep(0.02)
-    wait_for(lambda: engine.status().num_steps_inside > before, 10, "the status to count them")
+    # The status is published every 0.2 s: the step that counted may be in the next one.
+    wait_for(counted, 10, f"the status to count a step inside ({num_b} requests of B's)")
+    wait_for(lambda: set(flood) <= finished(), 120, "A's flood to finish")
     client.close()
