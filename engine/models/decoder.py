@@ -29,6 +29,7 @@ from engine.layers.packed_linear import PackedWeight
 from engine.layers.quantized_linear import QuantizedWeight, linear
 from engine.layers.rotary import RotaryEmbedding
 from engine.model_config import ModelConfig
+from engine.models.file_rows import FileRows
 from engine.models.fused_decode import FusedDecode
 
 # apply(y, x, layer_index, module) -> y, adding LoRA deltas to y in place.
@@ -37,6 +38,7 @@ LoraApply = Callable[[torch.Tensor, torch.Tensor, int, str], torch.Tensor]
 
 # A projection's weight: a float matrix, or its weight-only quantized form (engine.models.quantize).
 Weight = torch.Tensor | QuantizedWeight | PackedWeight
+EMBEDDING = "model.embed_tokens.weight"
 
 
 @dataclass(slots=True)
@@ -82,14 +84,20 @@ class DecoderLM:
         self.scale = self.head_dim**-0.5
         self.eps = config.rms_norm_eps
         take = _WeightTaker(weights, dtype, device)
-        self.embed_tokens = take("model.embed_tokens.weight")
-        self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
-        self.norm = take("model.norm.weight")
+        # On a CPU with converted weights, the table may stay in its file (file_rows.py).
+        rows = take.file_rows(EMBEDDING)
+        self.embed_tokens: torch.Tensor | FileRows = rows if rows is not None else take(EMBEDDING)
+        # The LM head before the layers: a tied one made from a read of the whole table holds
+        # it only until then, before the layers' weights come in.
         self.lm_head: Weight
         if config.tie_word_embeddings and "lm_head.weight" not in weights:
-            self.lm_head = self._transform("lm_head", self.embed_tokens)
+            table = take(EMBEDDING) if rows is not None else self.embed_tokens
+            self.lm_head = self._transform("lm_head", table)
+            del table
         else:
             self.lm_head = self._transform("lm_head", take("lm_head.weight"))
+        self.layers = [self._layer(take, i) for i in range(config.num_hidden_layers)]
+        self.norm = take("model.norm.weight")
         take.check_all_used()
         del self._transform  # loading is over; the model keeps no reference to it
         self.rotary = RotaryEmbedding(
@@ -131,6 +139,13 @@ class DecoderLM:
             down_bias=take(mlp + "down_proj.bias") if cfg.mlp_bias else None,
         )
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows of ``input_ids``, ``[num_tokens, hidden]``."""
+        table = self.embed_tokens
+        if isinstance(table, FileRows):
+            return table.lookup(input_ids)
+        return F.embedding(input_ids, table)
+
     def forward(
         self,
         input_ids: torch.Tensor,  # [num_tokens]
@@ -143,7 +158,7 @@ class DecoderLM:
 
         ``lora``, when given, adds the batch's adapter deltas after every projection.
         """
-        hidden = F.embedding(input_ids, self.embed_tokens)
+        hidden = self.embed(input_ids)
         fused = self.fused_decode
         if lora is None and fused is not None and fused.can_run(hidden, metadata):
             x, residual = fused(hidden, positions, kv_caches, metadata)
@@ -212,6 +227,15 @@ class _WeightTaker:
 
     def cat(self, *names: str) -> torch.Tensor:
         return torch.cat([self(n) for n in names], dim=0).contiguous()
+
+    def file_rows(self, name: str) -> FileRows | None:
+        """``name`` left in its file, if the weights offer that for this dtype and device
+        (loader.CheckpointWeights.file_rows); None otherwise."""
+        offer = getattr(self.weights, "file_rows", None)
+        rows = offer(name, self.dtype, self.device) if offer is not None else None
+        if rows is not None:
+            self.used.add(name)
+        return rows
 
     def check_all_used(self) -> None:
         unused = [n for n in self.weights if n not in self.used and "rotary_emb" not in n]

@@ -14,6 +14,7 @@ from safetensors import safe_open
 from engine.attention.backend import AttentionBackend
 from engine.model_config import ModelConfig
 from engine.models.decoder import DecoderLM
+from engine.models.file_rows import FileRows
 from engine.models.quantize import check_quantization, load_transform, log_weights
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,17 @@ class CheckpointWeights(Mapping[str, torch.Tensor]):
             if fh.readinto(tensor.view(-1).view(torch.uint8).numpy()) != end - start:
                 raise ValueError(f"{file} ends inside tensor {name!r}")
         return tensor
+
+    def file_rows(self, name: str, dtype: torch.dtype, device: torch.device) -> FileRows | None:
+        """``name`` (a 2-D table) left in its file and read a row per lookup (file_rows.py),
+        when the weights are read, not mapped, and the file stores it as ``dtype`` for a
+        CPU; None otherwise (mapped weights are on the file's pages already)."""
+        if self._mapped or device.type != "cpu" or name not in self._where:
+            return None
+        file, stored, shape, start, _ = self._where[name]
+        if stored != dtype or len(shape) != 2:
+            return None
+        return FileRows(file, start, (shape[0], shape[1]), dtype)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)

@@ -13,6 +13,7 @@ projection. Steps without an adapter request skip LoRA entirely.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -30,7 +31,7 @@ from engine.resume import advance_generator
 from engine.sample import Sampler, SamplingBatch
 from engine.spec_decode.verify import DraftRow, DraftVerifier
 from engine.structured.bitmask import GrammarBitmask
-from engine.worker.cpu_allocator import keep_freed_memory_mapped
+from engine.worker.cpu_allocator import loading_allocator
 from engine.worker.cpu_threads import StepThreads
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
@@ -70,16 +71,16 @@ class ModelRunner:
         if device.type == "cpu":
             if config.cpu_threads is not None:
                 torch.set_num_threads(config.cpu_threads)
-            keep_freed_memory_mapped()
             _report_cpu_kernels()
         self.backend = get_attention_backend(device, config.attention_backend)
-        self.model = load_model(
-            model_config,
-            dtype=dtype,
-            device=device,
-            backend=self.backend,
-            quantization=config.quantization,
-        )
+        with loading_allocator() if device.type == "cpu" else contextlib.nullcontext():
+            self.model = load_model(
+                model_config,
+                dtype=dtype,
+                device=device,
+                backend=self.backend,
+                quantization=config.quantization,
+            )
         free_bytes = self._profile_free_bytes() if device.type == "cuda" else None
         self.num_blocks = num_blocks_for(config, model_config, dtype, device, free_bytes)
         self.kv_caches = allocate_kv_caches(

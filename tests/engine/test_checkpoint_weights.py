@@ -5,6 +5,9 @@ the engine."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -78,3 +81,62 @@ def test_an_int4_model_keeps_no_float_projection_and_matches_quantizing_after(ti
             assert torch.equal(weight.scales, after.scales), name
             assert torch.equal(weight.mins, after.mins), name
     assert isinstance(model.lm_head, Int8Weight)
+
+
+def test_an_embedding_table_left_in_its_file_reads_the_rows_asked_for(tmp_path):
+    """A quantized model's embedding table stays in the checkpoint file (file_rows.py): its
+    lookups equal F.embedding's, and the table's memory is not the engine's."""
+    table = torch.randn(4096, 96)
+    save_file({"x": torch.randn(3), "emb": table}, str(tmp_path / "model.safetensors"))
+    weights = CheckpointWeights(tmp_path, mapped=False)
+    rows = weights.file_rows("emb", torch.float32, torch.device("cpu"))
+    ids = torch.tensor([[5, 4095], [0, 5]])
+    assert torch.equal(rows.lookup(ids), torch.nn.functional.embedding(ids, table))
+    assert rows.lookup(torch.tensor([], dtype=torch.long)).shape == (0, 96)
+    with pytest.raises(IndexError, match="4096 is out of range"):
+        rows.lookup(torch.tensor([1, 4096]))
+    # Not offered where it would not pay: another dtype (the engine converts the table
+    # anyway), mapped weights (on the file's pages already), a GPU, a missing name.
+    assert weights.file_rows("emb", torch.bfloat16, torch.device("cpu")) is None
+    assert weights.file_rows("emb", torch.float32, torch.device("cuda")) is None
+    assert weights.file_rows("nope", torch.float32, torch.device("cpu")) is None
+    mapped = CheckpointWeights(tmp_path, mapped=True)
+    assert mapped.file_rows("emb", torch.float32, torch.device("cpu")) is None
+
+
+def test_a_quantized_model_embeds_from_its_file_as_the_float_model_does(tiny_llama):
+    config = ModelConfig.from_pretrained(tiny_llama)
+    backend = get_attention_backend("cpu")
+    cpu = torch.device("cpu")
+    quantized = load_model(
+        config, dtype=torch.float32, device=cpu, backend=backend, quantization="int8"
+    )
+    floats = load_model(config, dtype=torch.float32, device=cpu, backend=backend)
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    assert not isinstance(quantized.embed_tokens, torch.Tensor)  # left in the file
+    assert torch.equal(quantized.embed(ids), floats.embed(ids))
+
+
+def test_a_tied_lm_head_is_quantized_from_the_table_left_in_the_file(tiny_llama, tmp_path):
+    from safetensors.torch import load_file
+
+    tied = tmp_path / "tied"
+    shutil.copytree(tiny_llama, tied)
+    config_json = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**config_json, "tie_word_embeddings": True}))
+    (file,) = tied.glob("*.safetensors")
+    tensors = load_file(str(file))
+    del tensors["lm_head.weight"]
+    save_file(tensors, str(file))
+    table = tensors["model.embed_tokens.weight"]
+    model = load_model(
+        ModelConfig.from_pretrained(tied),
+        dtype=torch.float32,
+        device=torch.device("cpu"),
+        backend=get_attention_backend("cpu"),
+        quantization="int4",
+    )
+    expected = quantize_int8(table)
+    assert torch.equal(model.lm_head.qweight, expected.qweight)
+    assert torch.equal(model.lm_head.scales, expected.scales)
+    assert torch.equal(model.embed(torch.arange(len(table))), table)

@@ -172,7 +172,7 @@ def test_fused_step_matches_plain_pytorch(checkpoints, monkeypatch, arch):
 def test_steps_the_fused_path_does_not_take(checkpoints, monkeypatch):
     model = _model(checkpoints, "llama", "fp32", monkeypatch)
     input_ids, _, _, metadata = _decode_step(model, [5, 9], seed=1)
-    hidden = model.embed_tokens[input_ids]
+    hidden = model.embed(input_ids)
     assert model.fused_decode.can_run(hidden, metadata)
     metadata.num_decodes = 1  # the second sequence is a prefill chunk
     assert not model.fused_decode.can_run(hidden, metadata)
@@ -196,10 +196,10 @@ def test_refuses_weights_that_do_not_fit_the_layout(checkpoints, monkeypatch):
     fused = FusedDecode(model)
     fused.weights = fused.weights[:-1]
     with pytest.raises(RuntimeError, match="weights end before the layout"):
-        fused(model.embed_tokens[input_ids], positions, caches, metadata)
+        fused(model.embed(input_ids), positions, caches, metadata)
     fused = FusedDecode(model)
     with pytest.raises(RuntimeError, match="K and a V cache"):
-        fused(model.embed_tokens[input_ids], positions, caches[:1], metadata)
+        fused(model.embed(input_ids), positions, caches[:1], metadata)
 
 
 def test_a_step_on_other_caches_writes_those_caches(checkpoints, monkeypatch):
@@ -208,7 +208,7 @@ def test_a_step_on_other_caches_writes_those_caches(checkpoints, monkeypatch):
     model = _model(checkpoints, "llama", "fp32", monkeypatch)
     input_ids, positions, caches, metadata = _decode_step(model, [3], seed=2)
     fused = FusedDecode(model)
-    hidden = model.embed_tokens[input_ids]
+    hidden = model.embed(input_ids)
     first = [(k.clone(), v.clone()) for k, v in caches]
     second = [(k.clone(), v.clone()) for k, v in caches]
     first_out, _ = fused(hidden, positions, first, metadata)
