@@ -8,7 +8,7 @@ float32 (compute) and come back in the caller's dtype; only the stored weights s
 - ``int4``: min and scale per block of 32 input channels, w = q * scale + min (q in 0..15),
   float16 scale and min: GGUF's Q4_1 format, five bits a weight. A checkpoint converted from a
   Q4_1 GGUF is re-packed onto the very codes, scales and mins the file stored. Where the
-  native kernel reads it faster (the AVX2 build), the loader interleaves each group of eight
+  native kernel reads it faster (AVX2 and AVX512 builds), the loader interleaves each group of eight
   rows (``kernel_layout``): the same bytes in another order.
 
 Batches of up to ``KERNEL_MAX_ROWS`` rows (decode) run the native matrix-vector kernels of
