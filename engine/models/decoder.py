@@ -219,14 +219,23 @@ class _WeightTaker:
         self.device = device
         self.used: set[str] = set()
 
-    def __call__(self, name: str) -> torch.Tensor:
+    def __call__(self, name: str, *, copied: bool = False) -> torch.Tensor:
+        """``name`` in the engine's dtype and device. A tensor the model only copies from
+        (``copied``: concatenated; or converted to another dtype or device) is read into
+        memory of its own where the weights can (loader.CheckpointWeights.read): pages of a
+        map would stay resident for nothing."""
         if name not in self.weights:
             raise ValueError(f"checkpoint is missing weight {name!r}")
         self.used.add(name)
-        return self.weights[name].to(device=self.device, dtype=self.dtype).contiguous()
+        tensor = self.weights[name]  # mapped: no page read yet
+        kept_as_is = self.device.type == "cpu" and tensor.dtype == self.dtype and not copied
+        read = getattr(self.weights, "read", None)
+        if not kept_as_is and read is not None:
+            tensor = read(name)
+        return tensor.to(device=self.device, dtype=self.dtype).contiguous()
 
     def cat(self, *names: str) -> torch.Tensor:
-        return torch.cat([self(n) for n in names], dim=0).contiguous()
+        return torch.cat([self(n, copied=True) for n in names], dim=0).contiguous()
 
     def file_rows(self, name: str) -> FileRows | None:
         """``name`` left in its file, if the weights offer that for this dtype and device

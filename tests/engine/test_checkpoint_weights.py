@@ -140,3 +140,39 @@ def test_a_tied_lm_head_is_quantized_from_the_table_left_in_the_file(tiny_llama,
     assert torch.equal(model.lm_head.qweight, expected.qweight)
     assert torch.equal(model.lm_head.scales, expected.scales)
     assert torch.equal(model.embed(torch.arange(len(table))), table)
+
+
+class _CountingWeights(dict):
+    """Weights that say which tensors were read into memory of their own."""
+
+    def __init__(self, tensors):
+        super().__init__(tensors)
+        self.read_names: list[str] = []
+
+    def read(self, name):
+        self.read_names.append(name)
+        return self[name].clone()
+
+
+def test_a_mapped_model_reads_what_it_only_copies_from_and_keeps_the_rest_mapped(tmp_path):
+    """q, k, v (concatenated into one projection) and a tensor converted to another dtype are
+    read with plain reads: their pages of the file's map would stay resident for nothing (a
+    float32 SmolLM2 held 270 MiB of them); a tensor kept as it is stays on the map."""
+    from engine.models.decoder import _WeightTaker
+
+    weights = _CountingWeights(
+        {"q": torch.randn(2, 4), "k": torch.randn(2, 4), "o": torch.randn(4, 4)}
+    )
+    weights["b"] = torch.randn(4).to(torch.bfloat16)
+    take = _WeightTaker(weights, torch.float32, torch.device("cpu"))
+    assert torch.equal(take.cat("q", "k"), torch.cat([weights["q"], weights["k"]]))
+    assert take("o") is weights["o"]  # the mapped tensor itself
+    assert torch.equal(take("b"), weights["b"].float())
+    assert weights.read_names == ["q", "k", "b"]
+
+    # CheckpointWeights.read: the same values, mapped or not.
+    save_file(dict(list(TENSORS.items())[:3]), str(tmp_path / "model.safetensors"))
+    for mapped in (True, False):
+        ckpt = CheckpointWeights(tmp_path, mapped=mapped)
+        for name in list(TENSORS)[:3]:
+            assert torch.equal(ckpt.read(name), TENSORS[name])
