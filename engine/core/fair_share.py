@@ -29,7 +29,9 @@ prompt chunks of lanes ranked above it (class, then counter), and the step that 
 computes none of those chunks and admits nothing ranked above it: that step is its time to
 first token, so it carries only its own prompt, its peers' and the running decodes. Sharing it
 with the flood's chunks, even cut to ``fair_step_tokens``, made it 5-8 ms on the tiny model
-against 1-2 ms alone. The chunks lose one step per such admission. A short request of a tenant
+against 1-2 ms alone. The chunks lose one step per such admission. The same holds for a
+flood still waiting, none of it running yet (it has just arrived): once a step admits the whole
+prompt of a tenant back from idle, it admits only other such requests after it. A short request of a tenant
 back from idle need not even wait for the step in flight to end: on a CPU it runs as a step
 of its own between two of that step's layers (engine/core/step_preemption.py).
 

@@ -42,6 +42,7 @@ from engine.core.output_tokens import append_output_tokens
 from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.core.step_preemption import back_from_idle
 from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -198,10 +199,14 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, budget: int, bar: tuple | None = None) -> int:
         now = time.monotonic()
         skipped: list[Request] = []  # for a LoRA slot, a grammar or a prefill: keep their place
+        returned = False  # admitted a returning tenant's whole prompt: its time to first token
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
             if bar is not None and out.new_requests and self.fair.rank(request) >= bar:
                 break  # a lane whose prefills this step leaves out (fair_share.py, "Admission")
+            returning = self.fair is not None and back_from_idle(self, request)
+            if returned and not returning:
+                break  # nor does it admit other lanes' prompts (fair_share.py, "Admission")
             if request.adapter is not None:
                 if not adapter_available(self, request, out):
                     continue
@@ -228,6 +233,7 @@ class Scheduler:
                 self._lora_holders.add(request.request_id)
             self.start(request, out, num_new, num_hit_tokens, now)
             budget -= num_new
+            returned = returned or (returning and num_new == request.num_tokens - num_hit_tokens)
         for request in reversed(skipped):
             self.waiting.prepend(request)
         return budget

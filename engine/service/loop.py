@@ -27,6 +27,7 @@ from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
+from engine.service.intake_order import fewest_first
 from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
@@ -101,6 +102,9 @@ class EngineService:
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
+        # Under the fair policy a batch of new requests is added fewest-per-tenant first.
+        fair = engine.config.scheduling_policy == "fair"
+        self.intake_order = fewest_first if fair else list
         if engine.enable_step_preemption(functools.partial(between_layers, self)):
             logger.info("step preemption on: returning tenants' requests run between layers")
 
@@ -197,7 +201,7 @@ class EngineService:
         self.publish(self.step())
 
     def drain_inputs(self, timeout: float = 0.0) -> None:
-        for event in self.inbox.take_all(timeout):
+        for event in self.intake_order(self.inbox.take_all(timeout)):
             match event:
                 case inputs.NewRequest():
                     self.admit(event.entry_id, event.request)

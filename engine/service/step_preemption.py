@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from engine.service.intake_order import singles_and_rest
+
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
 
@@ -20,12 +22,14 @@ def between_layers(service: EngineService) -> None:
     if service.inbox.num_requests == 0 or service.draining:
         return
     try:
-        added = [
-            event.request.request_id
-            for event in service.inbox.take_new_requests()
-            if service.admit(event.entry_id, event.request)
-        ]
+        # Tenants with one request in the batch first, and their step before the others are
+        # added: a flood's requests in the same batch cannot run inside anyway (their tenant
+        # has work under way), and adding a hundred of them took tens of milliseconds.
+        singles, rest = singles_and_rest(service.inbox.take_new_requests())
+        added = [e.request.request_id for e in singles if service.admit(e.entry_id, e.request)]
         deltas = service.engine.step_inside(added) if added else []
+        for event in rest:
+            service.admit(event.entry_id, event.request)
     except Exception:
         # The paused step goes on; a request the failed step admitted is computed again by
         # the next one (its computed-token count only advances after a step).

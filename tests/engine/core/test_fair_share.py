@@ -313,3 +313,32 @@ def test_while_interactive_requests_arrive_a_step_computes_few_batch_lines(monke
 def test_batch_step_seqs_is_checked():
     with pytest.raises(ValueError, match="batch_step_seqs must be >= 0"):
         EngineConfig(model="unused", batch_step_seqs=-1)
+
+
+def test_the_step_that_admits_a_returning_tenant_admits_no_other_lanes_waiting_prompt():
+    """A flood that has only just arrived (all of it waiting, nothing running yet) and another
+    tenant's short request in the same step: the short request's step carries its prompt
+    alone; the flood's first prompt chunks wait one step. Before, they filled the rest of its
+    budget (through the API, B's first token then waited for a 2,048-token step)."""
+    sched = fair_scheduler(max_num_seqs=8, max_num_batched_tokens=256)
+    late = request("late", num_prompt=8)  # arrived first among equal counters: it goes first
+    for _ in range(8):
+        sched.add_request(request("flood", num_prompt=200))
+    sched.add_request(late)
+    out, _ = step(sched)
+    # Its step is its own.
+    assert out.new_requests == [late] and out.total_num_scheduled_tokens == 8
+    assert late.num_output_tokens == 1
+    out, _ = step(sched)
+    assert out.total_num_scheduled_tokens == 256  # the flood takes the whole budget again
+
+
+def test_two_returning_tenants_share_their_first_step():
+    sched = fair_scheduler(max_num_seqs=8, max_num_batched_tokens=256)
+    b, c = request("b", num_prompt=8), request("c", num_prompt=8)  # earlier: first among equals
+    sched.add_request(request("flood", num_prompt=200))
+    sched.add_request(request("flood", num_prompt=200))
+    sched.add_request(b)
+    sched.add_request(c)
+    out, _ = step(sched)
+    assert set(out.new_requests) == {b, c} and out.total_num_scheduled_tokens == 16
