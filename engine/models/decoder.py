@@ -227,11 +227,15 @@ class _WeightTaker:
         if name not in self.weights:
             raise ValueError(f"checkpoint is missing weight {name!r}")
         self.used.add(name)
-        tensor = self.weights[name]  # mapped: no page read yet
-        kept_as_is = self.device.type == "cpu" and tensor.dtype == self.dtype and not copied
-        read = getattr(self.weights, "read", None)
-        if not kept_as_is and read is not None:
+        # Weights read into memory of their own already (not mapped) have no ``read`` to use.
+        mapped = getattr(self.weights, "mapped", False)
+        read = getattr(self.weights, "read", None) if mapped else None
+        if read is not None and copied:
             tensor = read(name)
+        else:
+            tensor = self.weights[name]  # mapped: a view, no page read yet
+            if read is not None and (self.device.type != "cpu" or tensor.dtype != self.dtype):
+                tensor = read(name)
         return tensor.to(device=self.device, dtype=self.dtype).contiguous()
 
     def cat(self, *names: str) -> torch.Tensor:

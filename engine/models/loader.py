@@ -49,7 +49,7 @@ class CheckpointWeights(Mapping[str, torch.Tensor]):
         files = sorted(path.glob("*.safetensors"))
         if not files:
             raise ValueError(f"{path} has no .safetensors weights")
-        self._mapped = mapped
+        self.mapped = mapped
         self._where: dict[str, tuple] = {}  # name -> (file, dtype, shape, start, end)
         self._handles: dict[str, object] = {}  # name -> safetensors handle (mapped)
         for file in files:
@@ -60,7 +60,7 @@ class CheckpointWeights(Mapping[str, torch.Tensor]):
                 self._handles.update((name, handle) for name in handle.keys())  # noqa: SIM118
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        if self._mapped:
+        if self.mapped:
             return self._handles[name].get_tensor(name)
         return self.read(name)
 
@@ -85,7 +85,7 @@ class CheckpointWeights(Mapping[str, torch.Tensor]):
         """``name`` (a 2-D table) left in its file and read a row per lookup (file_rows.py),
         when the weights are read, not mapped, and the file stores it as ``dtype`` for a
         CPU; None otherwise (mapped weights are on the file's pages already)."""
-        if self._mapped or device.type != "cpu" or name not in self._where:
+        if self.mapped or device.type != "cpu" or name not in self._where:
             return None
         file, stored, shape, start, _ = self._where[name]
         if stored != dtype or len(shape) != 2:
@@ -93,13 +93,13 @@ class CheckpointWeights(Mapping[str, torch.Tensor]):
         return FileRows(file, start, (shape[0], shape[1]), dtype)
 
     def __contains__(self, name: object) -> bool:
-        return name in (self._handles if self._mapped else self._where)
+        return name in (self._handles if self.mapped else self._where)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._handles if self._mapped else self._where)
+        return iter(self._handles if self.mapped else self._where)
 
     def __len__(self) -> int:
-        return len(self._handles if self._mapped else self._where)
+        return len(self._handles if self.mapped else self._where)
 
 
 def _read_header(file: Path, *, strict: bool = True) -> dict[str, tuple]:

@@ -143,7 +143,9 @@ def test_a_tied_lm_head_is_quantized_from_the_table_left_in_the_file(tiny_llama,
 
 
 class _CountingWeights(dict):
-    """Weights that say which tensors were read into memory of their own."""
+    """Mapped weights that say which tensors were read into memory of their own."""
+
+    mapped = True
 
     def __init__(self, tensors):
         super().__init__(tensors)
