@@ -15,11 +15,17 @@ longer for it); the FCFS policy keeps the stream order across tenants.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import TypeVar
 
 from engine.service.redis_input import NewRequest
 
 E = TypeVar("E")
+
+
+def intake_order(policy: str) -> Callable[[list[E]], list[E]]:
+    """How the loop orders a batch of events before adding them, under ``policy``."""
+    return fewest_first if policy == "fair" else list
 
 
 def fewest_first(events: list[E]) -> list[E]:

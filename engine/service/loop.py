@@ -27,7 +27,7 @@ from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
-from engine.service.intake_order import fewest_first
+from engine.service.intake_order import intake_order
 from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
@@ -102,9 +102,7 @@ class EngineService:
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
         self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
-        # Under the fair policy a batch of new requests is added fewest-per-tenant first.
-        fair = engine.config.scheduling_policy == "fair"
-        self.intake_order = fewest_first if fair else list
+        self.intake_order = intake_order(engine.config.scheduling_policy)  # fair: fewest first
         if engine.enable_step_preemption(functools.partial(between_layers, self)):
             logger.info("step preemption on: returning tenants' requests run between layers")
 
