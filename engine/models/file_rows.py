@@ -28,7 +28,7 @@ class FileRows:
         self.shape = torch.Size(shape)
         self.dtype = dtype
         self._offset = offset
-        self._row_bytes = shape[1] * torch.empty((), dtype=dtype).element_size()
+        self._row_bytes = shape[1] * dtype.itemsize
         end = offset + shape[0] * self._row_bytes
         # Opened once: the engine reads the same file (inode) however the path changes later.
         self._fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))

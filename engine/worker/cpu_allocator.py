@@ -36,7 +36,11 @@ def _glibc() -> ctypes.CDLL | None:
     except OSError:
         return None
     # musl and others have neither mallopt nor malloc_trim
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+        return None
+    libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+    return libc
 
 
 def keep_freed_memory_mapped() -> bool:
@@ -45,7 +49,6 @@ def keep_freed_memory_mapped() -> bool:
     if libc is None:
         return False
     mallopt = libc.mallopt
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     ok = mallopt(_M_MMAP_THRESHOLD, _MAX_MMAP_THRESHOLD) == 1
     # The largest int: never give the top of the heap back (trimming is what re-faults it).
     ok = mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1 and ok
@@ -68,12 +71,10 @@ def loading_allocator() -> Iterator[None]:
     """
     libc = _glibc()
     if libc is not None:
-        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
         libc.mallopt(_M_MMAP_THRESHOLD, _LOADING_MMAP_THRESHOLD)
     try:
         yield
     finally:
         if libc is not None:
-            libc.malloc_trim.argtypes = (ctypes.c_size_t,)
             libc.malloc_trim(0)
         keep_freed_memory_mapped()

@@ -61,14 +61,20 @@ def test_int8_quantizes_in_row_chunks_as_it_would_whole():
     assert torch.equal(chunked.qweight, whole) and torch.equal(chunked.scales, scales)
 
 
-def test_an_int4_model_keeps_no_float_projection_and_matches_quantizing_after(tiny_llama):
-    config = ModelConfig.from_pretrained(tiny_llama)
-    backend = get_attention_backend("cpu")
-    cpu = torch.device("cpu")
-    model = load_model(
-        config, dtype=torch.float32, device=cpu, backend=backend, quantization="int4"
+def _load_on_cpu(checkpoint, quantization=None):
+    """The checkpoint's model in float32 on the CPU, its weights ``quantization`` (or float)."""
+    return load_model(
+        ModelConfig.from_pretrained(checkpoint),
+        dtype=torch.float32,
+        device=torch.device("cpu"),
+        backend=get_attention_backend("cpu"),
+        quantization=quantization,
     )
-    floats = load_model(config, dtype=torch.float32, device=cpu, backend=backend)
+
+
+def test_an_int4_model_keeps_no_float_projection_and_matches_quantizing_after(tiny_llama):
+    model = _load_on_cpu(tiny_llama, "int4")
+    floats = _load_on_cpu(tiny_llama)
     for layer, float_layer in zip(model.layers, floats.layers, strict=True):
         for name in ("qkv", "o_proj", "gate_up", "down"):
             weight = getattr(layer, name)
@@ -105,13 +111,8 @@ def test_an_embedding_table_left_in_its_file_reads_the_rows_asked_for(tmp_path):
 
 
 def test_a_quantized_model_embeds_from_its_file_as_the_float_model_does(tiny_llama):
-    config = ModelConfig.from_pretrained(tiny_llama)
-    backend = get_attention_backend("cpu")
-    cpu = torch.device("cpu")
-    quantized = load_model(
-        config, dtype=torch.float32, device=cpu, backend=backend, quantization="int8"
-    )
-    floats = load_model(config, dtype=torch.float32, device=cpu, backend=backend)
+    quantized = _load_on_cpu(tiny_llama, "int8")
+    floats = _load_on_cpu(tiny_llama)
     ids = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
     assert not isinstance(quantized.embed_tokens, torch.Tensor)  # left in the file
     assert torch.equal(quantized.embed(ids), floats.embed(ids))
@@ -129,13 +130,7 @@ def test_a_tied_lm_head_is_quantized_from_the_table_left_in_the_file(tiny_llama,
     del tensors["lm_head.weight"]
     save_file(tensors, str(file))
     table = tensors["model.embed_tokens.weight"]
-    model = load_model(
-        ModelConfig.from_pretrained(tied),
-        dtype=torch.float32,
-        device=torch.device("cpu"),
-        backend=get_attention_backend("cpu"),
-        quantization="int4",
-    )
+    model = _load_on_cpu(tied, "int4")
     expected = quantize_int8(table)
     assert torch.equal(model.lm_head.qweight, expected.qweight)
     assert torch.equal(model.lm_head.scales, expected.scales)
