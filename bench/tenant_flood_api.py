@@ -86,49 +86,66 @@ def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
         conn.send(ttfts)
 
 
-async def flood(client, rng: random.Random, args, vocab: int) -> tuple[float, int]:
-    """A's requests at once: (seconds, prompt + output tokens)."""
+async def flood(clients: list, rng: random.Random, args, vocab: int) -> tuple[float, int]:
+    """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens)."""
     prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
     start = time.monotonic()
     responses = await asyncio.gather(
         *[
-            client.completions.create(
+            clients[i % len(clients)].completions.create(
                 model=MODEL,
-                prompt=prompt,
+                # The ids go in extra_body, which replaces this placeholder in the JSON body:
+                # the SDK's request transform walks every id of a token-id prompt in Python,
+                # about 35 ms of CPU for 1,000 ids, and A's client then used a core of the two
+                # by itself, so the bench measured its own client (2026-11-26).
+                prompt="",
                 max_tokens=args.output,
                 temperature=0.0,
-                extra_body={"ignore_eos": True},
+                extra_body={"prompt": prompt, "ignore_eos": True},
             )
-            for prompt in prompts
+            for i, prompt in enumerate(prompts)
         ]
     )
     elapsed = time.monotonic() - start
     return elapsed, sum(r.usage.prompt_tokens + r.usage.completion_tokens for r in responses)
 
 
+# A's requests go over this many SDK clients. httpx's connection pool scans all its connections
+# for every waiting request at every change, so one pool of 136 connections cost A's client
+# 3-4 s of CPU a flood (4.6 million ``is_idle`` calls) once B's requests slowed the flood a
+# little, against under 1 s alone: the bench's own client, not the platform, made "A with B"
+# look slower (2026-11-26).
+A_CLIENTS = 16
+
+
 async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, policy: str) -> dict:
     import httpx
     import openai
 
-    client = openai.AsyncOpenAI(
-        base_url=f"{base_url}/v1",
-        api_key=a_key,
-        max_retries=0,
-        timeout=600.0,
-        http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=args.flood + 8)),
-    )
+    per_client = -(-args.flood // A_CLIENTS)
+    clients = [
+        openai.AsyncOpenAI(
+            base_url=f"{base_url}/v1",
+            api_key=a_key,
+            max_retries=0,
+            timeout=600.0,
+            http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=per_client)),
+        )
+        for _ in range(A_CLIENTS)
+    ]
     rng = random.Random(0)
     tenant_b = TenantB(_tenant_b_main, base_url, b_key, vocab)
     await tenant_b.trickle(3, 0.1)  # warm-up
     result: dict = {"policy": policy, "b_idle": await tenant_b.trickle(args.idle_samples, 0.25)}
     alone, with_b, result["b_flood"] = [], [], []
     for _ in range(args.rounds):
-        alone.append(await flood(client, rng, args, vocab))
+        alone.append(await flood(clients, rng, args, vocab))
         tenant_b.start(10**6, args.interval)
-        with_b.append(await flood(client, rng, args, vocab))
+        with_b.append(await flood(clients, rng, args, vocab))
         result["b_flood"] += await tenant_b.collect()
     tenant_b.close()
-    await client.close()
+    for client in clients:
+        await client.close()
     result["a_alone"] = tuple(map(sum, zip(*alone, strict=True)))
     result["a_with_b"] = tuple(map(sum, zip(*with_b, strict=True)))
     return result

@@ -14,12 +14,23 @@ reads), the security headers, and the client's address. ``Inline`` versions of t
 run their hooks on the event loop: they compute headers and counters and touch no database,
 file or socket. Every other path (admin, portal, dashboard, docs, the management API) keeps
 ``settings.MIDDLEWARE`` through Django's own handler, and so do Django's test clients.
+
+The API handler also keeps the threads its requests' synchronous code runs on
+(``RequestThreads``). Django gives each request a context of its own whose first thread-sensitive
+call (the ``request_started`` receivers, for every request) starts a new thread, and whose end
+starts another to join it: two ``Thread.start`` calls a request, each holding the event loop until
+the new thread first runs. Under a burst on a 2-core host that is where the loop stalled (its
+lags of 40-240 ms, during which another tenant's request waited, all sat in these waits;
+2026-11-26, py-spy and a lag probe in Daphne).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.middleware.security import SecurityMiddleware
@@ -58,8 +69,50 @@ class InlinePrometheusAfterMiddleware(InlineHooks, PrometheusAfterMiddleware):
         return super().process_template_response(request, response)
 
 
+class RequestThreads:
+    """Threads lent to one request at a time, for its thread-sensitive synchronous code.
+
+    What Django's per-request context promises stays: every synchronous call of one request
+    runs on one thread, and no other request's runs there meanwhile (a request streaming for a
+    minute keeps its thread, so a slow database call holds up no one else). What changes is that
+    a thread outlives its request: it goes back to the idle list and serves the next one, so
+    a steady load starts no thread at all, and a burst starts one per request in flight beyond
+    the most seen before. Database connections follow the thread, and Django's
+    ``request_started``/``request_finished`` receivers still run on it at each end of each
+    request, closing them as ``CONN_MAX_AGE`` says (as under WSGI, where threads serve request
+    after request)."""
+
+    def __init__(self) -> None:
+        self._idle: list[ThreadPoolExecutor] = []  # only the event loop's thread touches it
+        self.started = 0
+
+    @asynccontextmanager
+    async def lend(self) -> AsyncIterator[None]:
+        if self._idle:
+            executor = self._idle.pop()
+        else:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-request")
+            self.started += 1
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                yield
+        finally:
+            self._idle.append(executor)
+
+
 class ApiASGIHandler(ASGIHandler):
-    """Django's ASGI handler with ``settings.API_MIDDLEWARE`` as its middleware."""
+    """Django's ASGI handler with ``settings.API_MIDDLEWARE`` as its middleware, whose requests
+    run their synchronous code on threads that outlive them (``RequestThreads``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads = RequestThreads()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # as Django's handler
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        async with self.threads.lend():
+            await self.handle(scope, receive, send)
 
     def load_middleware(self, is_async=False):
         # Django reads settings.MIDDLEWARE here and nowhere else per request; swapped for the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import re
+import threading
 from typing import Any
 
 from rest_framework import serializers
@@ -103,12 +104,32 @@ def _names_its_field(message: str, param: str) -> bool:
     return message.startswith("'") or f"`{param}`" in message
 
 
+_serializers = threading.local()
+
+
+def _serializer(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
+    """One instance of ``serializer_class`` per thread, reused for every body. A new instance
+    deep-copies the class's declared fields, nested serializers and all: 13% of the API
+    process's CPU while it took a burst of completions (py-spy, 2026-11-26), more than
+    validating the body itself. Validation keeps no state on the instance: our serializers
+    read neither ``initial_data`` nor a context, and ``run_validation`` (what ``is_valid``
+    runs) returns the validated data or raises."""
+    instances = getattr(_serializers, "by_class", None)
+    if instances is None:
+        instances = _serializers.by_class = {}
+    serializer = instances.get(serializer_class)
+    if serializer is None:
+        serializer = instances[serializer_class] = serializer_class()
+    return serializer
+
+
 def validate_body(serializer_class: type[serializers.Serializer], body: dict) -> dict[str, Any]:
     """The serializer's validated data; its first problem as a 400 naming the field (in the
     message too, as ``'field': problem``, unless the message names it already)."""
-    serializer = serializer_class(data=body)
-    if serializer.is_valid():
-        return serializer.validated_data
-    param, message = _first_error(serializer.errors)
+    try:
+        return _serializer(serializer_class).run_validation(body)
+    except serializers.ValidationError as exc:
+        errors = exc.detail
+    param, message = _first_error(errors)
     named = not param or _names_its_field(message, param)
     raise invalid_request(message if named else f"'{param}': {message}", param=param or None)

@@ -257,3 +257,26 @@ def test_non_json_constants_are_refused(constant):
         parse_json_body(b'{"temperature": ' + constant + b"}")
     assert caught.value.status == 400
     assert "not valid JSON" in caught.value.message
+
+
+def test_one_serializer_serves_body_after_body_without_carrying_anything_over():
+    # validate_body reuses one serializer per class and thread: each body gets its own data
+    # and its own first error, whatever came before it (a list of messages included).
+    bad = {"model": "m", "messages": [*USER, {"role": "user", "content": 5}], "n": 2}
+    good = {"model": "m", "messages": USER, "max_tokens": 3}
+    for _ in range(2):
+        assert "messages[1].content" in (_error(ChatCompletionRequestSerializer, bad).param or "")
+        data = validate_body(ChatCompletionRequestSerializer, good)
+        assert data["max_tokens"] == 3 and len(data["messages"]) == 1
+        assert "n" not in data or data["n"] == 1  # the bad body's n=2 did not stay behind
+
+
+def test_threads_validate_at_once_with_their_own_serializers():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def validate(max_tokens: int) -> int:
+        body = {"model": "m", "prompt": "x", "max_tokens": max_tokens}
+        return validate_body(CompletionRequestSerializer, body)["max_tokens"]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(validate, range(1, 201))) == list(range(1, 201))

@@ -1,0 +1,76 @@
+"""The API handler's requests run their synchronous code on threads that outlive them
+(controlplane/common/api_middleware.py): one thread per request in flight, reused by the next
+request instead of started and joined for each (two thread starts a request, each holding the
+event loop, stalled it under bursts), and Redis connections that do not read package metadata
+each time one is opened."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from importlib import metadata
+
+from asgiref.sync import sync_to_async
+
+from controlplane.common.api_middleware import RequestThreads
+
+
+def _thread() -> int:
+    return threading.get_ident()
+
+
+async def _request(threads: RequestThreads, hold: asyncio.Event | None = None) -> set[int]:
+    """A request making three thread-sensitive calls; the threads they ran on."""
+    async with threads.lend():
+        seen = {await sync_to_async(_thread)()}
+        if hold is not None:
+            await hold.wait()
+        seen.add(await sync_to_async(_thread)())
+        seen.add(await sync_to_async(_thread)())
+        return seen
+
+
+def test_requests_one_after_another_reuse_one_thread():
+    async def main():
+        threads = RequestThreads()
+        seen = [await _request(threads) for _ in range(20)]
+        return threads, seen
+
+    threads, seen = asyncio.run(main())
+    assert all(len(s) == 1 for s in seen)  # a request's calls stay on one thread
+    assert len(set.union(*seen)) == 1 and threads.started == 1
+    assert threading.get_ident() not in set.union(*seen)  # never the event loop's
+
+
+def test_requests_in_flight_together_get_a_thread_each_and_keep_them():
+    async def main():
+        threads = RequestThreads()
+        hold = asyncio.Event()
+        burst = [asyncio.create_task(_request(threads, hold)) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        hold.set()
+        first = await asyncio.gather(*burst)
+        hold.clear()
+        burst = [asyncio.create_task(_request(threads, hold)) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        hold.set()
+        second = await asyncio.gather(*burst)
+        return threads, first, second
+
+    threads, first, second = asyncio.run(main())
+    assert all(len(s) == 1 for s in first + second)
+    assert len(set.union(*first)) == 5  # no two requests in flight share a thread
+    assert set.union(*second) == set.union(*first)  # the next burst starts none
+    assert threads.started == 5
+
+
+def test_opening_redis_connections_reads_no_package_metadata(monkeypatch):
+    from controlplane.common.redis_pools import async_blocking_pool
+
+    pool = async_blocking_pool("redis://127.0.0.1:1/0", max_connections=8, timeout=1.0)
+    reads = []
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: reads.append(name) or real(name))
+    connections = [pool.make_connection() for _ in range(4)]
+    assert len(connections) == 4 and reads == []
+    assert connections[0].driver_info.lib_version == real("redis")
