@@ -82,6 +82,10 @@ class KeyCache:
         if key not in self._loading and before_load is not None:
             await before_load()
         if key not in self._loading:  # (nor started while the throttle answered)
+            # The load runs on this request's thread (controlplane/common/api_middleware.py
+            # lends it for the request only). Its first step hands the read to that thread, and
+            # runs before this request can be cancelled out of the await below, so the read
+            # never starts after the request has given its thread back.
             loading = asyncio.ensure_future(self._load(*key, now))
             self._loading[key] = loading
             loading.add_done_callback(lambda _: self._loading.pop(key, None))

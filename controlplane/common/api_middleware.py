@@ -80,10 +80,12 @@ class RequestThreads:
     the most seen before. Database connections follow the thread, and Django's
     ``request_started``/``request_finished`` receivers still run on it at each end of each
     request, closing them as ``CONN_MAX_AGE`` says (as under WSGI, where threads serve request
-    after request)."""
+    after request). At most ``max_idle`` wait between bursts; a thread returned beyond them
+    is told to end (without waiting for it: the event loop never blocks on a thread here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_idle: int = 64) -> None:
         self._idle: list[ThreadPoolExecutor] = []  # only the event loop's thread touches it
+        self.max_idle = max_idle
         self.started = 0
 
     @asynccontextmanager
@@ -97,7 +99,10 @@ class RequestThreads:
             async with ThreadSensitiveContext(executor=executor):
                 yield
         finally:
-            self._idle.append(executor)
+            if len(self._idle) < self.max_idle:
+                self._idle.append(executor)
+            else:
+                executor.shutdown(wait=False)
 
 
 class ApiASGIHandler(ASGIHandler):

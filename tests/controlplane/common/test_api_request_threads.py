@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from importlib import metadata
 
 from asgiref.sync import sync_to_async
@@ -62,6 +63,27 @@ def test_requests_in_flight_together_get_a_thread_each_and_keep_them():
     assert len(set.union(*first)) == 5  # no two requests in flight share a thread
     assert set.union(*second) == set.union(*first)  # the next burst starts none
     assert threads.started == 5
+
+
+def test_threads_beyond_the_idle_limit_end_after_a_burst():
+    async def main():
+        threads = RequestThreads(max_idle=2)
+        hold = asyncio.Event()
+        burst = [asyncio.create_task(_request(threads, hold)) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        hold.set()
+        return threads, set.union(*await asyncio.gather(*burst))
+
+    threads, used = asyncio.run(main())
+    assert threads.started == 5 and len(used) == 5 and len(threads._idle) == 2
+
+    def alive() -> int:
+        return sum(t.ident in used for t in threading.enumerate())
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and alive() > 2:
+        time.sleep(0.01)
+    assert alive() == 2  # the three beyond the limit ended; two wait for the next requests
 
 
 def test_opening_redis_connections_reads_no_package_metadata(monkeypatch):
