@@ -22,6 +22,15 @@ starts another to join it: two ``Thread.start`` calls a request, each holding th
 the new thread first runs. Under a burst on a 2-core host that is where the loop stalled (its
 lags of 40-240 ms, during which another tenant's request waited, all sat in these waits;
 2026-11-26, py-spy and a lag probe in Daphne).
+
+And an API request skips Django's ``request_started`` receivers (``reset_queries``,
+``close_old_connections``), which would cost it a hop to its thread and back before its view
+runs. Under a flood that hop waited for the event loop to come round again past every other
+request in flight: 90-230 ms of another tenant's time to first token (traced per stage,
+2026-11-26). They have nothing to do there: a new thread holds no connection, and a lent one had
+``request_finished``'s ``close_old_connections`` run on it when its last request ended, which
+closed what was obsolete and re-arms the health check for the next query. Every other sender
+(Django's own handlers, the test clients) still runs them.
 """
 
 from __future__ import annotations
@@ -30,9 +39,11 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
+from django.db import close_old_connections, reset_queries
 from django.middleware.security import SecurityMiddleware
 from django_prometheus.middleware import PrometheusAfterMiddleware, PrometheusBeforeMiddleware
 
@@ -112,6 +123,7 @@ class ApiASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
         self.threads = RequestThreads()
+        _skip_request_started_for(type(self))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":  # as Django's handler
@@ -128,6 +140,33 @@ class ApiASGIHandler(ASGIHandler):
             super().load_middleware(is_async)
         finally:
             settings.MIDDLEWARE = full
+
+
+# Django's receivers of request_started, run for every sender but the API's handlers.
+_REQUEST_STARTED = (reset_queries, close_old_connections)
+_skipped_senders: set[type] = set()
+
+
+def _run_request_started(sender, **kwargs) -> None:
+    for receiver in _REQUEST_STARTED:
+        receiver(sender=sender, **kwargs)
+
+
+async def _request_started(sender, **kwargs) -> None:
+    if sender in _skipped_senders:
+        return
+    # Where Django would have run them: on the request's thread (one hop for both).
+    await sync_to_async(_run_request_started)(sender, **kwargs)
+
+
+def _skip_request_started_for(sender: type) -> None:
+    """Replace Django's request_started receivers with one that skips ``sender`` (see the
+    module docstring). An async receiver: ``asend`` awaits it without a thread hop, which a sync
+    one always costs, and a sync ``send`` (the test clients) still runs Django's on its thread."""
+    _skipped_senders.add(sender)
+    for receiver in _REQUEST_STARTED:
+        signals.request_started.disconnect(receiver)
+    signals.request_started.connect(_request_started, dispatch_uid="api_request_started")
 
 
 class SplitByPath:

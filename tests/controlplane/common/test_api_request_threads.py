@@ -96,3 +96,23 @@ def test_opening_redis_connections_reads_no_package_metadata(monkeypatch):
     connections = [pool.make_connection() for _ in range(4)]
     assert len(connections) == 4 and reads == []
     assert connections[0].driver_info.lib_version == real("redis")
+
+
+def test_api_requests_skip_djangos_request_started_receivers_and_other_senders_keep_them():
+    # reset_queries (one of Django's two receivers) empties the query log of this thread's
+    # connections: what it left behind shows whether the receivers ran.
+    from django.core import signals
+    from django.core.handlers.asgi import ASGIHandler
+    from django.db import connection
+
+    from controlplane.common.api_middleware import ApiASGIHandler
+
+    ApiASGIHandler()  # installs the receiver
+    # No synchronous receiver for the API's sender: asend makes no thread hop for it.
+    assert signals.request_started._live_receivers(ApiASGIHandler)[0] == []
+
+    connection.queries_log.append({"sql": "marker"})
+    asyncio.run(signals.request_started.asend(sender=ApiASGIHandler, scope={}))
+    assert list(connection.queries_log) == [{"sql": "marker"}]  # skipped
+    signals.request_started.send(sender=ASGIHandler, scope={})  # e.g. the admin's handler
+    assert list(connection.queries_log) == []  # ran, on this thread
