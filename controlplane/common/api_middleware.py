@@ -39,11 +39,10 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
-from django.db import close_old_connections, reset_queries
 from django.middleware.security import SecurityMiddleware
 from django_prometheus.middleware import PrometheusAfterMiddleware, PrometheusBeforeMiddleware
 
@@ -142,31 +141,25 @@ class ApiASGIHandler(ASGIHandler):
             settings.MIDDLEWARE = full
 
 
-# Django's receivers of request_started, run for every sender but the API's handlers.
-_REQUEST_STARTED = (reset_queries, close_old_connections)
 _skipped_senders: set[type] = set()
 
 
-def _run_request_started(sender, **kwargs) -> None:
-    for receiver in _REQUEST_STARTED:
-        receiver(sender=sender, **kwargs)
-
-
-async def _request_started(sender, **kwargs) -> None:
-    if sender in _skipped_senders:
-        return
-    # Where Django would have run them: on the request's thread (one hop for both).
-    await sync_to_async(_run_request_started)(sender, **kwargs)
-
-
 def _skip_request_started_for(sender: type) -> None:
-    """Replace Django's request_started receivers with one that skips ``sender`` (see the
-    module docstring). An async receiver: ``asend`` awaits it without a thread hop, which a sync
-    one always costs, and a sync ``send`` (the test clients) still runs Django's on its thread."""
+    """``request_started.asend`` from ``sender`` returns at once (see the module docstring).
+    Only ``asend``, the ASGI handlers' way to send it, is wrapped: the receivers stay connected
+    for every other sender and for ``send`` (Django's test clients, WSGI)."""
     _skipped_senders.add(sender)
-    for receiver in _REQUEST_STARTED:
-        signals.request_started.disconnect(receiver)
-    signals.request_started.connect(_request_started, dispatch_uid="api_request_started")
+    signal = signals.request_started
+    if "asend" in vars(signal):  # wrapped already
+        return
+    send_to_receivers = signal.asend
+
+    async def asend(sender, **named):
+        if sender in _skipped_senders:
+            return []
+        return await send_to_receivers(sender, **named)
+
+    signal.asend = asend
 
 
 class SplitByPath:
