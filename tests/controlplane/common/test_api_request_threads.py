@@ -11,6 +11,7 @@ import threading
 import time
 from importlib import metadata
 
+import pytest
 from asgiref.sync import sync_to_async
 
 from controlplane.common.api_middleware import RequestThreads
@@ -98,6 +99,9 @@ def test_opening_redis_connections_reads_no_package_metadata(monkeypatch):
     assert connections[0].driver_info.lib_version == real("redis")
 
 
+# Database access allowed: the receivers that do run close this thread's connections, which
+# earlier tests in the process may have opened.
+@pytest.mark.django_db
 def test_api_requests_skip_the_request_started_receivers_and_other_senders_keep_them():
     from django.core import signals
     from django.core.handlers.asgi import ASGIHandler
