@@ -104,7 +104,12 @@ def _names_its_field(message: str, param: str) -> bool:
     return message.startswith("'") or f"`{param}`" in message
 
 
-_serializers = threading.local()
+class _PerThread(threading.local):
+    def __init__(self) -> None:
+        self.serializers: dict[type[serializers.Serializer], serializers.Serializer] = {}
+
+
+_per_thread = _PerThread()
 
 
 def _serializer(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
@@ -114,9 +119,7 @@ def _serializer(serializer_class: type[serializers.Serializer]) -> serializers.S
     validating the body itself. Validation keeps no state on the instance: our serializers
     read neither ``initial_data`` nor a context, and ``run_validation`` (what ``is_valid``
     runs) returns the validated data or raises."""
-    instances = getattr(_serializers, "by_class", None)
-    if instances is None:
-        instances = _serializers.by_class = {}
+    instances = _per_thread.serializers
     serializer = instances.get(serializer_class)
     if serializer is None:
         serializer = instances[serializer_class] = serializer_class()
