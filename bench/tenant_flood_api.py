@@ -73,12 +73,15 @@ def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
                 max_tokens=B_OUTPUT,
                 temperature=0.0,
                 stream=True,
+                # With logprobs every token makes a chunk. Without, a token whose text is part
+                # of a character (14% of the tiny random model's vocabulary) sends nothing until
+                # the next token completes it, and under A's flood that next token comes a whole
+                # engine step later: for those requests the bench timed the second token.
+                logprobs=1,
                 extra_body={"ignore_eos": True},
             )
             first = None
             for chunk in stream:
-                # The first chunk carries the first token (its text may be empty: a random
-                # model's token can be part of a character).
                 if first is None and chunk.choices:
                     first = time.monotonic() - began
             ttfts.append(first)

@@ -98,6 +98,12 @@ class KeyCache:
         self._store(prefix, record, epoch, now)
         return record
 
+    def peek(self, prefix: str) -> KeyRecord | None:
+        """The record held for ``prefix`` now, if any: no epoch check, no database read (for
+        sorting requests before they authenticate, never for letting one in)."""
+        entry = self._entries.get(prefix)
+        return entry[0] if entry is not None else None
+
     def get(self, prefix: str) -> KeyRecord | None:
         now = time.monotonic()
         if self.epoch.refresh(now):

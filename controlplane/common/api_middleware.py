@@ -46,6 +46,8 @@ from django.core.handlers.asgi import ASGIHandler
 from django.middleware.security import SecurityMiddleware
 from django_prometheus.middleware import PrometheusAfterMiddleware, PrometheusBeforeMiddleware
 
+from controlplane.common.tenant_lanes import TenantLanes, lane_of
+
 
 class InlineHooks:
     """For a ``MiddlewareMixin`` whose request and response hooks do no I/O: under ASGI they
@@ -122,13 +124,24 @@ class ApiASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
         self.threads = RequestThreads()
+        self.lanes = TenantLanes(width=settings.API_LANE_WIDTH, lease_s=settings.API_LANE_LEASE_S)
         _skip_request_started_for(type(self))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":  # as Django's handler
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        async with self.threads.lend():
-            await self.handle(scope, receive, send)
+        slot = await self.lanes.enter(lane_of(scope))
+
+        async def send_and_leave(message):
+            if message["type"] == "http.response.start":
+                slot.release()
+            await send(message)
+
+        try:
+            async with self.threads.lend():
+                await self.handle(scope, receive, send_and_leave)
+        finally:
+            slot.release()
 
     def load_middleware(self, is_async=False):
         # Django reads settings.MIDDLEWARE here and nowhere else per request; swapped for the

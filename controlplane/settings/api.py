@@ -70,3 +70,7 @@ PROMPT_MAX_CHARS_PER_TOKEN = env.int("PROMPT_MAX_CHARS_PER_TOKEN", 32)
 # Threads that render chat templates and tokenize, off the event loop: half the cores (at
 # most 4), so that the event loop keeps a core however many long prompts arrive at once.
 API_TOKENIZER_THREADS = env.int("API_TOKENIZER_THREADS", max(1, min(4, (os.cpu_count() or 2) // 2)))
+# Per-tenant lanes at the API's door (controlplane/common/tenant_lanes.py): at most this many
+# requests of one tenant do their work before the engine at once, each for at most the lease.
+API_LANE_WIDTH = env.int("API_LANE_WIDTH", 4)
+API_LANE_LEASE_S = env.float("API_LANE_LEASE_S", 0.25)

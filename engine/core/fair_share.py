@@ -31,9 +31,10 @@ first token, so it carries only its own prompt, its peers' and the running decod
 with the flood's chunks, even cut to ``fair_step_tokens``, made it 5-8 ms on the tiny model
 against 1-2 ms alone. The chunks lose one step per such admission. The same holds for a
 flood still waiting, none of it running yet (it has just arrived): once a step admits the whole
-prompt of a tenant back from idle, it admits only other such requests after it. A short request of a tenant
-back from idle need not even wait for the step in flight to end: on a CPU it runs as a step
-of its own between two of that step's layers (engine/core/step_preemption.py).
+prompt of a tenant with no other prompt work (back from idle, or only decoding), it admits only
+other such requests after it. Such a short request need not even wait for the step in flight
+to end: on a CPU it runs as a step of its own between two of that step's layers
+(engine/core/step_preemption.py).
 
 Batch beside interactive: while interactive requests keep arriving (one in the last
 ``INTERACTIVE_WINDOW_S``), a step computes at most ``batch_step_seqs`` batch-class requests;

@@ -23,8 +23,9 @@ Speculative decoding (engine/spec_decode/, docs/kernels.md): a decoding request 
 scheduled for 1 + draft tokens; its accepted drafts and one sampled token are appended (each
 checked for a stop), and the rejected drafts' KV blocks are freed.
 
-Steps inside a step (engine/core/step_preemption.py): a tenant back from idle may run its
-short request while the step in flight is paused between two layers.
+Steps inside a step (engine/core/step_preemption.py): a tenant with no other prompt work (back
+from idle, or only decoding) may run its short request while the step in flight is paused
+between two layers.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from engine.core.output_tokens import append_output_tokens
 from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from engine.core.step_preemption import back_from_idle
+from engine.core.step_preemption import no_other_prompt_work
 from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class Scheduler:
             request = self.waiting.peek()
             if bar is not None and out.new_requests and self.fair.rank(request) >= bar:
                 break  # a lane whose prefills this step leaves out (fair_share.py, "Admission")
-            returning = self.fair is not None and back_from_idle(self, request)
+            returning = self.fair is not None and no_other_prompt_work(self, request)
             if returned and not returning:
                 break  # nor does it admit other lanes' prompts (fair_share.py, "Admission")
             if request.adapter is not None:

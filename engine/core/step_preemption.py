@@ -18,11 +18,17 @@ nested step writes only its own requests' new KV blocks, and its inputs, attenti
 outputs are its own.
 
 Who may run inside (``schedule_inside``), all of:
-- its tenant is back from idle: nothing else of it waits or runs. Tenants with work under way
-  keep the plain fair order, so the weighted shares between backlogged tenants are untouched;
-- its lane (class, tenant counter) ranks above every lane of the step in flight: a tenant back
-  from idle is lifted just under the backlogged ones, so it does unless the step is of a
-  better class;
+- it is its tenant's only prompt work: nothing else of the tenant waits, and its running
+  requests only decode (a tenant streaming short requests back to back has the last one still
+  decoding when the next arrives; under a flood that decode advances one token per step of the
+  flood, so "nothing running" made every such request wait for the step in flight: 100-200 ms
+  of its time to first token through the API on the 2-core VM, 2026-11-26). Tenants with
+  prompt work under way keep the plain fair order, so the weighted shares between backlogged
+  tenants are untouched;
+- its lane (class, tenant counter) ranks above every lane whose prompt work the step in flight
+  computes (the step's decodes set no bar: a nested step holds them back by a short prompt's
+  time): a tenant back from idle is lifted just under the backlogged ones, so it does unless
+  the step is of a better class;
 - its whole uncached prompt fits ``fair_step_tokens`` (a short request; long ones would make the
   paused step wait as long as the newcomer did), without an adapter (loading one could evict a
   slot the paused step uses) or a grammar;
@@ -57,8 +63,12 @@ class InsideStep:
     def __init__(self, in_step: SchedulerOutput, fair: VirtualTokenCounter, block_size: int):
         self.fair = fair
         requests = in_step.scheduled_requests
-        # The best rank among the step's lanes: a newcomer must rank above it.
-        self.bar = min((fair.rank(r) for r in requests), default=None)
+        # The best rank among the lanes whose prompts the step computes: a newcomer must rank
+        # above it. Decodes set no bar: a nested step holds them back by a short prompt's time.
+        self.bar = min(
+            (fair.rank(r) for r in requests if in_step.num_scheduled_tokens[r.request_id] > 1),
+            default=None,
+        )
         self.written: set[int] = set()  # block ids whose KV the step in flight writes
         for r in requests:
             start = r.num_computed_tokens  # advanced only after the step
@@ -91,7 +101,7 @@ def schedule_inside(
         and sched.requests.get(r.request_id) is r  # not a sample held back by the engine
         and r.adapter is None
         and r.grammar is None
-        and back_from_idle(sched, r)
+        and no_other_prompt_work(sched, r)
     ]
     if not candidates:
         return out
@@ -104,8 +114,8 @@ def schedule_inside(
     for request in candidates:
         if len(sched.running) > config.max_num_seqs:
             break
-        if not inside.ranks_above(request) or not back_from_idle(sched, request):
-            continue  # (back from idle: a request admitted just before may be its tenant's)
+        if not inside.ranks_above(request) or not no_other_prompt_work(sched, request):
+            continue  # (a request admitted just before may be its tenant's)
         hits, num_hit_tokens = kv_cache.get_computed_blocks(request)
         num_new = request.num_tokens - num_hit_tokens
         if (
@@ -126,7 +136,10 @@ def schedule_inside(
     return out
 
 
-def back_from_idle(sched: Scheduler, request: Request) -> bool:
-    """True if the waiting ``request`` is its tenant's only unfinished one."""
+def no_other_prompt_work(sched: Scheduler, request: Request) -> bool:
+    """True if the waiting ``request`` is its tenant's only one with prompt work: nothing else of
+    the tenant waits, and its running requests only decode."""
     tenant = request.tenant
-    return sched.waiting.num_waiting(tenant) == 1 and all(r.tenant != tenant for r in sched.running)
+    return sched.waiting.num_waiting(tenant) == 1 and all(
+        r.tenant != tenant or r.num_tokens - r.num_computed_tokens <= 1 for r in sched.running
+    )

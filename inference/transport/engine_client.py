@@ -19,6 +19,7 @@ import msgspec
 import redis.asyncio as aioredis
 
 from controlplane.common.redis_pools import async_blocking_pool, async_client
+from controlplane.common.tenant_lanes import leave_lane
 from engine import protocol
 from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
 from engine.text.detokenizer import Decoder
@@ -162,6 +163,7 @@ class EngineClient:
                 await self.submit(model, [message])
             else:
                 await self.router.send(model, message, await self.capacity.routable(model))
+            leave_lane()  # from here on it waits on the engine, not on this process
             got_output = False
             while outputs.num_open:
                 try:

@@ -294,6 +294,38 @@ async def test_a_started_request_waits_out_a_pause_of_its_live_engine(client, to
     assert [r.request_id for r in engine.requests] == ["paused"]  # never re-submitted
 
 
+async def test_a_submitted_request_leaves_its_tenants_lane_before_any_output(client, tokenizer):
+    # The API's lanes (controlplane/common/tenant_lanes.py) hold a tenant's next request while
+    # one does its pre-engine work; waiting on the engine is not such work.
+    from controlplane.common.tenant_lanes import TenantLanes
+
+    await announce(client)
+    lanes = TenantLanes(width=1, lease_s=60)
+
+    def script(r):
+        done = protocol.RequestDelta(
+            request_id=r.request_id, new_token_ids=[9], finish_reason="length"
+        )
+        return [0.5, [done]]  # the engine takes its time before the first token
+
+    async def request():
+        await lanes.enter("A")
+        gen = client.generate(
+            EngineRequest.build(model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions()),
+            tokenizer,
+        )
+        return await collect(gen)
+
+    async with ScriptedEngine(client, script):
+        first = asyncio.create_task(request())
+        await asyncio.sleep(0.05)
+        nxt = asyncio.create_task(lanes.enter("A"))
+        await asyncio.wait_for(asyncio.shield(nxt), timeout=0.3)  # let in before any output
+        assert not first.done()
+        chunks = await first
+    assert [c.token_ids for c in chunks] == [[9]]
+
+
 async def test_closing_the_stream_aborts_in_engine(client, tokenizer):
     await announce(client)
     ids = tokenizer.encode("a long answer that goes on and on")

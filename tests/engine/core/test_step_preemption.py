@@ -65,3 +65,33 @@ def test_a_prompt_whose_cached_prefix_the_step_is_writing_waits():
     sched.update_from_output(in_step, fake_model(in_step))
     out = sched.schedule()  # once written, they are hits
     assert b in out.new_requests and b.num_cached_tokens == 8
+
+
+def test_a_tenant_whose_requests_only_decode_runs_its_next_short_one_inside():
+    # Tenant B streams short requests back to back: its last one is still decoding, in the
+    # step in flight, when the next arrives. That one need not wait for the flood's step.
+    sched = fair_scheduler(max_num_seqs=6, fair_step_tokens=16)
+    decoding = request("B", num_prompt=8)
+    sched.add_request(decoding)
+    first = sched.schedule()
+    sched.update_from_output(first, fake_model(first))
+    in_step = flood_step(sched)
+    assert in_step.num_scheduled_tokens[decoding.request_id] == 1  # B only decodes in it
+    b = request("B", num_prompt=8)
+    sched.add_request(b)
+    out = schedule_inside(sched, [b], in_step)
+    assert out.num_scheduled_tokens == {b.request_id: 8}
+
+
+def test_a_tenant_with_a_prompt_still_being_computed_waits_for_the_step():
+    sched = fair_scheduler(max_num_seqs=6, fair_step_tokens=16, max_num_batched_tokens=24)
+    computing = request("B", num_prompt=40)  # more than a step's budget: chunked
+    sched.add_request(computing)
+    first = sched.schedule()
+    sched.update_from_output(first, fake_model(first))
+    in_step = flood_step(sched)
+    assert computing.num_tokens - computing.num_computed_tokens > 1  # prompt work left
+    b = request("B", num_prompt=8)
+    sched.add_request(b)
+    assert schedule_inside(sched, [b], in_step).is_empty
+    assert b in sched.waiting
