@@ -70,6 +70,7 @@ class Request:
         "prompt_logprobs_delivered",
         "public_prefix",
         "request_id",
+        "rides",
         "sampling_params",
         "service_class",
         "spec",
@@ -123,6 +124,9 @@ class Request:
         self.num_delivered_tokens = 0
         self.num_resumed_tokens = 0  # delivered by an engine that died (engine/resume.py)
         self.status = RequestStatus.WAITING
+        # Admitted inside another step (engine/core/step_preemption.py): it rides in a seat
+        # beyond max_num_seqs until it finishes or is preempted.
+        self.rides = False
         self.stop_reason: int | None = None
         self.block_hashes: list[bytes] = []
         self.pending_logprobs: list[TokenLogprobs] | None = (

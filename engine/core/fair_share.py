@@ -56,6 +56,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from engine.core.step_preemption import num_riders
+
 if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.request import Request
@@ -283,7 +285,7 @@ def yield_victim(
     """When the batch is full, the running request that should yield its place to the best
     waiting request (``fairness_victim``); None otherwise, and always under the other policies
     (``vtc`` None)."""
-    if vtc is None or len(running) < config.max_num_seqs or not waiting:
+    if vtc is None or len(running) - num_riders(running) < config.max_num_seqs or not waiting:
         return None
     return vtc.fairness_victim(waiting.peek(), running)
 

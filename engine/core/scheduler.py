@@ -43,7 +43,7 @@ from engine.core.output_tokens import append_output_tokens
 from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from engine.core.step_preemption import no_other_prompt_work
+from engine.core.step_preemption import no_other_prompt_work, num_riders
 from engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -201,7 +201,8 @@ class Scheduler:
         now = time.monotonic()
         skipped: list[Request] = []  # for a LoRA slot, a grammar or a prefill: keep their place
         returned = False  # admitted a returning tenant's whole prompt: its time to first token
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        riders = num_riders(self.running)  # seats beyond max_num_seqs (step_preemption.py)
+        while self.waiting and budget > 0 and len(self.running) - riders < self.config.max_num_seqs:
             request = self.waiting.peek()
             if bar is not None and out.new_requests and self.fair.rank(request) >= bar:
                 break  # a lane whose prefills this step leaves out (fair_share.py, "Admission")
@@ -253,6 +254,7 @@ class Scheduler:
             request.timestamps.scheduled = now
         request.num_computed_tokens = num_hit_tokens
         request.status = RequestStatus.RUNNING
+        request.rides = False  # schedule_inside marks its own
         self.running.append(request)
         out.new_requests.append(request)
         out.num_scheduled_tokens[request.request_id] = num_new

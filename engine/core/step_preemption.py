@@ -35,8 +35,12 @@ Who may run inside (``schedule_inside``), all of:
 - none of its prefix-cache hits is a block the step in flight is writing (a block enters the
   cache when scheduled, before its KV exists), and no running prefill is about to compute its
   next block (prefix_dedup.py: it waits to take it from the cache);
-- the batch holds at most ``max_num_seqs`` sequences before it: it may go one over, which the
-  next steps absorb by admitting nothing until a sequence finishes.
+- fewer than ``max_riders`` requests admitted this way still run. They ride in seats beyond
+  ``max_num_seqs`` until they finish: admissions and the fair policy's "batch full" count the
+  batch without them. Counted against it, a tenant streaming short requests under a flood held
+  one or two of its eight seats at all times (each of its requests decodes one token per flood
+  step), and the flood lost a tenth of its throughput to a tenant asking for a hundredth of the
+  tokens (2026-11-26).
 
 Only on a CPU: a GPU step's kernels are queued ahead of the Python code that launches them, so
 a nested step would queue behind the step in flight anyway (it would need its own stream).
@@ -111,8 +115,9 @@ def schedule_inside(
     prefills = [r for r in sched.running if r.num_tokens - r.num_computed_tokens > 1]
     sched.in_flight.begin_step(prefills)  # schedule() starts its own map again
     now = time.monotonic()
+    riders = num_riders(sched.running)
     for request in candidates:
-        if len(sched.running) > config.max_num_seqs:
+        if riders >= max_riders(config) or len(sched.running) - riders > config.max_num_seqs:
             break
         if not inside.ranks_above(request) or not no_other_prompt_work(sched, request):
             continue  # (a request admitted just before may be its tenant's)
@@ -127,6 +132,8 @@ def schedule_inside(
             continue
         sched.waiting.remove(request)
         sched.start(request, out, num_new, num_hit_tokens, now)
+        request.rides = True
+        riders += 1
         budget -= num_new
     if out.new_requests:
         sched.num_steps_inside += 1
@@ -134,6 +141,16 @@ def schedule_inside(
     for request in out.new_requests:
         out.block_tables[request.request_id] = kv_cache.get_block_ids(request.request_id)
     return out
+
+
+def max_riders(config) -> int:
+    """How many requests admitted inside a step may run beyond ``max_num_seqs`` at once."""
+    return max(1, config.max_num_seqs // 4)
+
+
+def num_riders(running: list[Request]) -> int:
+    """The running requests that were admitted inside a step (they take no seat)."""
+    return sum(1 for r in running if r.rides)
 
 
 def no_other_prompt_work(sched: Scheduler, request: Request) -> bool:

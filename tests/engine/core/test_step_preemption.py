@@ -95,3 +95,28 @@ def test_a_tenant_with_a_prompt_still_being_computed_waits_for_the_step():
     sched.add_request(b)
     assert schedule_inside(sched, [b], in_step).is_empty
     assert b in sched.waiting
+
+
+def test_a_request_run_inside_rides_beyond_the_seats_and_takes_none_from_the_flood():
+    sched = fair_scheduler(max_num_seqs=4)
+    in_step = flood_step(sched, num=4, num_prompt=8)
+    waiting_a = request("A", num_prompt=8)
+    sched.add_request(waiting_a)
+    b = request("B", num_prompt=8, max_tokens=50)  # decodes for a long while
+    sched.add_request(b)
+    out = schedule_inside(sched, [b], in_step)
+    assert b.request_id in out.num_scheduled_tokens and b.rides
+    sched.update_from_output(out, fake_model(out))
+    sched.update_from_output(in_step, fake_model(in_step))
+    # One of A's four finishes: its seat goes to A's next request although B still runs.
+    [done] = sched.finish_requests(
+        [in_step.new_requests[0].request_id], RequestStatus.FINISHED_ABORTED
+    )
+    assert done.status != RequestStatus.RUNNING
+    nxt = sched.schedule()
+    assert waiting_a in nxt.new_requests
+    assert b in sched.running and len(sched.running) == 5
+    # At most max_num_seqs // 4 (here 1) ride at once: C's short request waits its turn.
+    c = request("C", num_prompt=8)
+    sched.add_request(c)
+    assert schedule_inside(sched, [c], nxt).is_empty
