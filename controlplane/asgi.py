@@ -12,6 +12,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from controlplane.access.lanes import lane_of  # noqa: E402
 from controlplane.common.api_middleware import ApiASGIHandler, SplitByPath  # noqa: E402
 from controlplane.common.daphne_bodies import adjust_daphne_bodies  # noqa: E402
 from controlplane.metrics.access import metrics_bearer_token  # noqa: E402
@@ -32,7 +33,10 @@ application = ProtocolTypeRouter(
     {
         # JSON API bodies over API_MAX_REQUEST_BYTES get a 413 before Django reads them; the
         # API's paths run through their own, shorter middleware (settings.API_MIDDLEWARE).
-        "http": BodySizeLimit(SplitByPath(ApiASGIHandler(), django_asgi_app, is_api_path)),
+        # Each API request first takes its tenant's lane (controlplane/common/tenant_lanes.py).
+        "http": BodySizeLimit(
+            SplitByPath(ApiASGIHandler(lane_of=lane_of), django_asgi_app, is_api_path)
+        ),
         "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )

@@ -35,7 +35,7 @@ closed what was obsolete and re-arms the health check for the next query. Every 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
@@ -46,7 +46,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.middleware.security import SecurityMiddleware
 from django_prometheus.middleware import PrometheusAfterMiddleware, PrometheusBeforeMiddleware
 
-from controlplane.common.tenant_lanes import TenantLanes, lane_of
+from controlplane.common.tenant_lanes import TenantLanes, lane_by_address
 
 
 class InlineHooks:
@@ -121,16 +121,17 @@ class ApiASGIHandler(ASGIHandler):
     """Django's ASGI handler with ``settings.API_MIDDLEWARE`` as its middleware, whose requests
     run their synchronous code on threads that outlive them (``RequestThreads``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lane_of: Callable[[dict], Hashable] = lane_by_address) -> None:
         super().__init__()
         self.threads = RequestThreads()
         self.lanes = TenantLanes(width=settings.API_LANE_WIDTH, lease_s=settings.API_LANE_LEASE_S)
+        self.lane_of = lane_of  # which lane a request's scope takes (tenant_lanes.py)
         _skip_request_started_for(type(self))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":  # as Django's handler
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        slot = await self.lanes.enter(lane_of(scope))
+        slot = await self.lanes.enter(self.lane_of(scope))
 
         async def send_and_leave(message):
             if message["type"] == "http.response.start":

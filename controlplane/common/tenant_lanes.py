@@ -20,10 +20,9 @@ the loop with at most ``width`` of A's, whatever the size of A's burst; A loses 
 the loop runs one step at a time anyway and ``width`` requests in flight keep it busy while
 some wait on Redis or the tokenizer threads.
 
-The lane is the tenant of the request's API key when this process knows the key already (the
-key cache, no database read here), else the key's prefix, else the client's address: a lane
-is only a queue, so a request put in the wrong one is at worst served in arrival order, as
-before; authentication proper happens later, in the view.
+Which lane a request takes is the caller's choice (``ApiASGIHandler``'s ``lane_of``; the
+platform's is controlplane/access/lanes.py, by the tenant of the request's key): a lane is
+only a queue, so a request put in the wrong one is at worst served in arrival order, as before.
 """
 
 from __future__ import annotations
@@ -32,9 +31,6 @@ import asyncio
 from collections import deque
 from collections.abc import Hashable
 from contextvars import ContextVar
-
-from controlplane.access.keycache import key_cache
-from controlplane.tenants.key_secrets import prefix_of
 
 _current: ContextVar[LaneSlot | None] = ContextVar("tenant_lane_slot", default=None)
 
@@ -116,24 +112,7 @@ class TenantLanes:
         return len(lane.waiting) if lane is not None else 0
 
 
-def lane_of(scope: dict) -> Hashable:
-    """The lane of an HTTP request: its key's tenant if known here, else the key's prefix, else
-    the client's address."""
-    secret = None
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            scheme, _, secret = value.decode("latin-1").strip().partition(" ")
-            if scheme.lower() != "bearer":
-                secret = None
-            break
-        if name == b"x-api-key":
-            secret = value.decode("latin-1")
-            break
-    prefix = prefix_of(secret.strip()) if secret else None
-    if prefix is not None:
-        record = key_cache.peek(prefix)
-        if record is not None:
-            return ("tenant", record.tenant_id)
-        return ("key", prefix)
+def lane_by_address(scope: dict) -> Hashable:
+    """The lane of an HTTP request by its client's address alone."""
     client = scope.get("client") or ("", 0)
     return ("address", client[0])

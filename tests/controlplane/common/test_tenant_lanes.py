@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from controlplane.common.tenant_lanes import TenantLanes, lane_of, leave_lane
+from controlplane.access.lanes import lane_of
+from controlplane.common.tenant_lanes import TenantLanes, leave_lane
 
 
 def test_a_lane_lets_width_requests_in_and_the_rest_wait_in_arrival_order():
