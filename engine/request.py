@@ -161,6 +161,12 @@ class Request:
         return self.status > RequestStatus.PREEMPTED
 
     @property
+    def has_prompt_work(self) -> bool:
+        """More than one token left to compute: a prompt chunk (or a preempted request's
+        recomputation), not a decode."""
+        return self.num_tokens - self.num_computed_tokens > 1
+
+    @property
     def is_prefill_done(self) -> bool:
         return self.num_computed_tokens >= self.num_prompt_tokens
 

@@ -139,8 +139,7 @@ class VirtualTokenCounter:
         bar = self.rank(head)
         ahead, behind = [], []
         for r in running:
-            prefilling = r.num_tokens - r.num_computed_tokens > 1
-            late = prefilling and self.rank(r) > bar
+            late = r.has_prompt_work and self.rank(r) > bar
             (behind if late else ahead).append(r)
         return ahead, behind
 
@@ -299,7 +298,7 @@ def _prompt_cap(waiting: FairQueue, running: Iterable[Request], config: EngineCo
     for request in running:
         if len(lanes) > 1:
             break
-        if request.num_tokens - request.num_computed_tokens > 1:  # a prompt chunk left
+        if request.has_prompt_work:
             lanes.add((request.service_class, request.tenant))
     return cap if len(lanes) > 1 else INF
 

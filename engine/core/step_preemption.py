@@ -112,12 +112,12 @@ def schedule_inside(
     config, kv_cache = sched.config, sched.kv_cache
     budget = config.fair_step_tokens or config.max_num_batched_tokens
     inside = InsideStep(in_step, sched.fair, sched.block_size)
-    prefills = [r for r in sched.running if r.num_tokens - r.num_computed_tokens > 1]
+    prefills = [r for r in sched.running if r.has_prompt_work]
     sched.in_flight.begin_step(prefills)  # schedule() starts its own map again
     now = time.monotonic()
     riders = num_riders(sched.running)
     for request in candidates:
-        if riders >= max_riders(config) or len(sched.running) - riders > config.max_num_seqs:
+        if riders >= max_riders(config):
             break
         if not inside.ranks_above(request) or not no_other_prompt_work(sched, request):
             continue  # (a request admitted just before may be its tenant's)
@@ -157,6 +157,6 @@ def no_other_prompt_work(sched: Scheduler, request: Request) -> bool:
     """True if the waiting ``request`` is its tenant's only one with prompt work: nothing else of
     the tenant waits, and its running requests only decode."""
     tenant = request.tenant
-    return sched.waiting.num_waiting(tenant) == 1 and all(
-        r.tenant != tenant or r.num_tokens - r.num_computed_tokens <= 1 for r in sched.running
+    return sched.waiting.num_waiting(tenant) == 1 and not any(
+        r.tenant == tenant and r.has_prompt_work for r in sched.running
     )
