@@ -78,11 +78,12 @@ class TokenTexts:
 
 
 class _SampleOutput:
-    """One sample's SampleOutputProcessor, its deltas turned into GenerationChunks."""
+    """One sample's SampleOutputProcessor, its deltas turned into GenerationChunks. It keeps
+    no reference to its request (``apply`` is given it): a request and its samples pointing at
+    each other would be a cycle, freed only by a full collection once the request is done."""
 
     def __init__(self, index: int, request: RequestOutputProcessor):
         self.index = index
-        self.request = request
         output = request.output
         self.processor = SampleOutputProcessor(
             request.tokenizer,
@@ -97,7 +98,9 @@ class _SampleOutput:
     def finished(self) -> bool:
         return self.processor.finished
 
-    def apply(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
+    def apply(
+        self, delta: protocol.RequestDelta, req: RequestOutputProcessor
+    ) -> GenerationChunk | None:
         update = self.processor.update(
             delta.new_token_ids,
             delta.logprobs,
@@ -106,7 +109,6 @@ class _SampleOutput:
         )
         if update is None:
             return None
-        req = self.request
         req.num_prompt_tokens = delta.num_prompt_tokens or req.num_prompt_tokens
         req.num_cached_tokens = max(req.num_cached_tokens, delta.num_cached_tokens)
         logprob = req.token_texts.logprob
@@ -163,4 +165,4 @@ class RequestOutputProcessor:
         return sum(not s.finished for s in self.samples)
 
     def process(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
-        return self.samples[delta.index].apply(delta)
+        return self.samples[delta.index].apply(delta, self)

@@ -47,8 +47,14 @@ class AsyncApiView(APIView):
             raise
         except Exception as exc:
             error = error_from_exception(exc)
-            await self.finish_admission(status=error.status)
-            return self.error_response(error, self.response_headers)
+            try:
+                await self.finish_admission(status=error.status)
+                return self.error_response(error, self.response_headers)
+            finally:
+                # ``error`` is often ``exc`` itself, whose traceback holds this frame: kept
+                # here, the two would be a cycle (this view, its request) that only a full
+                # collection frees, one per refused request.
+                del error
         for name, value in self.response_headers.items():
             response[name] = value
         return response

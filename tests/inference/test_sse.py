@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import httpx
 import pytest
@@ -142,11 +141,10 @@ def test_closing_the_connection_aborts_the_request(platform):
     received = b""
     while received.count(b"data: ") < 5:
         received += sock.recv(65536)
-    assert b" 200 OK" in received.split(b"\r\n", 1)[0]
-    deadline = time.monotonic() + 5
-    while platform.engine_totals()["num_running"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert platform.engine_totals()["num_running"] >= 1  # the request is generating
+    assert b" 200 OK" in received.split(b"\r\n", 1)[0]  # and it is generating
+    # Closed at once: on a fast CPU the tiny model makes the 3,600 tokens in about a second,
+    # so waiting for the engine's status to show the request running (published once per
+    # heartbeat) let it finish first (2026-11-26, a 2-core AMD EPYC).
     sock.close()
     after = platform.wait_engine_idle(timeout=20)
     generated = counter_growth(before, after, "generation_tokens_total")
