@@ -193,6 +193,12 @@ def main() -> None:
     parser.add_argument(
         "--engine-threads", type=int, help="the engine's --cpu-threads (default: one per core)"
     )
+    parser.add_argument(
+        "--gomp-spincount",
+        type=int,
+        help="GOMP_SPINCOUNT in the platform's environment: how long torch's idle threads in "
+        "the engine spin before they sleep (libgomp's default: 300,000; docs/operations.md)",
+    )
     args = parser.parse_args()
 
     from bench.peers import machine_line, record
@@ -210,8 +216,9 @@ def main() -> None:
         options = {"scheduling_policy": policy, "max_num_seqs": args.max_num_seqs}
         if args.engine_threads:
             options["cpu_threads"] = args.engine_threads
+        env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else None
         with served_platform(
-            workdir / policy, checkpoint, model_name=MODEL, engine_options=options
+            workdir / policy, checkpoint, model_name=MODEL, engine_options=options, env=env
         ) as platform:
             a_key = subprocess.run(
                 [sys.executable, "-c", FLOOD_TENANT_KEY],

@@ -190,6 +190,8 @@ class DecoderLM:
             q, k = self.rotary(positions, q, k)
             self.backend.write_kv(k, v, k_cache, v_cache, metadata)
             attn = self.backend.attend(q, k, v, k_cache, v_cache, metadata, self.scale)
+            if checkpoint is not None:  # and between a layer's attention and its MLP
+                checkpoint()
             attn = attn.reshape(num_tokens, q_size)
             x = linear(attn, layer.o_proj, layer.o_bias)
             if lora is not None:
