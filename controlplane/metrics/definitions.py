@@ -8,6 +8,7 @@ against ``exported_sample_names()``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
@@ -55,6 +56,13 @@ def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
 TOKEN_COUNT_BUCKETS = build_1_2_5_buckets(MAX_TOKEN_BUCKET_BOUND)
 
 
+@functools.cache
+def _bucket_bounds(buckets: tuple[float, ...]) -> tuple[str, ...]:
+    # Formatted once per bucket list: every request's observations read them (before, each
+    # request formatted about 140 floats on the event loop).
+    return (*(floatToGoString(b) for b in buckets), "+Inf")
+
+
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """One exported metric family.
@@ -73,7 +81,7 @@ class MetricSpec:
     @property
     def bucket_bounds(self) -> tuple[str, ...]:
         """Upper bounds as Prometheus writes them in ``le`` (``+Inf`` last)."""
-        return (*(floatToGoString(b) for b in self.buckets), "+Inf")
+        return _bucket_bounds(self.buckets)
 
     def sample_names(self) -> tuple[str, ...]:
         if self.kind == "counter":
