@@ -8,10 +8,11 @@ one, while the newcomer's own prompt takes 1-2 ms: its time to first token was m
 (issue 26: 11 ms under a flood against 4 ms idle, p99 29 ms).
 
 How: the model runner calls a hook between two layers of a step, between a layer's attention
-and its MLP, and between the prompts of one layer's attention (``AttentionMetadata.checkpoint``). The service loop's hook takes the
-new requests the Redis reader has queued (nothing else: aborts and adapter changes wait for
-the end of the step, since they may free blocks the step is writing), adds them to the engine
-and asks the scheduler for a step of its own made of those that may run now
+and its MLP, and between the prompts of one layer's attention
+(``AttentionMetadata.checkpoint``). The service loop's hook takes the new requests the Redis
+reader has queued (nothing else: aborts and adapter changes wait for the end of the step,
+since they may free blocks the step is writing), adds them to the engine and asks the
+scheduler for a step of its own made of those that may run now
 (``schedule_inside``). That step runs to its first tokens, which are published at
 once; then the paused step resumes. Nothing the paused step reads or writes changes: the
 nested step writes only its own requests' new KV blocks, and its inputs, attention state and
