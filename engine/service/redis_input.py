@@ -27,12 +27,6 @@ logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
 RETRY_AFTER_S = 0.5  # a worker's pause after a failed tick (Redis away)
-# The broadcast reader starts this far back: an abort sent while this engine started is seen.
-BROADCAST_LOOKBACK_MS = 5000
-# Requests younger than this (and than the broadcast reader's start) skip the abort-marker
-# check: the abort stream brings their aborts, which the loop remembers for RECENT_ABORT_S
-# (loop.py, 60 s), twice this.
-MARKER_CHECK_AGE_MS = 30_000
 
 
 @dataclass(slots=True)
@@ -91,16 +85,6 @@ class Inbox:
         with self._lock:
             self.num_requests -= len(new)
         return new
-
-
-def now_ms() -> int:
-    """This host's clock in the unit of a stream entry id's first part."""
-    return int(time.time() * 1000)
-
-
-def entry_ms(entry_id: str | bytes) -> int:
-    """When Redis added the entry ``entry_id`` ("<milliseconds>-<sequence>")."""
-    return int(as_str(entry_id).split("-", 1)[0])
 
 
 def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:
@@ -186,10 +170,6 @@ class RequestReader(Worker):
         """Decode entries; malformed ones are logged and acknowledged, aborted ones answered.
         Entries of the direct stream go on under their tagged ids (``direct_entry``)."""
         requests, malformed = decode_entries(entries, protocol.decode_request)
-        # Born before the horizon, a request may have been aborted before anyone read the abort
-        # stream from where this engine's broadcast reader starts: its marker says so. Younger
-        # ones need no round trip (one a read, while the step's Python holds the GIL).
-        horizon = max(self.service.broadcast.since_ms, now_ms() - MARKER_CHECK_AGE_MS)
         for entry_id, why in malformed.items():
             logger.error("malformed request entry %s acknowledged: %s", entry_id, why)
         if malformed:
@@ -201,21 +181,18 @@ class RequestReader(Worker):
                 pipe.execute()
             except redis.RedisError:  # still pending: acknowledged when this id restarts
                 logger.warning("could not acknowledge malformed entries %s", list(malformed))
-        older = [i for i, (entry_id, _) in enumerate(requests) if entry_ms(entry_id) < horizon]
         if direct:
             requests = [(direct_entry(entry_id), request) for entry_id, request in requests]
         aborted = [0] * len(requests)
-        if older:
-            try:
-                pipe = self.client.pipeline(transaction=False)
-                for i in older:
-                    pipe.exists(self.keys.aborted(requests[i][1].request_id))
-                for i, marked in zip(older, pipe.execute(), strict=True):
-                    aborted[i] = marked
-            except redis.RedisError:
-                # The entries are already ours (pending under this consumer): run them rather
-                # than lose them; an abort sent meanwhile still arrives on the abort stream.
-                logger.warning("could not check abort markers; running the requests anyway")
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for _, request in requests:
+                pipe.exists(self.keys.aborted(request.request_id))
+            aborted = pipe.execute()
+        except redis.RedisError:
+            # The entries are already ours (pending under this consumer): run them rather
+            # than lose them; an abort sent meanwhile still arrives on the abort stream.
+            logger.warning("could not check abort markers; running the requests anyway")
         for (entry_id, request), was_aborted in zip(requests, aborted, strict=True):
             if was_aborted:  # aborted before any engine picked it up: it never runs
                 self.service.inbox.put(protocol.AbortRequest(request_id=request.request_id))
@@ -230,9 +207,8 @@ class BroadcastReader(Worker):
         super().__init__("engine-broadcast-reader", self.read)
         self.client, self.inbox, keys = client, service.inbox, service.keys
         # A few seconds back: an abort sent while this engine started is not missed; the
-        # aborted markers cover anything older (RequestReader.accept checks them).
-        self.since_ms = now_ms() - BROADCAST_LOOKBACK_MS
-        start = f"{self.since_ms}-0"
+        # aborted markers cover anything older.
+        start = f"{int(time.time() * 1000) - 5000}-0"
         self.last = {keys.aborts(): start, keys.control(service.settings.model_name): start}
 
     def read(self) -> None:

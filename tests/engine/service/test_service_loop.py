@@ -115,36 +115,6 @@ def test_abort_sent_before_any_engine_read_the_request(service, redis_server):
     r.close()
 
 
-def test_a_request_aborted_before_the_engines_look_back_is_answered_from_its_marker(
-    service, redis_server
-):
-    """Aborts older than the broadcast reader's start are not on the abort stream it reads:
-    the request's abort marker answers for them. (Younger requests skip that round trip: the
-    abort stream brings their aborts, as in the test above.)"""
-    r = redis.Redis.from_url(redis_server.url)
-    keys = Keys(service.settings.prefix)
-    request = new_request("aborted-long-ago").request
-    born = service.broadcast.since_ms - 60_000  # queued a minute before the look-back
-    r.xadd(keys.requests(MODEL), {FIELD: protocol.encode(request)}, id=f"{born}-0")
-    r.set(keys.aborted("aborted-long-ago"), b"1")  # its abort, long gone from the stream
-    service.start()
-    try:
-
-        def answered():
-            service.run_once()
-            return r.xlen(keys.outputs("fe"))
-
-        wait_for(answered, 10, "the abort answer")
-        [(_, fields)] = r.xrange(keys.outputs("fe"))
-        [delta] = protocol.decode_outputs(fields[FIELD]).deltas
-        assert (delta.request_id, delta.finish_reason) == ("aborted-long-ago", "abort")
-        assert service.engine.stats().prompt_tokens_total == 0
-    finally:
-        service.stop()
-        service.shutdown()
-    r.close()
-
-
 def test_drain_hands_back_unstarted_requests_and_finishes_running_ones(service, redis_server):
     r = redis.Redis.from_url(redis_server.url)
     keys = Keys(service.settings.prefix)
