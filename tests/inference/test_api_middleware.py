@@ -6,6 +6,7 @@ the browser's full stack (sessions, CSRF, clickjacking)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import httpx
@@ -14,6 +15,19 @@ from controlplane.common.api_middleware import ApiASGIHandler, InlinePrometheusA
 from tests.inference.metrics.test_metrics_e2e import scrape_url, total
 
 VIEW_REQUESTS = "django_http_requests_total_by_view_transport_method_total"
+
+
+def api_scope(method: str, path: str) -> dict:
+    """An HTTP scope as Daphne hands it to the API handler, without a key."""
+    return {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": [],
+        "query_string": b"",
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1234),
+    }
 
 
 def test_an_api_response_has_the_security_headers_and_no_browser_ones(api_platform, auth):
@@ -56,15 +70,7 @@ def test_api_middleware_hooks_run_on_the_event_loop_thread(monkeypatch):
     sent = []
 
     async def request():
-        scope = {
-            "type": "http",
-            "method": "GET",
-            "path": "/v1/models",
-            "headers": [],
-            "query_string": b"",
-            "server": ("testserver", 80),
-            "client": ("127.0.0.1", 1234),
-        }
+        scope = api_scope("GET", "/v1/models")
         messages = [{"type": "http.request", "body": b"", "more_body": False}]
 
         async def receive():
@@ -87,18 +93,8 @@ def test_a_finished_api_request_leaves_no_reference_cycles():
     a reference cycle through the request (its task, frames, body, headers, about 75 objects)
     that only a full collection freed, and under a flood those ran for tens of milliseconds
     in which no other request moved."""
-    import gc
-
     handler = ApiASGIHandler()
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/completions",
-        "headers": [],
-        "query_string": b"",
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 1234),
-    }
+    scope = api_scope("POST", "/v1/completions")
 
     async def request():
         answered = asyncio.Event()
