@@ -140,6 +140,7 @@ class DeadEngineReaper:
         shared, direct = split_entries(started.keys())
         if shared:
             pipe.xack(self.requests, ENGINE_GROUP, *shared)
+            pipe.xdel(self.requests, *shared)
         if direct:  # deleted, so that moving its direct stream cannot run them again
             direct_stream = self.keys.direct_requests(self.model, engine_id)
             pipe.xack(direct_stream, ENGINE_GROUP, *direct)

@@ -174,10 +174,10 @@ class RequestReader(Worker):
             logger.error("malformed request entry %s acknowledged: %s", entry_id, why)
         if malformed:
             try:
+                stream = self.direct if direct else self.stream
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xack(self.direct if direct else self.stream, ENGINE_GROUP, *malformed)
-                if direct:
-                    pipe.xdel(self.direct, *malformed)
+                pipe.xack(stream, ENGINE_GROUP, *malformed)
+                pipe.xdel(stream, *malformed)  # logged above; nothing else reads it
                 pipe.execute()
             except redis.RedisError:  # still pending: acknowledged when this id restarts
                 logger.warning("could not acknowledge malformed entries %s", list(malformed))

@@ -142,11 +142,12 @@ class OutputWriter(threading.Thread):
         if job.started:
             started = {k: protocol.encode(v) for k, v in job.started.items()}
             pipe.hset(self.started, mapping=started)
-        if job.done:
+        if job.done:  # nothing reads an entry once done: deleted, or streams would only grow
             shared, direct = split_entries(job.done)
             if shared:
                 pipe.xack(self.requests, ENGINE_GROUP, *shared)
-            if direct:  # read by this engine alone: nothing keeps the entry once done
+                pipe.xdel(self.requests, *shared)
+            if direct:
                 pipe.xack(self.direct, ENGINE_GROUP, *direct)
                 pipe.xdel(self.direct, *direct)
             pipe.hdel(self.started, *job.done)

@@ -22,6 +22,12 @@ from inference.transport.cold_start import ColdStarts
 # once cost one Redis round trip, not 64.
 ADMISSION_CACHE_S = 0.25
 
+# KEYS: a stream; ARGV: an entry id, the most worth counting. How many entries follow that id
+# (counted in Redis: nothing but the number crosses the network).
+COUNT_AFTER_SCRIPT = """
+return #redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+"""
+
 
 class EngineUnavailable(Exception):
     """No live engine serves this model (the API answers 503)."""
@@ -60,6 +66,7 @@ class EngineCapacity:
         )
         self._snapshots: dict[str, tuple[float, list[EngineStatus], int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._count_after = redis.register_script(COUNT_AFTER_SCRIPT)
 
     async def live_engines(self, model: str | None = None) -> list[EngineStatus]:
         """Status records of every registered engine whose status key has not expired (read as
@@ -134,15 +141,22 @@ class EngineCapacity:
 
     async def _stream_lag(self, model: str) -> int:
         """Entries in the request stream no engine has read yet."""
+        stream = self.keys.requests(model)
         try:
-            groups = await self.redis.xinfo_groups(self.keys.requests(model))
+            groups = await self.redis.xinfo_groups(stream)
         except aioredis.ResponseError:  # no stream yet
             return 0
         for group in groups:
             name = group.get("name")
             if name in (protocol.ENGINE_GROUP, protocol.ENGINE_GROUP.encode()):
                 lag = group.get("lag")
-                return int(lag) if lag is not None else 0
+                if lag is not None:
+                    return int(lag)
+                # Redis 7.0 cannot tell the lag while the entry last delivered is deleted (an
+                # engine deletes each entry once done: a backlog behind an engine with no room
+                # reads so), and would count nothing: count what follows it, up to the limit.
+                last = group.get("last-delivered-id")
+                return await self._count_after(keys=[stream], args=[last, self.max_waiting])
         return 0
 
 

@@ -150,6 +150,26 @@ async def test_too_much_waiting_work_is_refused_fast(client, tokenizer):
     assert await client.redis.exists(client.keys.requests(MODEL)) == 0
 
 
+async def test_a_backlog_behind_a_deleted_entry_still_counts(client, tokenizer):
+    # Engines delete each entry once done. While the entry delivered last is deleted, Redis
+    # reports no lag for the group; admission counts the entries behind it instead, so the
+    # backlog of an engine with no room still refuses new requests.
+    await announce(client)
+    stream = client.keys.requests(MODEL)
+    await client.redis.xgroup_create(stream, protocol.ENGINE_GROUP, id="0", mkstream=True)
+    queued = [EngineRequest.build(model=MODEL, prompt_token_ids=[5]).message for _ in range(12)]
+    await client.submit(MODEL, queued)
+    [(_, read)] = await client.redis.xreadgroup(protocol.ENGINE_GROUP, "e1", {stream: ">"}, count=3)
+    last_read = read[-1][0]  # done first, 9 behind it: as the engine does once a request is done
+    await client.redis.xack(stream, protocol.ENGINE_GROUP, last_read)
+    await client.redis.xdel(stream, last_read)
+    [group] = await client.redis.xinfo_groups(stream)
+    assert group["lag"] is None  # what Redis cannot tell: the case this test is about
+    gen = client.generate(EngineRequest.build(model=MODEL, prompt_token_ids=[5]), tokenizer)
+    with pytest.raises(EngineOverloaded, match="requests are waiting"):
+        await gen.__anext__()
+
+
 async def test_multibyte_text_streams_intact_and_usage_counts(client, tokenizer):
     text = "naïve 日本語 🙂 fin"
     ids = tokenizer.encode(text)
