@@ -169,17 +169,20 @@ class DecoderLM:
         kv_size = self.num_kv_heads * self.head_dim
         residual = hidden
         x = None
-        checkpoint = metadata.checkpoint
+        # Where another step may run (step_preemption.py): before each layer, before and after
+        # its attention and in its MLP, so that a step slowed down by a busy machine (a flood's
+        # requests arriving took it from 8 to 170 ms) still pauses every few milliseconds.
+        pause = metadata.checkpoint or _no_pause
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
+            pause()
             if x is None:
                 x = rms_norm(hidden, layer.input_norm, self.eps)
             else:
-                if checkpoint is not None:  # another step may run here (step_preemption.py)
-                    checkpoint()
                 x, residual = add_rms_norm(x, residual, layer.input_norm, self.eps)
             qkv = linear(x, layer.qkv, layer.qkv_bias)
             if lora is not None:
                 lora(qkv, x, i, "qkv_proj")
+            pause()
             q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
             q = q.view(num_tokens, self.num_heads, self.head_dim)
             k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
@@ -190,8 +193,7 @@ class DecoderLM:
             q, k = self.rotary(positions, q, k)
             self.backend.write_kv(k, v, k_cache, v_cache, metadata)
             attn = self.backend.attend(q, k, v, k_cache, v_cache, metadata, self.scale)
-            if checkpoint is not None:  # and between a layer's attention and its MLP
-                checkpoint()
+            pause()
             attn = attn.reshape(num_tokens, q_size)
             x = linear(attn, layer.o_proj, layer.o_bias)
             if lora is not None:
@@ -201,6 +203,7 @@ class DecoderLM:
             if lora is not None:
                 lora(gate_up, x, i, "gate_up_proj")
             act = silu_and_mul(gate_up)
+            pause()
             x = linear(act, layer.down, layer.down_bias)
             if lora is not None:
                 lora(x, act, i, "down_proj")
@@ -210,6 +213,10 @@ class DecoderLM:
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> fp32 logits [n, vocab]."""
         return linear(hidden, self.lm_head).float()
+
+
+def _no_pause() -> None:
+    """No step may run inside this one."""
 
 
 class _WeightTaker:
