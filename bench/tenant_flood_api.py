@@ -10,9 +10,10 @@ on a tiny random-weight llama, Daphne), two tenants with keys of their own, and 
   tokens, 4 output tokens) every ``--interval`` s and takes its time to first token;
 - tenant A sends ``--flood`` completions of ``--prompt`` token ids at once.
 
-For each policy (``fair``, then ``fcfs``, a fresh platform each): B idle; then ``--rounds``
-rounds alternating A alone and A with B (B's TTFTs pooled over the rounds). Prints the issue's
-ratios; ``--record`` appends them to docs/benchmarks.md.
+For each policy (``fair``, then ``fcfs``, a fresh platform each; ``--fair-only`` skips
+``fcfs``): B idle; then ``--rounds`` rounds alternating A alone and A with B (B's TTFTs pooled
+over the rounds). Prints the issue's ratios and B's slowest requests under the flood;
+``--record`` appends them to docs/benchmarks.md.
 
     .venv/bin/python bench/tenant_flood_api.py
     .venv/bin/python bench/tenant_flood_api.py --rounds 5 --record
@@ -55,7 +56,8 @@ def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
 
 def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
     """Tenant B's process: per command (count, interval), streams that many requests, one per
-    interval or until ``stop``, and sends back their TTFTs."""
+    interval or until ``stop``, and sends back (when sent, TTFT) for each (``time.monotonic``,
+    the same clock in every process)."""
     import openai
 
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
@@ -84,15 +86,18 @@ def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
             for chunk in stream:
                 if first is None and chunk.choices:
                     first = time.monotonic() - began
-            ttfts.append(first)
+            ttfts.append((began, first))
             time.sleep(max(0.0, interval - (time.monotonic() - began)))
         conn.send(ttfts)
 
 
-async def flood(clients: list, rng: random.Random, args, vocab: int) -> tuple[float, int]:
-    """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens)."""
+async def flood(
+    clients: list, rng: random.Random, args, vocab: int, start: float | None = None
+) -> tuple[float, int]:
+    """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens).
+    ``start``: when it began (time.monotonic()), if the caller took it."""
     prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
-    start = time.monotonic()
+    start = start or time.monotonic()
     responses = await asyncio.gather(
         *[
             clients[i % len(clients)].completions.create(
@@ -139,13 +144,17 @@ async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, poli
     rng = random.Random(0)
     tenant_b = TenantB(_tenant_b_main, base_url, b_key, vocab)
     await tenant_b.trickle(3, 0.1)  # warm-up
-    result: dict = {"policy": policy, "b_idle": await tenant_b.trickle(args.idle_samples, 0.25)}
-    alone, with_b, result["b_flood"] = [], [], []
+    idle = await tenant_b.trickle(args.idle_samples, 0.25)
+    result: dict = {"policy": policy, "b_idle": [ttft for _, ttft in idle]}
+    alone, with_b, result["b_flood"], result["b_flood_sent"] = [], [], [], []
     for _ in range(args.rounds):
         alone.append(await flood(clients, rng, args, vocab))
+        start = time.monotonic()
         tenant_b.start(10**6, args.interval)
-        with_b.append(await flood(clients, rng, args, vocab))
-        result["b_flood"] += await tenant_b.collect()
+        with_b.append(await flood(clients, rng, args, vocab, start))
+        for sent, ttft in await tenant_b.collect():
+            result["b_flood"].append(ttft)
+            result["b_flood_sent"].append(sent - start)
     tenant_b.close()
     for client in clients:
         await client.close()
@@ -154,12 +163,12 @@ async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, poli
     return result
 
 
-def report(fair: dict, fifo: dict) -> list[str]:
+def report(fair: dict, fifo: dict | None) -> list[str]:
     def ms(seconds: float) -> str:
         return f"{seconds * 1000:.0f} ms"
 
     lines = ["| policy | measure | value |", "|---|---|---|"]
-    for r in (fair, fifo):
+    for r in (fair, fifo) if fifo else (fair,):
         for key, label in (("b_idle", "idle"), ("b_flood", "under A's flood")):
             values = r[key]
             lines.append(
@@ -177,13 +186,20 @@ def report(fair: dict, fifo: dict) -> list[str]:
         return (tokens + (B_PROMPT + B_OUTPUT) * len(r["b_flood"])) / seconds
 
     idle = statistics.median(fair["b_idle"])
-    fifo_ratio = statistics.median(fifo["b_flood"]) / statistics.median(fifo["b_idle"])
-    checks = [
-        *flood_checks(idle, fair["b_flood"], fair, total(fair) / total(fifo)),
-        (f"FIFO: B's TTFT p50 under flood / idle p50 = {fifo_ratio:.1f}", "(before)", True),
-    ]
+    checks = flood_checks(idle, fair["b_flood"], fair, total(fair) / total(fifo) if fifo else None)
+    if fifo:
+        fifo_ratio = statistics.median(fifo["b_flood"]) / statistics.median(fifo["b_idle"])
+        checks.append(
+            (f"FIFO: B's TTFT p50 under flood / idle p50 = {fifo_ratio:.1f}", "(before)", True)
+        )
     lines += ["", "| ratio | goal | holds |", "|---|---|---|"]
     lines += [f"| {text} | {goal} | {'yes' if ok else 'NO'} |" for text, goal, ok in checks]
+    slowest = sorted(zip(fair["b_flood"], fair["b_flood_sent"], strict=True))[-5:]
+    slowest_text = ", ".join(f"{ms(ttft)} (sent at {sent:.2f} s)" for ttft, sent in slowest)
+    lines += [
+        "",
+        f"fair: B's five slowest TTFTs under the flood, sent when into it: {slowest_text}",
+    ]
     return lines
 
 
@@ -199,6 +215,11 @@ def main() -> None:
         help="GOMP_SPINCOUNT in the platform's environment: how long torch's idle threads in "
         "the engine spin before they sleep (libgomp's default: 300,000; docs/operations.md)",
     )
+    parser.add_argument(
+        "--fair-only",
+        action="store_true",
+        help="run the fair policy alone (half the time; no fair/FIFO ratio)",
+    )
     args = parser.parse_args()
 
     from bench.peers import machine_line, record
@@ -212,7 +233,7 @@ def main() -> None:
     machine = machine_line()
     print(machine, flush=True)
     results = {}
-    for policy in ("fair", "fcfs"):
+    for policy in ("fair",) if args.fair_only else ("fair", "fcfs"):
         options = {"scheduling_policy": policy, "max_num_seqs": args.max_num_seqs}
         if args.engine_threads:
             options["cpu_threads"] = args.engine_threads
@@ -232,7 +253,7 @@ def main() -> None:
                 scenario(platform.base_url, platform.key, a_key, vocab, args, policy)
             )
         print(f"{policy} done", flush=True)
-    lines = report(results["fair"], results["fcfs"])
+    lines = report(results["fair"], results.get("fcfs"))
     print("\n".join(lines))
     if args.record:
         command = "python bench/tenant_flood_api.py " + " ".join(sys.argv[1:])
