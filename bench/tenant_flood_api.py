@@ -12,8 +12,10 @@ on a tiny random-weight llama, Daphne), two tenants with keys of their own, and 
 
 For each policy (``fair``, then ``fcfs``, a fresh platform each; ``--fair-only`` skips
 ``fcfs``): B idle; then ``--rounds`` rounds alternating A alone and A with B (B's TTFTs pooled
-over the rounds). Prints the issue's ratios and B's slowest requests under the flood;
-``--record`` appends them to docs/benchmarks.md.
+over the rounds). Prints the issue's ratios, B's slowest requests under the flood (with when
+each was sent into it) and the CPU A's client took per flood: it shares the platform's cores
+here, as no real client would, and ``--a-client raw`` (httpx sending bodies encoded before the
+flood, instead of the openai SDK) takes less. ``--record`` appends them to docs/benchmarks.md.
 
     .venv/bin/python bench/tenant_flood_api.py
     .venv/bin/python bench/tenant_flood_api.py --rounds 5 --record
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import subprocess
@@ -92,12 +95,15 @@ def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
 
 
 async def flood(
-    clients: list, rng: random.Random, args, vocab: int, start: float | None = None
+    clients: list, rng: random.Random, args, vocab: int, on_start=lambda: None
 ) -> tuple[float, int]:
     """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens).
-    ``start``: when it began (time.monotonic()), if the caller took it."""
+    ``on_start()`` is called as the first is sent, once the prompts are made."""
     prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
-    start = start or time.monotonic()
+    if args.a_client == "raw":
+        return await _raw_flood(clients, prompts, args, on_start)
+    start = time.monotonic()
+    on_start()
     responses = await asyncio.gather(
         *[
             clients[i % len(clients)].completions.create(
@@ -118,6 +124,28 @@ async def flood(
     return elapsed, sum(r.usage.prompt_tokens + r.usage.completion_tokens for r in responses)
 
 
+async def _raw_flood(clients: list, prompts: list, args, on_start):
+    """``flood`` with bodies encoded beforehand and sent by httpx alone (``--a-client raw``)."""
+    bodies = [
+        json.dumps(
+            {"model": MODEL, "prompt": p, "max_tokens": args.output, "temperature": 0.0,
+             "ignore_eos": True}
+        ).encode()
+        for p in prompts
+    ]  # fmt: skip
+    start = time.monotonic()
+    on_start()
+    responses = await asyncio.gather(
+        *[
+            clients[i % len(clients)].post("/v1/completions", content=b)
+            for i, b in enumerate(bodies)
+        ]
+    )
+    elapsed = time.monotonic() - start
+    usages = [r.raise_for_status().json()["usage"] for r in responses]
+    return elapsed, sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+
+
 # A's requests go over this many SDK clients. httpx's connection pool scans all its connections
 # for every waiting request at every change, so one pool of 136 connections cost A's client
 # 3-4 s of CPU a flood (4.6 million ``is_idle`` calls) once B's requests slowed the flood a
@@ -131,33 +159,46 @@ async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, poli
     import openai
 
     per_client = -(-args.flood // A_CLIENTS)
-    clients = [
-        openai.AsyncOpenAI(
-            base_url=f"{base_url}/v1",
-            api_key=a_key,
-            max_retries=0,
+    pools = [
+        httpx.AsyncClient(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {a_key}", "Content-Type": "application/json"},
             timeout=600.0,
-            http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=per_client)),
+            limits=httpx.Limits(max_connections=per_client),
         )
         for _ in range(A_CLIENTS)
     ]
+    clients = pools
+    if args.a_client == "sdk":
+        clients = [
+            openai.AsyncOpenAI(
+                base_url=f"{base_url}/v1", api_key=a_key, max_retries=0, http_client=pool
+            )
+            for pool in pools
+        ]
     rng = random.Random(0)
     tenant_b = TenantB(_tenant_b_main, base_url, b_key, vocab)
     await tenant_b.trickle(3, 0.1)  # warm-up
     idle = await tenant_b.trickle(args.idle_samples, 0.25)
     result: dict = {"policy": policy, "b_idle": [ttft for _, ttft in idle]}
     alone, with_b, result["b_flood"], result["b_flood_sent"] = [], [], [], []
+    result["a_client_cpu"] = []  # CPU seconds of this process (A's client) per flood
+    began: list[float] = []  # a flood's start (time.monotonic()), and this process's CPU then
+
+    def start_b() -> None:
+        began[:] = time.monotonic(), time.process_time()
+        tenant_b.start(10**6, args.interval)
+
     for _ in range(args.rounds):
         alone.append(await flood(clients, rng, args, vocab))
-        start = time.monotonic()
-        tenant_b.start(10**6, args.interval)
-        with_b.append(await flood(clients, rng, args, vocab, start))
+        with_b.append(await flood(clients, rng, args, vocab, start_b))
+        result["a_client_cpu"].append(time.process_time() - began[1])
         for sent, ttft in await tenant_b.collect():
             result["b_flood"].append(ttft)
-            result["b_flood_sent"].append(sent - start)
+            result["b_flood_sent"].append(sent - began[0])
     tenant_b.close()
-    for client in clients:
-        await client.close()
+    for pool in pools:
+        await pool.aclose()
     result["a_alone"] = tuple(map(sum, zip(*alone, strict=True)))
     result["a_with_b"] = tuple(map(sum, zip(*with_b, strict=True)))
     return result
@@ -199,6 +240,8 @@ def report(fair: dict, fifo: dict | None) -> list[str]:
     lines += [
         "",
         f"fair: B's five slowest TTFTs under the flood, sent when into it: {slowest_text}",
+        f"fair: A's client (the bench's process, on the same cores) used "
+        f"{ms(statistics.median(fair['a_client_cpu']))} of CPU per flood (median)",
     ]
     return lines
 
@@ -214,6 +257,13 @@ def main() -> None:
         type=int,
         help="GOMP_SPINCOUNT in the platform's environment: how long torch's idle threads in "
         "the engine spin before they sleep (libgomp's default: 300,000; docs/operations.md)",
+    )
+    parser.add_argument(
+        "--a-client",
+        choices=("sdk", "raw"),
+        default="sdk",
+        help="A's client: the openai SDK, or httpx sending bodies encoded before the flood "
+        "(a load generator that takes less of the cores the platform runs on)",
     )
     parser.add_argument(
         "--fair-only",
