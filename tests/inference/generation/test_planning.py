@@ -105,8 +105,9 @@ def test_completion_longest_prompt_decides_whether_it_fits(plan):
 
 def test_completion_prompt_of_token_ids_is_taken_as_is(plan, tokenizer):
     ids = tokenizer.encode("Hello world")
-    completion = plan("completion", prompt=ids)
-    assert completion.prompts == [("Hello world", ids)]
+    # Its text is decoded only for echo, the one thing that shows it.
+    assert plan("completion", prompt=ids).prompts == [("", ids)]
+    assert plan("completion", prompt=ids, echo=True).prompts == [("Hello world", ids)]
 
 
 def test_completion_token_id_outside_the_vocabulary_is_a_400(plan, tokenizer):
