@@ -100,12 +100,20 @@ async def flood(
     """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens).
     ``on_start()`` is called as the first is sent, once the prompts are made."""
     prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
-    if args.a_client == "raw":
-        return await _raw_flood(clients, prompts, args, on_start)
-    start = time.monotonic()
-    on_start()
-    responses = await asyncio.gather(
-        *[
+    if args.a_client == "raw":  # bodies encoded before the flood, sent by httpx alone
+        bodies = [
+            json.dumps(
+                {"model": MODEL, "prompt": p, "max_tokens": args.output, "temperature": 0.0,
+                 "ignore_eos": True}
+            ).encode()
+            for p in prompts
+        ]  # fmt: skip
+        calls = [
+            clients[i % len(clients)].post("/v1/completions", content=body)
+            for i, body in enumerate(bodies)
+        ]
+    else:
+        calls = [
             clients[i % len(clients)].completions.create(
                 model=MODEL,
                 # The ids go in extra_body, which replaces this placeholder in the JSON body:
@@ -118,32 +126,20 @@ async def flood(
                 extra_body={"prompt": prompt, "ignore_eos": True},
             )
             for i, prompt in enumerate(prompts)
-        ]
-    )
-    elapsed = time.monotonic() - start
-    return elapsed, sum(r.usage.prompt_tokens + r.usage.completion_tokens for r in responses)
-
-
-async def _raw_flood(clients: list, prompts: list, args, on_start):
-    """``flood`` with bodies encoded beforehand and sent by httpx alone (``--a-client raw``)."""
-    bodies = [
-        json.dumps(
-            {"model": MODEL, "prompt": p, "max_tokens": args.output, "temperature": 0.0,
-             "ignore_eos": True}
-        ).encode()
-        for p in prompts
-    ]  # fmt: skip
+        ]  # coroutines: nothing is sent before the gather
     start = time.monotonic()
     on_start()
-    responses = await asyncio.gather(
-        *[
-            clients[i % len(clients)].post("/v1/completions", content=b)
-            for i, b in enumerate(bodies)
-        ]
-    )
+    responses = await asyncio.gather(*calls)
     elapsed = time.monotonic() - start
-    usages = [r.raise_for_status().json()["usage"] for r in responses]
-    return elapsed, sum(u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+    return elapsed, sum(map(_tokens, responses))
+
+
+def _tokens(response) -> int:
+    """Prompt + output tokens of one of A's responses (the SDK's, or httpx's)."""
+    if hasattr(response, "usage"):
+        return response.usage.prompt_tokens + response.usage.completion_tokens
+    usage = response.raise_for_status().json()["usage"]
+    return usage["prompt_tokens"] + usage["completion_tokens"]
 
 
 # A's requests go over this many SDK clients. httpx's connection pool scans all its connections
