@@ -33,7 +33,7 @@ class AttentionMetadata:
     block_size: int
     # Filled by AttentionBackend.prepare: whatever the backend precomputes once per step.
     backend_state: dict = field(default_factory=dict)
-    # Called by the model between layers, and by a backend between long prompts, when set:
+    # Called by the model within each layer, and by a backend between long prompts, when set:
     # where another step may run while this one waits (engine/core/step_preemption.py).
     checkpoint: Callable[[], None] | None = None
 

@@ -7,9 +7,9 @@ CPU one step of a flood's prompt chunks takes 12-17 ms on the tiny model and sec
 one, while the newcomer's own prompt takes 1-2 ms: its time to first token was mostly that wait
 (issue 26: 11 ms under a flood against 4 ms idle, p99 29 ms).
 
-How: the model runner calls a hook between two layers of a step, between a layer's attention
-and its MLP, and between the prompts of one layer's attention
-(``AttentionMetadata.checkpoint``). The service loop's hook takes the new requests the Redis
+How: the model runner calls a hook four times in each layer of a step (before it, after its
+QKV projection, after its attention, inside its MLP: engine/models/decoder.py) and between the
+prompts of one layer's attention (``AttentionMetadata.checkpoint``). The service loop's hook takes the new requests the Redis
 reader has queued (nothing else: aborts and adapter changes wait for the end of the step,
 since they may free blocks the step is writing), adds them to the engine and asks the
 scheduler for a step of its own made of those that may run now
