@@ -249,6 +249,12 @@ def main() -> None:
         "--engine-threads", type=int, help="the engine's --cpu-threads (default: one per core)"
     )
     parser.add_argument(
+        "--fixed-engine-threads",
+        action="store_true",
+        help="the engine's --fixed-cpu-threads: every step on all its threads, even while the "
+        "API and the clients use the cores (default: fewer then)",
+    )
+    parser.add_argument(
         "--gomp-spincount",
         type=int,
         help="GOMP_SPINCOUNT in the platform's environment: how long torch's idle threads in "
@@ -283,6 +289,7 @@ def main() -> None:
         options = {"scheduling_policy": policy, "max_num_seqs": args.max_num_seqs}
         if args.engine_threads:
             options["cpu_threads"] = args.engine_threads
+        options["fixed_cpu_threads"] = args.fixed_engine_threads
         env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else None
         with served_platform(
             workdir / policy, checkpoint, model_name=MODEL, engine_options=options, env=env

@@ -37,6 +37,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch intra-op threads on CPU (default: torch's, one per core)",
     )
     parser.add_argument(
+        "--fixed-cpu-threads",
+        action="store_true",
+        help="run every CPU step on --cpu-threads threads, even while other processes on the "
+        "host use those cores (default: fewer then)",
+    )
+    parser.add_argument(
         "--no-speculative-decoding",
         action="store_true",
         help="turn off draft-free speculative decoding (n-gram and suffix-cache proposals)",
@@ -108,6 +114,7 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str) -> Engine
         quantization=args.quantization,
         cpu_kv_cache_bytes=None if gib is None else int(gib * 2**30),
         cpu_threads=args.cpu_threads,
+        fixed_cpu_threads=args.fixed_cpu_threads,
         enable_speculative_decoding=not args.no_speculative_decoding,
         num_speculative_tokens=args.num_speculative_tokens,
         speculative_max_num_seqs=args.speculative_max_num_seqs,

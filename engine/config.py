@@ -50,6 +50,9 @@ class EngineConfig:
     # engine/models/quantize.py).
     quantization: str | None = None
     cpu_threads: int | None = None  # torch intra-op threads on CPU; None: torch's default
+    # On CPU, every step on ``cpu_threads`` threads, even while other processes use the cores
+    # (False: fewer then; engine/worker/host_load.py).
+    fixed_cpu_threads: bool = False
     # Under the fair policy, the prompt tokens a step computes when its prompt work comes from
     # two tenants or classes (engine/core/fair_share.py, "Shared steps"); 0: no cap.
     fair_step_tokens: int = 512

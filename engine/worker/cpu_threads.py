@@ -12,6 +12,10 @@ So a step whose weight work (scheduled tokens x multiply-accumulates per token) 
 prompt stay on one thread). Back-to-back steps of a busy engine keep every thread as before,
 whatever their size, so a batch's throughput does not change. A decode of a 135M-parameter
 model is over the limit: one stream keeps both cores.
+
+Every other step runs on the threads the host's other processes leave it (HostLoad,
+engine/worker/host_load.py: one fewer on a 2-core host while the API takes in a burst), unless
+the engine was told to keep its count (``EngineConfig.fixed_cpu_threads``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
+
+from engine.worker.host_load import HostLoad
 
 if TYPE_CHECKING:
     from engine.model_config import ModelConfig
@@ -35,22 +41,30 @@ IDLE_GAP_S = 0.005
 class StepThreads:
     """Chooses the thread count of each CPU step (see the module docstring)."""
 
-    def __init__(self, macs_per_token: int, threads: int | None = None) -> None:
+    def __init__(
+        self, macs_per_token: int, threads: int | None = None, host: HostLoad | None = None
+    ) -> None:
         self.macs_per_token = max(1, macs_per_token)
         self.threads = threads or torch.get_num_threads()
+        self.host = host  # None: every step that is not small takes ``threads``
+        self._host_threads = self.threads  # what the host left the last step that asked
         self._last_end = float("-inf")  # time.monotonic() at the end of the previous step
         self._last_single = False  # whether the previous step ran on one thread
 
     @classmethod
-    def for_model(cls, config: ModelConfig, device: torch.device) -> StepThreads:
+    def for_model(
+        cls, config: ModelConfig, device: torch.device, *, share_host: bool = True
+    ) -> StepThreads:
         """From the model's shapes (a quantized model computes as many products per token as
-        its float weights); on a GPU, a rule that never applies."""
+        its float weights); on a GPU, a rule that never applies. ``share_host``: steps take
+        only the cores other processes leave (HostLoad)."""
         if device.type != "cpu":
             return cls(1, threads=1)
         hidden, head_dim = config.hidden_size, config.head_dim
         heads = 2 * config.num_attention_heads + 2 * config.num_key_value_heads
         per_layer = hidden * head_dim * heads + 3 * hidden * config.intermediate_size
-        return cls(config.num_hidden_layers * per_layer + config.vocab_size * hidden)
+        macs = config.num_hidden_layers * per_layer + config.vocab_size * hidden
+        return cls(macs, host=HostLoad.of_this_host() if share_host else None)
 
     def single(self, num_tokens: int) -> bool:
         """Whether a step of ``num_tokens`` starting now runs on one thread."""
@@ -58,14 +72,24 @@ class StepThreads:
             return False
         return self._last_single or time.monotonic() - self._last_end > IDLE_GAP_S
 
+    def count(self, num_tokens: int) -> int:
+        """Threads for a step of ``num_tokens`` starting now."""
+        if self.single(num_tokens):
+            return 1
+        if self.host is not None:
+            self._host_threads = self.host.threads(self.threads, self._host_threads)
+            return self._host_threads
+        return self.threads
+
     @contextmanager
     def for_step(self, num_tokens: int) -> Iterator[None]:
-        single = self.single(num_tokens)
-        if single:
-            torch.set_num_threads(1)
+        threads = self.count(num_tokens)
+        outer = torch.get_num_threads()  # a nested step (step preemption) gives back its own
+        if threads != outer:
+            torch.set_num_threads(threads)
         try:
             yield
         finally:
-            if single:
-                torch.set_num_threads(self.threads)
-            self._last_single, self._last_end = single, time.monotonic()
+            if threads != outer:
+                torch.set_num_threads(outer)
+            self._last_single, self._last_end = threads == 1 < self.threads, time.monotonic()

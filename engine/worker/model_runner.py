@@ -103,7 +103,10 @@ class ModelRunner:
         self.generators: dict[str, torch.Generator] = {}
         self.grammar_bitmask = GrammarBitmask(model_config.vocab_size, device)
         self.lora = lora  # None when the model cannot serve adapters
-        self.step_threads = StepThreads.for_model(model_config, device)  # small: one thread
+        # Small steps: one thread; the others: the cores the host's other processes leave.
+        self.step_threads = StepThreads.for_model(
+            model_config, device, share_host=not config.fixed_cpu_threads
+        )
         # Called between layers of a step when set (engine/core/step_preemption.py); never
         # inside the step it may run itself.
         self.preemption_hook: Callable[[], None] | None = None

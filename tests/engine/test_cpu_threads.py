@@ -19,7 +19,15 @@ def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(tiny_eng
     torch.set_num_threads(2)
     try:
         engine = LLMEngine(
-            EngineConfig(model=tiny_engine_path, device="cpu", max_model_len=512, cpu_threads=2)
+            # Fixed: the count of a large step would follow the host's other work otherwise
+            # (tests/engine/test_host_load.py), and pytest's other worker is some of it.
+            EngineConfig(
+                model=tiny_engine_path,
+                device="cpu",
+                max_model_len=512,
+                cpu_threads=2,
+                fixed_cpu_threads=True,
+            )
         )
         seen: list[tuple[int, int]] = []  # (tokens in the forward, threads while it ran)
         model = engine.runner.model
