@@ -97,6 +97,12 @@ def main() -> None:
         "lines are a class below interactive requests)",
     )
     parser.add_argument(
+        "--fixed-engine-threads",
+        action="store_true",
+        help="the engine's --fixed-cpu-threads: every step on all its threads, even while the "
+        "API and the batch worker use the cores (default: fewer then)",
+    )
+    parser.add_argument(
         "--cancel-after-measuring",
         action="store_true",
         help="cancel the batch once the loaded phase is measured instead of waiting for it",
@@ -115,7 +121,10 @@ def main() -> None:
         work,
         checkpoint,
         env={"BATCH_MAX_IN_FLIGHT": str(args.in_flight)},
-        engine_options={"scheduling_policy": args.policy},
+        engine_options={
+            "scheduling_policy": args.policy,
+            "fixed_cpu_threads": args.fixed_engine_threads,
+        },
         extra_children={"batches": celery_batch_worker_command(loglevel="WARNING")},
     ) as served:
         base_url, key = served.base_url, served.key
