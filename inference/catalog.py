@@ -20,6 +20,7 @@ adapter no live engine holds yet is refused with 503 and Retry-After (``AdapterL
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,10 +132,19 @@ async def resolve_model(
 
 
 _tokenizers: dict[str, ChatTokenizer] = {}
+# Held while a tokenizer loads. Requests that arrive together find the cache empty together:
+# the Batch API's worker starts up to 256 lines of a batch at once, and each used to load its
+# own copy (about 25 ms of CPU each, most of that worker's CPU for seconds while interactive
+# requests were being served beside it, 2026-11-26). The others now wait for the one load.
+_loading = threading.Lock()
 
 
 def _load_tokenizer(path: str) -> ChatTokenizer:
-    return ChatTokenizer(path)
+    with _loading:
+        tokenizer = _tokenizers.get(path)
+        if tokenizer is None:
+            tokenizer = _tokenizers[path] = ChatTokenizer(path)
+        return tokenizer
 
 
 async def tokenizer_for(entry: ModelEntry) -> ChatTokenizer:
@@ -142,7 +152,6 @@ async def tokenizer_for(entry: ModelEntry) -> ChatTokenizer:
     tokenizer = _tokenizers.get(entry.path)
     if tokenizer is None:
         tokenizer = await sync_to_async(_load_tokenizer, thread_sensitive=False)(entry.path)
-        _tokenizers[entry.path] = tokenizer
     return tokenizer
 
 

@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from jinja2 import Template
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
@@ -112,6 +113,15 @@ class ChatTokenizer:
         return self._tok.id_to_token(token_id)
 
     @cached_property
+    def _compiled_template(self) -> Template:
+        """The chat template, compiled once: ``from_string`` compiles on every call, 1.5 ms of
+        CPU a chat request for the tiny test model's 208-character template against 0.01 ms
+        to render it (2026-11-26), and real templates are ten times longer. A compiled
+        template renders from any thread. A template that does not compile is not cached:
+        every request gets the error."""
+        return self._template_env.from_string(self.chat_template)
+
+    @cached_property
     def _template_env(self) -> ImmutableSandboxedEnvironment:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.filters["tojson"] = lambda value, indent=None: json.dumps(
@@ -136,8 +146,7 @@ class ChatTokenizer:
                 f"chat template arguments may not set {', '.join(sorted(reserved))}"
             )
         try:
-            template = self._template_env.from_string(self.chat_template)
-            return template.render(
+            return self._compiled_template.render(
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",

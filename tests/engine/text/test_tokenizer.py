@@ -1,5 +1,6 @@
 """ChatTokenizer's guards: long texts tokenized without the GIL, template arguments that may not
-replace the renderer's own, and text that is not valid Unicode."""
+replace the renderer's own, text that is not valid Unicode, and a chat template compiled once
+that still fails every request when it does not compile."""
 
 from __future__ import annotations
 
@@ -57,3 +58,28 @@ def test_a_lone_surrogate_is_a_tokenizer_error_not_a_type_error(tokenizer):
     for text in ("hi \ud800", "x" * 5000 + "\udfff"):
         with pytest.raises(TokenizerError, match="surrogate"):
             tokenizer.encode(text)
+
+
+def test_a_template_that_does_not_compile_fails_every_request_with_the_reason(tiny_llama):
+    broken = ChatTokenizer(tiny_llama)
+    broken.chat_template = "{% for message in messages %}{{ message.content }}"  # no endfor
+    for _ in range(2):  # the failure is not cached as a template
+        with pytest.raises(TokenizerError, match="chat template failed"):
+            broken.render_chat(USER)
+
+
+def test_one_compiled_template_renders_each_threads_messages(tokenizer):
+    expected = {n: tokenizer.render_chat([{"role": "user", "content": f"n{n}"}]) for n in range(8)}
+    results: dict[int, list[str]] = {n: [] for n in expected}
+
+    def render(n: int) -> None:
+        for _ in range(50):
+            results[n].append(tokenizer.render_chat([{"role": "user", "content": f"n{n}"}]))
+
+    threads = [threading.Thread(target=render, args=(n,)) for n in expected]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(set(results[n]) == {expected[n]} for n in expected)
+    assert len(set(expected.values())) == len(expected)
