@@ -48,6 +48,10 @@ BATCH_MAX_LINES = env.int("BATCH_MAX_LINES", 50_000)
 # with the batch twice as fast as with 4 (bench/batch_interference.py, docs/benchmarks.md).
 # The sum over batch workers should stay under ENGINE_MAX_WAITING, past which requests get 503.
 BATCH_MAX_IN_FLIGHT = env.int("BATCH_MAX_IN_FLIGHT", 256)
+# The nice value a worker that runs only batches takes, itself and its autogroup
+# (inference/batches/worker_priority.py): live traffic on the same host gets the CPU first.
+# 0 leaves the worker's priority alone.
+BATCH_WORKER_NICE = env.int("BATCH_WORKER_NICE", 10)
 # The engine priority of batch lines (lower runs first; interactive requests send 0), which
 # engines started with --scheduling-policy priority honour.
 BATCH_ENGINE_PRIORITY = env.int("BATCH_ENGINE_PRIORITY", 100)

@@ -1,6 +1,6 @@
 """The Batch API end to end: the official SDK against Daphne, a real engine and real Celery
 workers. A 1,000-line batch completes with one output line per good custom_id and the bad
-lines in the error file; a batch worker killed mid-batch and started again finishes it with
+lines in the error file; the batch worker runs at a lower CPU priority than live traffic; a batch worker killed mid-batch and started again finishes it with
 every custom_id exactly once; a cancel stops a batch within seconds; another tenant sees none
 of it; the lines' usage is recorded under the batch."""
 
@@ -43,6 +43,7 @@ class BatchPlatform:
     live: object  # LivePlatform
     keys: dict[str, str]
     env: dict[str, str]
+    general_worker: object  # the worker of the platform's other tasks (and beat)
     batch_workers: list = field(default_factory=list)
 
     def start_batch_worker(self, log_name: str):
@@ -62,14 +63,35 @@ def batch_platform(live_platform):
     keys = {"a": db.create_key("Batch A"), "b": db.create_key("Batch B")}
     beat = celery_worker_command(beat_schedule=workdir / "beat-schedule", loglevel="INFO")
     log = workdir / "celery.log"
-    with running(beat, env, log, ready=lambda: _worker_ready(log), what="celery", timeout=90):
-        platform = BatchPlatform(live_platform, keys, env)
+    with running(
+        beat, env, log, ready=lambda: _worker_ready(log), what="celery", timeout=90
+    ) as general:
+        platform = BatchPlatform(live_platform, keys, env, general)
         platform.start_batch_worker("batches-1.log")
         try:
             yield platform
         finally:
             for process in platform.batch_workers:
                 stop(process)
+
+
+def _nice(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])  # field 19, counted after the name
+
+
+def test_a_batch_worker_started_as_serve_starts_it_yields_the_cpu(batch_platform):
+    """Nice 10, and its autogroup too (Linux shares the CPU between autogroups first); the
+    worker of the platform's other tasks keeps its priority."""
+    log = batch_platform.live.workdir / "batches-nice.log"
+    command = celery_batch_worker_command(loglevel="INFO")
+    ready = lambda: _worker_ready(log)  # noqa: E731
+    with running(command, batch_platform.env, log, ready=ready, what="batches", timeout=90) as w:
+        assert _nice(w.pid) == 10
+        autogroup = Path(f"/proc/{w.pid}/autogroup")  # absent where the kernel has none
+        assert not autogroup.exists() or autogroup.read_text().split()[-1] == "10"
+        assert b"yields the CPU to live traffic" in log.read_bytes()
+    assert _nice(batch_platform.general_worker.pid) == 0
 
 
 def _client(platform: BatchPlatform, tenant: str) -> openai.OpenAI:
