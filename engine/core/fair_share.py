@@ -223,9 +223,9 @@ class FairQueue:
         if not self._lanes[key]:
             del self._lanes[key]
 
-    def num_waiting(self, tenant: str) -> int:
-        """How many of ``tenant``'s requests wait, in every class."""
-        return sum(len(lane) for (_, t), lane in self._lanes.items() if t == tenant)
+    def num_waiting_in_lane(self, service_class: int, tenant: str) -> int:
+        """How many of ``tenant``'s requests of ``service_class`` wait."""
+        return len(self._lanes.get((service_class, tenant), ()))
 
     def lanes(self) -> set[tuple[int, str]]:
         """The (service class, tenant) pairs that have a request waiting."""

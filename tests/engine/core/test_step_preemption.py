@@ -3,11 +3,14 @@ with hand-made model outputs."""
 
 from __future__ import annotations
 
+from engine.core.fair_share import SERVICE_CLASSES
 from engine.core.step_preemption import schedule_inside
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from tests.engine.core.test_fair_share import fair_scheduler, request
 from tests.engine.core.test_scheduler import fake_model
+
+BATCH = SERVICE_CLASSES.index("batch")
 
 
 def flood_step(sched, num=4, num_prompt=40):
@@ -120,3 +123,22 @@ def test_a_request_run_inside_rides_beyond_the_seats_and_takes_none_from_the_flo
     c = request("C", num_prompt=8)
     sched.add_request(c)
     assert schedule_inside(sched, [c], nxt).is_empty
+
+
+def test_a_tenants_interactive_request_runs_inside_a_step_of_its_own_batch():
+    # The Batch API beside a tenant's live traffic: its batch lines' prompts are in the step in
+    # flight and more of them wait. Its interactive request is the only one of its lane.
+    sched = fair_scheduler(max_num_seqs=8, fair_step_tokens=16)  # two may ride at once
+    for _ in range(10):
+        sched.add_request(request("T", num_prompt=8, service_class=BATCH))
+    in_step = sched.schedule()
+    assert in_step.num_scheduled_tokens and sched.waiting
+    live = request("T", num_prompt=8)
+    sched.add_request(live)
+    out = schedule_inside(sched, [live], in_step)
+    assert out.num_scheduled_tokens == {live.request_id: 8}
+    # Two more of the tenant's interactive requests wait: their lane has other work now.
+    second, third = request("T", num_prompt=8), request("T", num_prompt=8)
+    sched.add_request(second)
+    sched.add_request(third)
+    assert schedule_inside(sched, [second, third], in_step).is_empty
