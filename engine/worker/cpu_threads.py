@@ -92,4 +92,5 @@ class StepThreads:
         finally:
             if threads != outer:
                 torch.set_num_threads(outer)
+            # "Single": on one thread of several, so the others are likely asleep now.
             self._last_single, self._last_end = threads == 1 < self.threads, time.monotonic()

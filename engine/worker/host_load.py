@@ -100,8 +100,12 @@ class HostLoad:
         return self._others
 
     def threads(self, wanted: int, current: int) -> int:
-        """The thread count for the next step: at most ``wanted``, starting from ``current``."""
-        others = self.others()
+        """The thread count for the next step: at most ``wanted``, starting from ``current``
+        (``wanted`` if the host's load cannot be read now: a step never fails for it)."""
+        try:
+            others = self.others()
+        except (OSError, ValueError):
+            return wanted
         if others is None:
             return wanted
         free = len(self.cpus) - others

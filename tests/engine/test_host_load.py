@@ -158,3 +158,11 @@ def test_an_engines_large_steps_under_host_load(tiny_engine_path, fixed):
         assert seen == ([2, 2] if fixed else [1, 2])
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_reading_that_fails_leaves_the_step_its_threads():
+    def unreadable() -> float:
+        raise OSError("no /proc here")
+
+    load = HostLoad(frozenset({0, 1}), busy=unreadable)
+    assert load.threads(2, 1) == 2
