@@ -10,6 +10,3 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-
-# Signal handlers the worker needs before it starts taking tasks.
-import inference.batches.worker_priority  # noqa: E402, F401
