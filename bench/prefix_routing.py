@@ -145,6 +145,7 @@ def run(
                 device="cpu",
                 dtype="float32",
                 max_num_seqs=max_num_seqs,
+                fixed_cpu_threads=args.fixed_engine_threads,
             )
         stack.wait_until(
             lambda: live_count(url, prefix) == replicas, timeout=300, what=f"{replicas} engines"
@@ -237,6 +238,12 @@ def main() -> None:
     parser.add_argument("--output", type=int, default=16, help="tokens per answer")
     parser.add_argument("--think", type=float, default=0.5, help="seconds between turns")
     parser.add_argument("--max-num-seqs", type=int, default=16)
+    parser.add_argument(
+        "--fixed-engine-threads",
+        action="store_true",
+        help="the engines' --fixed-cpu-threads: every step on all their threads, even while "
+        "the other replicas use the cores (default: fewer then)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternating shared/routed rounds (default 3)"
     )
