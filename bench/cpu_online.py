@@ -39,7 +39,13 @@ print("@@result " + json.dumps({k: v for k, v in result.items() if not isinstanc
 
 @contextmanager
 def our_platform(
-    model: Path, dtype: str, workdir: Path, logdir: Path, profile: bool, threads: int | None = None
+    model: Path,
+    dtype: str,
+    workdir: Path,
+    logdir: Path,
+    profile: bool,
+    threads: int | None = None,
+    fixed_threads: bool = False,
 ):
     """The platform serving ``model``: yields (base URL, API key, {name: pid})."""
     from bench.served_platform import served_platform
@@ -60,7 +66,7 @@ def our_platform(
         env={"ENGINE_SILENCE_TIMEOUT": "600"},
         log_dir=logdir,
         log_prefix="online-ours-",
-        engine_options={"dtype": dtype, "cpu_threads": threads},
+        engine_options={"dtype": dtype, "cpu_threads": threads, "fixed_cpu_threads": fixed_threads},
         daphne_wrapper=wrapper,
     ) as served:
         try:
@@ -152,7 +158,15 @@ def online(args) -> None:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="online-bench-")))
         servers = {
             "ours": stack.enter_context(
-                our_platform(model, "float32", tmp, logdir, args.profile, args.engine_threads)
+                our_platform(
+                    model,
+                    "float32",
+                    tmp,
+                    logdir,
+                    args.profile,
+                    args.engine_threads,
+                    args.fixed_engine_threads,
+                )
             ),
             "vllm": stack.enter_context(vllm_server(vllm_python, model, "float32", logdir)),
         }
@@ -207,7 +221,8 @@ def online(args) -> None:
         "CPU online: the platform vs vllm serve, vLLM's bench client (bench/cpu_vs_vllm.py online)",
         f".venv/bin/python bench/cpu_vs_vllm.py online --rounds {args.rounds} --num-prompts "
         f"{args.num_prompts} --input-len {args.input_len} --output-len {args.output_len}"
-        + (f" --engine-threads {args.engine_threads}" if args.engine_threads else ""),
+        + (f" --engine-threads {args.engine_threads}" if args.engine_threads else "")
+        + (" --fixed-engine-threads" if args.fixed_engine_threads else ""),
         machine,
         lines,
     )

@@ -267,6 +267,12 @@ def main() -> None:
     on.add_argument(
         "--engine-threads", type=int, help="our engine's torch threads (default: the engine's)"
     )
+    on.add_argument(
+        "--fixed-engine-threads",
+        action="store_true",
+        help="our engine's --fixed-cpu-threads: every step on all its threads, even while the "
+        "API and the client use the cores (default: fewer then)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
