@@ -5,6 +5,8 @@ them all whatever their size, and the thread count is back to the engine's after
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -14,22 +16,23 @@ from engine.sampling_params import SamplingParams
 from engine.worker.cpu_threads import IDLE_GAP_S, SMALL_STEP_MACS
 
 
-def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(tiny_engine_path):
+@contextmanager
+def engine_on_two_threads(path: str, *, fixed: bool) -> Iterator[tuple[LLMEngine, list]]:
+    """An engine whose CPU steps may take two threads, and the (tokens, threads) each of its
+    forwards ran with; torch's own count is given back afterwards."""
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         engine = LLMEngine(
-            # Fixed: the count of a large step would follow the host's other work otherwise
-            # (tests/engine/test_host_load.py), and pytest's other worker is some of it.
             EngineConfig(
-                model=tiny_engine_path,
+                model=path,
                 device="cpu",
                 max_model_len=512,
                 cpu_threads=2,
-                fixed_cpu_threads=True,
+                fixed_cpu_threads=fixed,
             )
         )
-        seen: list[tuple[int, int]] = []  # (tokens in the forward, threads while it ran)
+        seen: list[tuple[int, int]] = []
         model = engine.runner.model
         forward = model.forward
 
@@ -38,6 +41,15 @@ def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(tiny_eng
             return forward(input_ids, *args, **kwargs)
 
         model.forward = spy
+        yield engine, seen
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(tiny_engine_path):
+    # Fixed: the count of a large step would follow the host's other work otherwise
+    # (tests/engine/test_host_load.py), and pytest's other worker is some of it.
+    with engine_on_two_threads(tiny_engine_path, fixed=True) as (engine, seen):
         large = SMALL_STEP_MACS // engine.runner.step_threads.macs_per_token + 1  # fewest tokens
         params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
 
@@ -57,5 +69,3 @@ def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(tiny_eng
         # engine's steps are unchanged).
         prompt = [3 + i % 500 for i in range(large)]
         assert serve(("large", prompt)) == [(large, 2), (1, 2), (1, 2)]
-    finally:
-        torch.set_num_threads(before)

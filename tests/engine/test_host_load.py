@@ -11,11 +11,10 @@ import time
 import pytest
 import torch
 
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.worker.cpu_threads import SMALL_STEP_MACS, StepThreads
 from engine.worker.host_load import SAMPLE_S, HostLoad, busy_seconds
+from tests.engine.test_cpu_threads import engine_on_two_threads
 
 WINDOW = 2 * SAMPLE_S  # long enough for a new reading, float sums of it included
 
@@ -119,32 +118,12 @@ def test_a_nested_step_gives_back_the_outer_steps_count():
 
 @pytest.mark.parametrize("fixed", [False, True])
 def test_an_engines_large_steps_under_host_load(tiny_engine_path, fixed):
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        engine = LLMEngine(
-            EngineConfig(
-                model=tiny_engine_path,
-                device="cpu",
-                max_model_len=512,
-                cpu_threads=2,
-                fixed_cpu_threads=fixed,
-            )
-        )
+    with engine_on_two_threads(tiny_engine_path, fixed=fixed) as (engine, seen):
         step_threads = engine.runner.step_threads
         assert (step_threads.host is None) == fixed
         host = FakeHost()
         if not fixed:
             step_threads.host = host.load
-        seen: list[int] = []  # threads while each forward ran
-        model = engine.runner.model
-        forward = model.forward
-
-        def spy(*args, **kwargs):
-            seen.append(torch.get_num_threads())
-            return forward(*args, **kwargs)
-
-        model.forward = spy
         large = SMALL_STEP_MACS // step_threads.macs_per_token + 1
         params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
         host.load.others()
@@ -155,9 +134,7 @@ def test_an_engines_large_steps_under_host_load(tiny_engine_path, fixed):
             while engine.has_unfinished_requests():
                 engine.step()
                 assert torch.get_num_threads() == 2  # the engine's count between steps
-        assert seen == ([2, 2] if fixed else [1, 2])
-    finally:
-        torch.set_num_threads(before)
+        assert [threads for _, threads in seen] == ([2, 2] if fixed else [1, 2])
 
 
 def test_a_reading_that_fails_leaves_the_step_its_threads():
