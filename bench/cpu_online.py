@@ -46,6 +46,7 @@ def our_platform(
     profile: bool,
     threads: int | None = None,
     fixed_threads: bool = False,
+    nice: int | None = None,
 ):
     """The platform serving ``model``: yields (base URL, API key, {name: pid})."""
     from bench.served_platform import served_platform
@@ -66,7 +67,12 @@ def our_platform(
         env={"ENGINE_SILENCE_TIMEOUT": "600"},
         log_dir=logdir,
         log_prefix="online-ours-",
-        engine_options={"dtype": dtype, "cpu_threads": threads, "fixed_cpu_threads": fixed_threads},
+        engine_options={
+            "dtype": dtype,
+            "cpu_threads": threads,
+            "fixed_cpu_threads": fixed_threads,
+            "nice": nice,
+        },
         daphne_wrapper=wrapper,
     ) as served:
         try:
@@ -166,6 +172,7 @@ def online(args) -> None:
                     args.profile,
                     args.engine_threads,
                     args.fixed_engine_threads,
+                    args.engine_nice,
                 )
             ),
             "vllm": stack.enter_context(vllm_server(vllm_python, model, "float32", logdir)),
@@ -222,7 +229,8 @@ def online(args) -> None:
         f".venv/bin/python bench/cpu_vs_vllm.py online --rounds {args.rounds} --num-prompts "
         f"{args.num_prompts} --input-len {args.input_len} --output-len {args.output_len}"
         + (f" --engine-threads {args.engine_threads}" if args.engine_threads else "")
-        + (" --fixed-engine-threads" if args.fixed_engine_threads else ""),
+        + (" --fixed-engine-threads" if args.fixed_engine_threads else "")
+        + (f" --engine-nice {args.engine_nice}" if args.engine_nice is not None else ""),
         machine,
         lines,
     )

@@ -273,6 +273,11 @@ def main() -> None:
         help="our engine's --fixed-cpu-threads: every step on all its threads, even while the "
         "API and the client use the cores (default: fewer then)",
     )
+    on.add_argument(
+        "--engine-nice",
+        type=int,
+        help="our engine's --nice (default: 5 on a CPU, below the API; 0: the API's priority)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")

@@ -146,6 +146,7 @@ def run(
                 dtype="float32",
                 max_num_seqs=max_num_seqs,
                 fixed_cpu_threads=args.fixed_engine_threads,
+                nice=args.engine_nice,
             )
         stack.wait_until(
             lambda: live_count(url, prefix) == replicas, timeout=300, what=f"{replicas} engines"
@@ -243,6 +244,11 @@ def main() -> None:
         action="store_true",
         help="the engines' --fixed-cpu-threads: every step on all their threads, even while "
         "the other replicas use the cores (default: fewer then)",
+    )
+    parser.add_argument(
+        "--engine-nice",
+        type=int,
+        help="the engines' --nice (default: 5 on a CPU, below the client and Redis; 0: theirs)",
     )
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternating shared/routed rounds (default 3)"

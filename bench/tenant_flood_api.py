@@ -255,6 +255,11 @@ def main() -> None:
         "API and the clients use the cores (default: fewer then)",
     )
     parser.add_argument(
+        "--engine-nice",
+        type=int,
+        help="the engine's --nice (default: 5 on a CPU, below the API and Redis; 0: theirs)",
+    )
+    parser.add_argument(
         "--gomp-spincount",
         type=int,
         help="GOMP_SPINCOUNT in the platform's environment: how long torch's idle threads in "
@@ -290,6 +295,7 @@ def main() -> None:
         if args.engine_threads:
             options["cpu_threads"] = args.engine_threads
         options["fixed_cpu_threads"] = args.fixed_engine_threads
+        options["nice"] = args.engine_nice
         env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else None
         with served_platform(
             workdir / policy, checkpoint, model_name=MODEL, engine_options=options, env=env

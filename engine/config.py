@@ -168,6 +168,9 @@ class ServiceSettings:
     fair_lookahead: int = 256
     # Publish the prefix cache's block hashes, so the API routes requests here by prefix.
     prefix_routing: bool = True
+    # The engine process's nice value (engine/process_priority.py); None: CPU_ENGINE_NICE on a
+    # CPU device, where the engine shares the cores with the API and Redis, else unchanged.
+    nice: int | None = None
 
     def __post_init__(self) -> None:
         if not self.model_name or ":" in self.engine_id:
@@ -185,6 +188,8 @@ class ServiceSettings:
             raise ValueError(f"fair_lookahead must be >= 0, got {self.fair_lookahead}")
         if self.adapter_sync_interval <= 0:
             raise ValueError(f"adapter_sync_interval must be > 0, got {self.adapter_sync_interval}")
+        if self.nice is not None and not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be between 0 and 19, got {self.nice}")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model_name: str) -> ServiceSettings:

@@ -43,7 +43,8 @@ CONTROLPLANE_LAYERS = (
 CONTROLPLANE_WIRING = {"settings", "asgi", "urls", "celery", "wsgi", "__init__"}
 # What API processes may import from engine/: the Redis contract (the pooling engine's messages
 # and cache-aware routing, with the block hashes and adapter identity it hashes prompts by, are
-# part of it), torch-free text handling, and the torch-free structured-output spec check.
+# part of it), torch-free text handling, the torch-free structured-output spec check, and the
+# standard-library helper by which bulk workers (the engine, the batch worker) yield the CPU.
 ENGINE_FOR_API = (
     "engine.protocol",
     "engine.direct_routing",
@@ -52,6 +53,7 @@ ENGINE_FOR_API = (
     "engine.pooling.messages",
     "engine.text",
     "engine.structured.spec",
+    "engine.process_priority",
 )
 
 

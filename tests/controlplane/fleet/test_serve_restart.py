@@ -53,6 +53,30 @@ def _fleet_rows(db: Path) -> tuple[list[tuple], list[tuple]]:
     return nodes, replicas
 
 
+def _nice(stat: Path) -> int:
+    return int(stat.read_text().rsplit(")", 1)[1].split()[16])  # field 19, after the name
+
+
+def _priorities(marker: str) -> dict[str, list]:
+    """The nice value of every thread of the platform's engines and API servers, and the
+    engines' autogroup lines (absent where the kernel has none)."""
+    found: dict[str, list] = {"engine": [], "api": [], "autogroup": []}
+    for pid in pids_with_env(marker):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            threads = [_nice(stat) for stat in Path(f"/proc/{pid}/task").glob("*/stat")]
+        except OSError:  # ended meanwhile
+            continue
+        if b"run_engine" in command or b"engine" in command[1:3]:
+            found["engine"] += threads
+            autogroup = Path(f"/proc/{pid}/autogroup")
+            if autogroup.exists():
+                found["autogroup"].append(autogroup.read_text().split()[-1])
+        elif any(b"daphne" in part for part in command):
+            found["api"] += threads
+    return found
+
+
 def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, tiny_llama):
     var_dir = tmp_path / "var"
     unset = {"REDIS_URL", "DATABASE_URL", "DJANGO_DEBUG"}
@@ -69,6 +93,11 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
     try:
         assert f"tiny: replica 1 ready on {host}" in output
         assert _completion(port, key) in {"stop", "length"}
+        # The CPU engine yields the cores to the API and Redis (engine/process_priority.py).
+        priorities = _priorities(marker)
+        assert priorities["engine"] and set(priorities["engine"]) == {5}
+        assert set(priorities["autogroup"]) <= {"5"}
+        assert priorities["api"] and set(priorities["api"]) == {0}
     finally:
         _ctrl_c(serve)
 
