@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from engine.args import add_engine_arguments, engine_config_from_args
@@ -86,9 +87,14 @@ def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
 
 
 def yield_cpu(engine: LLMEngine, nice: int | None) -> None:
-    """Lower the engine's priority (before the service starts its threads, which inherit it)."""
+    """Lower the engine's priority (before the service starts its threads, which inherit it).
+    Only where the engine owns its process: served from another thread, it is embedded in a
+    program (a test, a notebook) whose other threads it must not slow down."""
     from engine.process_priority import lower_priority
 
+    if threading.current_thread() is not threading.main_thread():
+        logger.debug("CPU priority unchanged: the engine is not its process's main thread")
+        return
     if nice is None:
         nice = CPU_ENGINE_NICE if engine.device.type == "cpu" else 0
     changed = lower_priority(nice)

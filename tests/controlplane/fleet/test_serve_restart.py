@@ -94,10 +94,12 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
         assert f"tiny: replica 1 ready on {host}" in output
         assert _completion(port, key) in {"stop", "length"}
         # The CPU engine yields the cores to the API and Redis (engine/process_priority.py).
+        # (Relative to this process's nice value, which every child starts with.)
+        inherited = os.getpriority(os.PRIO_PROCESS, 0)
         priorities = _priorities(marker)
-        assert priorities["engine"] and set(priorities["engine"]) == {5}
+        assert priorities["engine"] and set(priorities["engine"]) == {max(5, inherited)}
         assert set(priorities["autogroup"]) <= {"5"}
-        assert priorities["api"] and set(priorities["api"]) == {0}
+        assert priorities["api"] and set(priorities["api"]) == {inherited}
     finally:
         _ctrl_c(serve)
 
