@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 INHERITED = os.getpriority(os.PRIO_PROCESS, 0)
 
 # A thread that exists before the call, one started after it, and the calling thread: their
-# nice values as the kernel reports them, and the process's autogroup line.
+# nice values as the kernel reports them, and the process's autogroup nice (None where the
+# kernel has no autogroups or the process's CPU cgroup overrides them).
 CHILD = """
 import json, os, sys, threading
 from engine.process_priority import lower_priority
@@ -33,7 +34,7 @@ def wait(ready, done, out):
 threads, tids = [], []
 for _ in range(2):
     ready, done = threading.Event(), threading.Event()
-    t = threading.Thread(target=wait, args=(ready, done, tids))
+    t = threading.Thread(target=wait, args=(ready, done, tids), daemon=True)
     threads.append((t, ready, done))
 before, _, _ = threads[0]
 before.start(); threads[0][1].wait()
@@ -47,9 +48,12 @@ report = {
     "later_thread": nice_of(tids[1]),
 }
 try:
-    report["autogroup"] = open("/proc/self/autogroup").read().split()[-1]
+    # "/autogroup-N nice K"; empty where the process sits in a CPU cgroup, whose shares then
+    # apply instead of the autogroup's.
+    fields = open("/proc/self/autogroup").read().split()
 except OSError:
-    report["autogroup"] = None
+    fields = []
+report["autogroup"] = fields[-1] if fields else None
 for _, _, done in threads:
     done.set()
 print(json.dumps(report))

@@ -59,6 +59,22 @@ def pids_with_env(marker: str) -> list[int]:
     return found
 
 
+def nice_of(stat: Path) -> int:
+    """The nice value in a ``/proc/<pid>[/task/<tid>]/stat`` file (field 19, counted after the
+    command name, which may hold spaces)."""
+    return int(stat.read_text().rsplit(")", 1)[1].split()[16])
+
+
+def autogroup_nice(pid: int) -> str | None:
+    """The nice value of a process's autogroup, or None where there is none to read: a kernel
+    without autogroups, or a process still in the boot session's group (the file is empty)."""
+    try:
+        fields = Path(f"/proc/{pid}/autogroup").read_text().split()
+    except OSError:
+        return None
+    return fields[-1] if fields else None
+
+
 def wait_for(
     condition, *, timeout: float, what: str, process=None, log: Path | None = None, poll=0.2
 ):

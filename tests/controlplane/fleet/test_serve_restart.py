@@ -21,7 +21,7 @@ import pytest
 
 from controlplane.launcher.redis_server import free_port
 from tests.support.fleet_platform import setup_database
-from tests.support.processes import pids_with_env, serve_until_up
+from tests.support.processes import autogroup_nice, nice_of, pids_with_env, serve_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +53,6 @@ def _fleet_rows(db: Path) -> tuple[list[tuple], list[tuple]]:
     return nodes, replicas
 
 
-def _nice(stat: Path) -> int:
-    return int(stat.read_text().rsplit(")", 1)[1].split()[16])  # field 19, after the name
-
-
 def _priorities(marker: str) -> dict[str, list]:
     """The nice value of every thread of the platform's engines and API servers, and the
     engines' autogroup lines (absent where the kernel has none)."""
@@ -64,14 +60,13 @@ def _priorities(marker: str) -> dict[str, list]:
     for pid in pids_with_env(marker):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            threads = [_nice(stat) for stat in Path(f"/proc/{pid}/task").glob("*/stat")]
+            threads = [nice_of(stat) for stat in Path(f"/proc/{pid}/task").glob("*/stat")]
         except OSError:  # ended meanwhile
             continue
         if b"run_engine" in command or b"engine" in command[1:3]:
             found["engine"] += threads
-            autogroup = Path(f"/proc/{pid}/autogroup")
-            if autogroup.exists():
-                found["autogroup"].append(autogroup.read_text().split()[-1])
+            if (autogroup := autogroup_nice(pid)) is not None:
+                found["autogroup"].append(autogroup)
         elif any(b"daphne" in part for part in command):
             found["api"] += threads
     return found
