@@ -71,33 +71,38 @@ return add_while_live(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
 )
 
 # Outcomes of CHOOSE_AND_ROUTE_SCRIPT (its reply's third element).
-ROUTED, NO_HOLDER, BACKLOGGED, NOT_CLEARLY_BETTER, HOLDER_GONE = 1, 2, 3, 4, 5
+ROUTED, NO_HOLDER, BACKLOGGED, NOT_CLEARLY_BETTER, HOLDER_GONE, PLACED = 1, 2, 3, 4, 5, 6
 
 # The router's rule and the add in one round trip (inference/transport/prefix_router.py says
 # the rule). KEYS: the shared stream, then for each candidate engine its prefix index, its
 # status key and its direct stream. ARGV: field, message ("" only decides: nothing is added),
-# prompt tokens, the shared stream's cost, the gain required; then for each candidate its
-# block size, load, room (requests it may still queue before it is backlogged) and which
-# hash list is its (1-based); then the hash lists, each the prompt's index members
-# concatenated (PREFIX_INDEX_BYTES each). A candidate's cached prefix is its index's leading
-# run of the list: a chained hash names its whole prefix, so the first miss ends it.
-# Reply: {candidate (1-based; 0 when none holds a block), its cached tokens, outcome}.
+# prompt tokens, the shared stream's cost, the gain required, where a prompt nobody holds is
+# placed (a candidate, 1-based; 0: the shared stream); then for each candidate its block
+# size, load, room (requests it may still queue before it is backlogged), which hash list is
+# its (1-based) and the blocks the router knows it was sent lately (its own memory, ahead of
+# the index); then the hash lists, each the prompt's index members concatenated
+# (PREFIX_INDEX_BYTES each). A candidate's cached prefix is its index's leading run of the
+# list: a chained hash names its whole prefix, so the first miss ends it.
+# Reply: {candidate (1-based; 0 when none holds a block and none is placed), its cached
+# tokens, outcome}.
 CHOOSE_AND_ROUTE_SCRIPT = (
     _ADD_WHILE_LIVE
     + f"""
 local member = {PREFIX_INDEX_BYTES}
 local n = (#KEYS - 1) / 3
 local prompt, shared_cost, gain = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local place = tonumber(ARGV[6])
 local best, best_cost, best_cached = 0, 0, 0
 for c = 1, n do
-  local at = 5 + (c - 1) * 4
-  local hashes = ARGV[5 + n * 4 + tonumber(ARGV[at + 4])]
+  local at = 6 + (c - 1) * 5
+  local hashes = ARGV[6 + n * 5 + tonumber(ARGV[at + 4])]
   local blocks = 0
   for b = 0, #hashes / member - 1 do
     local hash = string.sub(hashes, b * member + 1, (b + 1) * member)
     if redis.call('SISMEMBER', KEYS[1 + (c - 1) * 3 + 1], hash) == 0 then break end
     blocks = b + 1
   end
+  blocks = math.max(blocks, tonumber(ARGV[at + 5]))
   if blocks > 0 then
     local cached = blocks * tonumber(ARGV[at + 1])
     local cost = (prompt - cached) * tonumber(ARGV[at + 2])
@@ -107,14 +112,20 @@ end
 local outcome = {ROUTED}
 if best == 0 then
   outcome = {NO_HOLDER}
-elseif tonumber(ARGV[5 + (best - 1) * 4 + 3]) <= 0 then
+elseif tonumber(ARGV[6 + (best - 1) * 5 + 3]) <= 0 then
   outcome = {BACKLOGGED}
 elseif best_cost > gain * shared_cost then
   outcome = {NOT_CLEARLY_BETTER}
 end
+local target = 0
+if outcome == {ROUTED} then
+  target = best
+elseif outcome == {NO_HOLDER} and place > 0 then
+  target, best, outcome = place, place, {PLACED}
+end
 if ARGV[2] ~= '' then
-  if outcome == {ROUTED} then
-    local k = 1 + (best - 1) * 3
+  if target > 0 then
+    local k = 1 + (target - 1) * 3
     if add_while_live(KEYS[k + 2], KEYS[k + 3], KEYS[1], ARGV[1], ARGV[2]) == 0 then
       outcome = {HOLDER_GONE}
     end

@@ -15,7 +15,14 @@ record). The shared stream's expected cost is that of the least loaded replica, 
 nothing. The request goes to the cheapest replica when it holds at least one block, costs at
 most ROUTE_GAIN of the shared stream's, and is not backlogged (fewer waiting than its batch);
 otherwise to the shared stream. A request with a LoRA adapter only counts replicas that have
-loaded it.
+loaded it. A replica holds what its index says and what this router sent it in the last few
+seconds, which its index may not show yet (inference/transport/route_memory.py).
+
+A prompt no replica holds starts a conversation whose later turns will follow it: it is placed
+on the replica with the least recent demand among those with room and at most one request
+busier than the least busy (so never where the shared stream would serve it later), and goes
+to the shared stream only when none has room. Work stealing alone would scatter new
+conversations at random, leaving one replica twice another's load for as long as they last.
 
 The lookup, the rule and the add run in one Lua script (engine/direct_routing.py,
 CHOOSE_AND_ROUTE_SCRIPT): one round trip per request, the prompt's hashes sent once as one
@@ -40,11 +47,14 @@ from engine.direct_routing import (
     HOLDER_GONE,
     NO_HOLDER,
     NOT_CLEARLY_BETTER,
+    PLACED,
+    PREFIX_INDEX_BYTES,
     ROUTE_SCRIPT,
     ROUTED,
     index_member,
 )
 from engine.protocol import FIELD, EngineStatus, Keys
+from inference.transport.route_memory import RouteMemory
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +82,7 @@ class PrefixRouter:
         # (engine id -> (status updated_at, count)): a burst must not all pile onto one
         # replica whose load the router would only learn a second later.
         self._routed: dict[str, tuple[float, int]] = {}
+        self.memory = RouteMemory()
 
     async def send(
         self, model: str, message: protocol.GenerateRequest, engines: list[EngineStatus]
@@ -138,6 +149,14 @@ class PrefixRouter:
             return await self._to_shared(model, payload, SHORT_PROMPT)
         routed = {s.engine_id: self._routed_since(s) for s in engines}
         load = {s.engine_id: _load(s, routed[s.engine_id]) for s in engines}
+        room = {
+            s.engine_id: max(1, s.max_num_seqs) - s.num_waiting - routed[s.engine_id]
+            for s in candidates
+        }
+        sent = {
+            key: self.memory.recently_sent(members, PREFIX_INDEX_BYTES)
+            for key, members in hash_lists.items()
+        }
         list_number = {key: i for i, key in enumerate(hash_lists, start=1)}
         keys, per_candidate = [self.keys.requests(model)], []
         for s in candidates:
@@ -146,25 +165,46 @@ class PrefixRouter:
                 self.keys.status(s.model, s.engine_id),
                 self.keys.direct_requests(s.model, s.engine_id),
             ]
-            room = max(1, s.max_num_seqs) - s.num_waiting - routed[s.engine_id]
+            key = _hashing_key(s, message)
+            sent_to, sent_blocks = sent[key]
             per_candidate += [
                 s.block_size,
                 repr(load[s.engine_id]),
-                room,
-                list_number[_hashing_key(s, message)],
+                room[s.engine_id],
+                list_number[key],
+                sent_blocks if sent_to == s.engine_id else 0,
             ]
         prompt = len(message.prompt_token_ids)
         shared_cost = prompt * min(load.values())
-        args = [FIELD, payload, prompt, repr(shared_cost), repr(ROUTE_GAIN), *per_candidate]
+        place = self._placement(candidates, load, room)
+        args = [FIELD, payload, prompt, repr(shared_cost), repr(ROUTE_GAIN), place]
         best, cached, outcome = await self._choose_and_route(
-            keys=keys, args=[*args, *hash_lists.values()]
+            keys=keys, args=[*args, *per_candidate, *hash_lists.values()]
         )
         engine_id = candidates[best - 1].engine_id if best else ""
-        if outcome == ROUTED:
+        if outcome in (ROUTED, PLACED):
             if payload:
                 self._count_routed(engine_id)
-            return Route(engine_id, cached, reason="holds its prefix")
+                members = hash_lists[_hashing_key(candidates[best - 1], message)]
+                self.memory.remember(engine_id, members, PREFIX_INDEX_BYTES, prompt)
+            reason = "holds its prefix" if outcome == ROUTED else "a new prefix, least demand"
+            return Route(engine_id, cached, reason=reason)
         return Route("", cached, reason=_reason(outcome, engine_id))
+
+    def _placement(
+        self, candidates: list[EngineStatus], load: dict[str, float], room: dict[str, int]
+    ) -> int:
+        """Where a prompt nobody holds goes (a candidate, 1-based; 0: the shared stream): the
+        least recent demand among the replicas with room that are at most one request busier
+        than the least busy (module docstring)."""
+        least = min(load[s.engine_id] for s in candidates)
+        eligible = [
+            (self.memory.demand(s.engine_id), load[s.engine_id], number)
+            for number, s in enumerate(candidates, start=1)
+            if room[s.engine_id] > 0
+            and load[s.engine_id] <= least + 1 / max(1, s.max_num_seqs) + 1e-9
+        ]
+        return min(eligible)[2] if eligible else 0
 
     async def _to_shared(self, model: str, payload: bytes, route: Route) -> Route:
         """Add ``payload`` (if any: a dry run has none) to the shared stream."""

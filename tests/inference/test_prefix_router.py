@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from engine import protocol
 from engine.adapters import AdapterIdentity
 from engine.core.block_hash import PublicPrefix, chain_block_hashes
-from engine.direct_routing import index_member
+from engine.direct_routing import PREFIX_INDEX_BYTES, index_member
 from engine.protocol import FIELD, EngineStatus, Keys
 from inference.transport.prefix_router import PrefixRouter, Route
 
@@ -78,7 +78,8 @@ async def test_another_tenant_sending_the_same_tokens_is_not_routed_by_that_cach
 
     route = await router.choose(message([*SYSTEM, 1], salt="tenant-b"), engines)
 
-    assert route.engine_id == "" and route.cached_tokens == 0
+    # A new prefix to the router: placed by demand (both idle: the first), not on e2.
+    assert route == Route("e1", 0, "a new prefix, least demand")
 
 
 async def test_a_declared_public_prefix_is_found_across_tenants_up_to_its_boundary(redis, keys):
@@ -138,9 +139,10 @@ async def test_an_adapter_request_is_routed_by_that_adapters_blocks_and_only_whe
 
     route = await router.choose(request, [status("e1", **loaded), status("e2", **loaded)])
     assert route.engine_id == "e1"
-    # Where the adapter is not loaded, its cached blocks do not count.
+    # Where the adapter is not loaded, its cached blocks do not count: a new prefix, placed
+    # on the one replica that can serve it.
     route = await router.choose(request, [status("e1"), status("e2", **loaded)])
-    assert route.engine_id == ""
+    assert route == Route("e2", 0, "a new prefix, least demand")
 
 
 async def test_a_burst_spreads_once_the_holder_fills_up(redis, keys):
@@ -193,6 +195,64 @@ async def test_choosing_adds_nothing_and_sending_is_one_round_trip(redis, keys, 
     assert [command[0] for command in sent] == ["EVALSHA"]
     assert route.engine_id == "e2"
     assert await redis.xlen(keys.direct_requests(MODEL, "e2")) == 1
+
+
+async def live(redis, keys, *engine_ids: str) -> None:
+    """Status keys for ``engine_ids``: a direct stream is only written while one exists."""
+    for engine_id in engine_ids:
+        await redis.set(keys.status(MODEL, engine_id), b"{}")
+
+
+def conversation(tenant: int, turns: int) -> list[int]:
+    """A tenant's prompt after ``turns`` turns: its own system prompt, then 40 tokens a turn."""
+    start = 10_000 * (tenant + 1)
+    return list(range(start, start + len(SYSTEM) + 40 * turns))
+
+
+async def test_new_conversations_spread_and_each_next_turn_follows_before_the_index_shows_it(
+    redis, keys
+):
+    router = PrefixRouter(redis, keys)
+    engines = [status("e1"), status("e2"), status("e3")]
+    await live(redis, keys, "e1", "e2", "e3")
+
+    first_turns = [await router.send(MODEL, message(conversation(t, 1)), engines) for t in range(6)]
+    placed = [route.engine_id for route in first_turns]
+    assert sorted(placed) == ["e1", "e1", "e2", "e2", "e3", "e3"]
+    assert {route.reason for route in first_turns} == {"a new prefix, least demand"}
+
+    # The engines have published nothing yet (their indexes are empty): the router's memory
+    # of what it sent keeps each conversation where its first turn went.
+    second_turns = [
+        await router.send(MODEL, message(conversation(t, 2)), engines) for t in range(6)
+    ]
+    assert [route.engine_id for route in second_turns] == placed
+    assert {route.cached_tokens for route in second_turns} == {len(SYSTEM) + 32}  # full blocks
+    for engine_id in ("e1", "e2", "e3"):
+        assert await redis.xlen(keys.direct_requests(MODEL, engine_id)) == 4
+    assert await redis.xlen(keys.requests(MODEL)) == 0
+
+
+async def test_a_new_conversation_goes_where_recent_demand_is_least_among_the_least_busy(
+    redis, keys
+):
+    router = PrefixRouter(redis, keys)
+    router.memory.remember("e1", b"", PREFIX_INDEX_BYTES, 3 * 700)  # three conversations
+    assert router.memory.demand("e1") > 0 == router.memory.demand("e2")
+
+    # All three idle: e1 has the demand of three conversations, e2 and e3 none (the first).
+    idle = [status(e) for e in ("e1", "e2", "e3")]
+    assert (await router.choose(message(conversation(9, 1)), idle)).engine_id == "e2"
+    # At most one request busier than the least busy still counts as idle ...
+    one_more = [status("e1"), status("e2", num_running=1)]
+    assert (await router.choose(message(conversation(9, 1)), one_more)).engine_id == "e2"
+    # ... two more does not, and a replica without room is never chosen.
+    busier = [status("e1"), status("e2", num_running=2)]
+    assert (await router.choose(message(conversation(9, 1)), busier)).engine_id == "e1"
+    full = [status(e, num_running=8, num_waiting=8) for e in ("e1", "e2")]
+    assert await router.choose(message(conversation(9, 1)), full) == Route(
+        "", 0, "no replica holds its prefix"
+    )
 
 
 def spy_on_commands(redis, monkeypatch) -> list[tuple]:

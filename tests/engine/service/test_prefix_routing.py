@@ -91,7 +91,7 @@ async def test_a_conversations_turns_land_on_the_replica_holding_its_prefix(
     keys = Keys(prefix)
     conversation = [*SYSTEM, 11, 12]
     conversation += await generate(client, conversation, salt="tenant-a")
-    # The first turn went through the shared stream; whoever served it indexes its blocks.
+    # Nobody held the first turn: the router placed it, and that engine indexes its blocks.
     index = {name: keys.prefix_index(MODEL, name) for name in ("r1", "r2", "r3")}
 
     def holder():
@@ -106,8 +106,7 @@ async def test_a_conversations_turns_land_on_the_replica_holding_its_prefix(
         conversation += await generate(client, conversation, salt="tenant-a")
 
     went = routes(caplog)
-    assert went[0] == "the shared stream", went
-    assert went[1:] == [first] * 5, went
+    assert went == [first] * 6, went
     # Tenant B's identical prompt is hashed under B's salt: A's cache is neither used nor seen.
     b_route = await client.router.choose(
         EngineRequest.build(
@@ -115,7 +114,7 @@ async def test_a_conversations_turns_land_on_the_replica_holding_its_prefix(
         ).message,
         await client.capacity.routable(MODEL),
     )
-    assert b_route == Route("", reason="no replica holds its prefix")
+    assert b_route.cached_tokens == 0 and b_route.reason == "a new prefix, least demand"
 
 
 async def route_to_frozen(engine: EngineProcess, client, monkeypatch, prompts) -> tuple:
