@@ -285,8 +285,16 @@ def main() -> None:
                     max_num_seqs=seqs,
                 )
             )
-        ratio = round_ratios(runs[False][-1:], runs[True][-1:])[0]
-        print(f"round {number + 1}: TTFT p50 shared / routed = {ratio:.2f}", flush=True)
+        shared, routed = runs[False][-1], runs[True][-1]
+        ratio = round_ratios([shared], [routed])[0]
+        print(
+            f"round {number + 1}: TTFT p50 shared / routed = {ratio:.2f} "
+            f"({statistics.median(shared['ttfts']) * 1000:.1f} / "
+            f"{statistics.median(routed['ttfts']) * 1000:.1f} ms; "
+            f"loads routed {load_spread(routed['loads']):.2f}, shared "
+            f"{load_spread(shared['loads']):.2f})",
+            flush=True,
+        )
     lines = report(single, runs[False], runs[True], args.replicas)
     print("\n".join(lines))
     if args.record:

@@ -260,13 +260,20 @@ class LLMEngine:
         if hook is not None and not (fair and self.device.type == "cpu"):
             return False
         self.runner.preemption_hook = hook
-        return hook is not None
+        return self.preempts
 
-    def step_inside(self, request_ids: Iterable[str]) -> list[RequestOutputDelta]:
+    @property
+    def preempts(self) -> bool:
+        return self.runner.preemption_hook is not None
+
+    def step_inside(
+        self, request_ids: Iterable[str], *, between_steps: bool = False
+    ) -> list[RequestOutputDelta]:
         """From the preemption hook: run those of the requests just added (their ids) that may
-        as a step of their own, inside the step in flight; their deltas ([] if none ran)."""
-        in_step = self._in_flight
-        if in_step is None:
+        as a step of their own, inside the step in flight; their deltas ([] if none ran).
+        ``between_steps``: the same between two steps, ahead of a batch that runs others."""
+        in_step = SchedulerOutput() if between_steps else self._in_flight
+        if in_step is None or (between_steps and not (self.scheduler.running and self.preempts)):
             return []
         candidates = [s for rid in request_ids for s in self._samples.get(rid, ())]
         sched_out = schedule_inside(self.scheduler, candidates, in_step)

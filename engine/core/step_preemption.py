@@ -38,12 +38,20 @@ Who may run inside (``schedule_inside``), all of:
 - none of its prefix-cache hits is a block the step in flight is writing (a block enters the
   cache when scheduled, before its KV exists), and no running prefill is about to compute its
   next block (prefix_dedup.py: it waits to take it from the cache);
-- fewer than ``max_riders`` requests admitted this way still run. They ride in seats beyond
-  ``max_num_seqs`` until they finish: admissions and the fair policy's "batch full" count the
-  batch without them. Counted against it, a tenant streaming short requests under a flood held
-  one or two of its eight seats at all times (each of its requests decodes one token per flood
-  step), and the flood lost a tenth of its throughput to a tenant asking for a hundredth of the
-  tokens (2026-11-26).
+- a seat is free, or fewer than ``max_riders`` requests admitted this way still run. Those
+  ride in seats beyond ``max_num_seqs`` until they finish: admissions and the fair policy's
+  "batch full" count the batch without them. Counted against it, a tenant streaming short
+  requests under a flood held one or two of its eight seats at all times (each of its
+  requests decodes one token per flood step), and the flood lost a tenth of its throughput to
+  a tenant asking for a hundredth of the tokens (2026-11-26).
+
+Between two steps the same requests run the same way, as a step of their own ahead of the
+batch's next one (``LLMEngine.step_inside(between_steps=True)``), when other requests are
+running: in the batch's step a short prompt's first token would also wait for every running
+request's decode. A conversation's next turn (40 new tokens after 1,000 cached) beside eight
+decoding requests on the tiny model, one CPU thread: its first token 2.8 ms after it arrived
+against 5.0 in the batch's step, the eight's next token 5.2 ms against 5.0 (bench/
+step_ahead.py, 2026-11-27): the batch's step loses the newcomer's work as it waits for it.
 
 Only on a CPU: a GPU step's kernels are queued ahead of the Python code that launches them, so
 a nested step would queue behind the step in flight anyway (it would need its own stream).
@@ -120,7 +128,8 @@ def schedule_inside(
     now = time.monotonic()
     riders = num_riders(sched.running)
     for request in candidates:
-        if riders >= max_riders(config):
+        rides = len(sched.running) - riders >= config.max_num_seqs  # else a seat is free
+        if rides and riders >= max_riders(config):
             break
         if not inside.ranks_above(request) or not no_other_prompt_work(sched, request):
             continue  # (a request admitted just before may be its tenant's)
@@ -135,8 +144,8 @@ def schedule_inside(
             continue
         sched.waiting.remove(request)
         sched.start(request, out, num_new, num_hit_tokens, now)
-        request.rides = True
-        riders += 1
+        request.rides = rides
+        riders += rides
         budget -= num_new
     if out.new_requests:
         sched.num_steps_inside += 1

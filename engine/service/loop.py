@@ -31,7 +31,7 @@ from engine.service.intake_order import intake_order
 from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
-from engine.service.step_preemption import between_layers
+from engine.service.step_preemption import between_layers, first_steps
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
@@ -126,8 +126,7 @@ class EngineService:
         return inputs.RegistrySnapshot(records, read_at)
 
     def beat(self) -> None:
-        """The heartbeat thread's tick: this engine's status record, then dead engines, then
-        the adapter registry once its interval is up."""
+        """The heartbeat's tick: status record, dead engines, prefix index, adapters when due."""
         try:
             self.publish_status()
         except redis.RedisError as exc:
@@ -161,8 +160,7 @@ class EngineService:
         publish_status(self.redis, self.keys, status, self.settings.status_ttl)
 
     def room(self) -> int:
-        """How many requests the reader may take now: what this engine cannot schedule soon
-        stays in the stream for other replicas (backpressure)."""
+        """How many requests the reader may take now (backpressure: the rest wait for others)."""
         return self.max_queued - self.stats.num_waiting - self.inbox.num_requests
 
     def run(self) -> None:
@@ -195,14 +193,17 @@ class EngineService:
         if self.writer.congested() and not self.writer.wait_for_room(IDLE_WAIT_S):
             return  # Redis is not taking outputs: produce no more until it does
         idle = not self.engine.has_unfinished_requests()
-        self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0)
+        if admitted := self.drain_inputs(timeout=IDLE_WAIT_S if idle else 0.0):
+            first_steps(self, admitted)  # short prompts ahead of the batch's next step
         self.publish(self.step())
 
-    def drain_inputs(self, timeout: float = 0.0) -> None:
+    def drain_inputs(self, timeout: float = 0.0) -> list[str]:
+        admitted = []  # ids of the requests added to the engine
         for event in self.intake_order(self.inbox.take_all(timeout)):
             match event:
                 case inputs.NewRequest():
-                    self.admit(event.entry_id, event.request)
+                    if self.admit(event.entry_id, event.request):
+                        admitted.append(event.request.request_id)
                 case protocol.AbortRequest() if event.request_id in self.active:
                     self._end([event.request_id])
                 case protocol.AbortRequest():
@@ -218,6 +219,7 @@ class EngineService:
         if self.recent_aborts:
             cutoff = time.monotonic() - RECENT_ABORT_S
             self.recent_aborts = {k: t for k, t in self.recent_aborts.items() if t >= cutoff}
+        return admitted
 
     def step(self) -> list[RequestOutputDelta]:
         if not self.engine.has_unfinished_requests():
@@ -314,17 +316,15 @@ class EngineService:
     def begin_drain(self) -> None:
         """Stop taking requests; hand back every request that has produced nothing yet."""
         self.draining = True
-        timeout = self.settings.drain_timeout
-        self._drain_deadline = time.monotonic() + timeout
+        self._drain_deadline = time.monotonic() + (timeout := self.settings.drain_timeout)
         self.reader.stop()
         message = "draining: %d requests handed back, %d running ones get %.0fs to finish"
         logger.info(message, self._hand_back_unstarted(), len(self.active), timeout)
 
     def fail_for_outage(self) -> None:
-        """Redis has been unreachable for OUTAGE_FAIL_S: end started requests with an error
-        (their clients timed out) and hand unstarted ones back; both reach Redis when it
-        returns. Once, for the outage: no request is taken while Redis is away (the readers
-        and the reaper read it), so nothing is active again until it is back."""
+        """Redis unreachable for OUTAGE_FAIL_S: end started requests with an error (their
+        clients timed out), hand unstarted ones back; both reach Redis when it returns. Once
+        per outage: no request is taken while Redis is away, so none is active until then."""
         self._hand_back_unstarted()
         self._end(list(self.active), error=OUTAGE_ERROR)
         logger.error("Redis unreachable for %.0fs: running requests failed", OUTAGE_FAIL_S)

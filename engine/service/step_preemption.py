@@ -1,5 +1,5 @@
 """The service loop's side of step preemption (engine/core/step_preemption.py): what runs when
-the step in flight is paused between two layers."""
+the step in flight is paused between two layers, and ahead of the next step."""
 
 from __future__ import annotations
 
@@ -39,4 +39,19 @@ def between_layers(service: EngineService) -> None:
     if deltas:
         service.num_steps += 1
     if deltas or service.job:
+        service.publish(deltas)
+
+
+def first_steps(service: EngineService, admitted: list[str]) -> None:
+    """Between two steps: those of the requests just added (their ids) that could have run
+    inside the step in flight run as a step of their own, ahead of the batch's next step,
+    whose other requests' decodes would otherwise hold up their first tokens."""
+    try:
+        deltas = service.engine.step_inside(admitted, between_steps=True)
+    except Exception:  # as between_layers: the next step computes them again
+        logger.exception("a step ahead of the batch failed; step preemption is off")
+        service.engine.enable_step_preemption(None)
+        return
+    if deltas:
+        service.num_steps += 1
         service.publish(deltas)

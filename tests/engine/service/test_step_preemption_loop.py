@@ -1,7 +1,8 @@
 """Step preemption in the service loop, in-process on a real LLMEngine (engine/service/
 step_preemption.py): a request that reaches the inbox while a step computes is published from
-a step inside it, before that step's own outputs; a nested step that fails turns the feature
-off and loses nothing."""
+a step inside it, before that step's own outputs, and one that arrives between two steps from a
+step ahead of the batch's next; a nested step that fails turns the feature off and loses
+nothing."""
 
 from __future__ import annotations
 
@@ -73,7 +74,11 @@ def test_a_request_arriving_mid_step_is_published_before_that_step_ends(service)
 
 
 def test_a_failing_nested_step_turns_step_preemption_off_and_loses_nothing(service, monkeypatch):
-    def broken(request_ids):
+    step_inside = service.engine.step_inside
+
+    def broken(request_ids, *, between_steps=False):
+        if between_steps:  # the flood's own requests, between steps: not under test here
+            return step_inside(request_ids, between_steps=True)
         raise RuntimeError("injected")
 
     monkeypatch.setattr(service.engine, "step_inside", broken)
@@ -84,11 +89,54 @@ def test_a_failing_nested_step_turns_step_preemption_off_and_loses_nothing(servi
     assert service.engine.runner.preemption_hook is None
     for _ in range(20):
         service.run_once()
-    finished = {
+    assert finished_ids(service) == {"a0", "a1", "b"}
+
+
+def finished_ids(service: EngineService) -> set[str]:
+    return {
         d.request_id
         for job in queued_jobs(service)
         for ds in job.outputs.values()
         for d in ds
         if d.finish_reason
     }
-    assert finished == {"a0", "a1", "b"}
+
+
+def test_a_short_request_arriving_between_steps_runs_ahead_of_the_batchs_next_step(service):
+    for i in range(2):
+        service.inbox.put(new_request(f"a{i}", "tA", 600))
+    service.run_once()  # the flood's first step
+    service.inbox.put(new_request("b", "tB", 12))
+    service.run_once()  # B's step of its own, then the flood's next, B's second token in it
+    jobs = deltas_by_job(service)
+    assert jobs[-2:] == [["b"], ["a0", "a1", "b"]]
+    assert service.engine.stats().num_steps_inside == 1
+    # Alone on the engine, a request runs in the next step as ever: no step ahead of it.
+    while service.active:
+        service.run_once()
+    service.inbox.put(new_request("c", "tC", 12))
+    service.run_once()
+    assert deltas_by_job(service)[-1] == ["c"]
+    assert service.engine.stats().num_steps_inside == 1
+
+
+def test_a_failing_step_ahead_of_the_batch_turns_step_preemption_off_and_loses_nothing(
+    service, monkeypatch
+):
+    step_inside = service.engine.step_inside
+
+    def broken(request_ids, *, between_steps=False):
+        if between_steps and "b" in request_ids:
+            raise RuntimeError("injected")
+        return step_inside(request_ids, between_steps=between_steps)
+
+    monkeypatch.setattr(service.engine, "step_inside", broken)
+    for i in range(2):
+        service.inbox.put(new_request(f"a{i}", "tA", 600))
+    service.run_once()
+    service.inbox.put(new_request("b", "tB", 12))
+    service.run_once()
+    assert service.engine.runner.preemption_hook is None
+    for _ in range(20):
+        service.run_once()
+    assert finished_ids(service) == {"a0", "a1", "b"}
