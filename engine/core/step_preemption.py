@@ -147,7 +147,7 @@ def schedule_inside(
         request.rides = rides
         riders += rides
         budget -= num_new
-    if out.new_requests:
+    if out.new_requests and in_step.scheduled_requests:  # not between two steps
         sched.num_steps_inside += 1
     out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
     for request in out.new_requests:

@@ -20,8 +20,8 @@ seconds, which its index may not show yet (inference/transport/route_memory.py).
 
 A prompt no replica holds starts a conversation whose later turns will follow it: it is placed
 on the replica with the least recent demand among those with room and at most one request
-busier than the least busy (so never where the shared stream would serve it later), and goes
-to the shared stream only when none has room. Work stealing alone would scatter new
+busier than the least busy (never a busier one than work stealing would find), and goes to
+the shared stream only when none has room. Work stealing alone would scatter new
 conversations at random, leaving one replica twice another's load for as long as they last.
 
 The lookup, the rule and the add run in one Lua script (engine/direct_routing.py,
