@@ -47,8 +47,9 @@ Who may run inside (``schedule_inside``), all of:
 
 Between two steps the same requests run the same way, as a step of their own ahead of the
 batch's next one (``LLMEngine.step_inside(between_steps=True)``), when other requests are
-running: in the batch's step a short prompt's first token would also wait for every running
-request's decode. A conversation's next turn (40 new tokens after 1,000 cached) beside eight
+running and it ranks above every other lane's waiting or running prompt work (the fair order
+would take it first anyway: shares are untouched): in the batch's step a short prompt's first
+token would also wait for every running request's decode. A conversation's next turn (40 new tokens after 1,000 cached) beside eight
 decoding requests on the tiny model, one CPU thread: its first token 2.8 ms after it arrived
 against 5.0 in the batch's step, the eight's next token 5.2 ms against 5.0 (bench/
 step_ahead.py, 2026-11-27): the batch's step loses the newcomer's work as it waits for it.
@@ -123,6 +124,7 @@ def schedule_inside(
     config, kv_cache = sched.config, sched.kv_cache
     budget = config.fair_step_tokens or config.max_num_batched_tokens
     inside = InsideStep(in_step, sched.fair, sched.block_size)
+    between_steps = not in_step.scheduled_requests
     prefills = [r for r in sched.running if r.has_prompt_work]
     sched.in_flight.begin_step(prefills)  # schedule() starts its own map again
     now = time.monotonic()
@@ -131,6 +133,8 @@ def schedule_inside(
         rides = len(sched.running) - riders >= config.max_num_seqs  # else a seat is free
         if rides and riders >= max_riders(config):
             break
+        if between_steps:  # ahead only of what the fair order would take after it
+            inside.bar = next_in_fair_order(sched, request, ahead=out.new_requests)
         if not inside.ranks_above(request) or not no_other_prompt_work(sched, request):
             continue  # (a request admitted just before may be its tenant's)
         hits, num_hit_tokens = kv_cache.get_computed_blocks(request)
@@ -147,12 +151,26 @@ def schedule_inside(
         request.rides = rides
         riders += rides
         budget -= num_new
-    if out.new_requests and in_step.scheduled_requests:  # not between two steps
+    if out.new_requests and not between_steps:
         sched.num_steps_inside += 1
     out.total_num_scheduled_tokens = sum(out.num_scheduled_tokens.values())
     for request in out.new_requests:
         out.block_tables[request.request_id] = kv_cache.get_block_ids(request.request_id)
     return out
+
+
+def next_in_fair_order(
+    sched: Scheduler, request: Request, ahead: list[Request]
+) -> tuple[int, float] | None:
+    """The best rank among the other lanes' prompt work, waiting or running (but ``ahead``,
+    the newcomers already in the step ahead): a newcomer that ranks above it is what the fair
+    order would schedule first anyway, so running it ahead of the batch's next step changes no
+    tenant's share, only when its first token comes."""
+    fair, own = sched.fair, (request.service_class, request.tenant)
+    # By lane, not by request: a flood's hundred waiting requests cost one lookup each.
+    ranks = [(c, fair.counter(t)) for c, t in sched.waiting.lanes() if (c, t) != own]
+    ranks += [fair.rank(r) for r in sched.running if r.has_prompt_work and r not in ahead]
+    return min(ranks, default=None)
 
 
 def max_riders(config) -> int:

@@ -4,6 +4,7 @@ with hand-made model outputs."""
 from __future__ import annotations
 
 from engine.core.fair_share import SERVICE_CLASSES
+from engine.core.scheduler_output import SchedulerOutput
 from engine.core.step_preemption import schedule_inside
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
@@ -142,3 +143,23 @@ def test_a_tenants_interactive_request_runs_inside_a_step_of_its_own_batch():
     sched.add_request(second)
     sched.add_request(third)
     assert schedule_inside(sched, [second, third], in_step).is_empty
+
+
+def test_between_steps_a_newcomer_goes_ahead_only_of_what_the_fair_order_puts_after_it():
+    # Between two steps there is no step in flight (an empty SchedulerOutput): a newcomer may
+    # run ahead of the batch's next step only where the fair order would take it first.
+    sched = fair_scheduler(max_num_seqs=8, fair_step_tokens=16)
+    first = flood_step(sched, num=2)
+    sched.update_from_output(first, fake_model(first))  # A's two now decode
+    c = request("C", num_prompt=8)
+    sched.add_request(c)
+    out = schedule_inside(sched, [c], SchedulerOutput())
+    assert out.num_scheduled_tokens == {c.request_id: 8} and not c.rides  # a seat was free
+    assert sched.num_steps_inside == 0  # not inside another step
+
+    sched.add_request(waiting := request("B", num_prompt=40))  # too long to go ahead itself
+    again = request("A", num_prompt=8)  # A has had its share: B's prompt comes first
+    sched.add_request(again)
+    assert sched.fair.rank(again) >= sched.fair.rank(waiting)
+    assert schedule_inside(sched, [again], SchedulerOutput()).is_empty
+    assert again in sched.waiting
