@@ -163,3 +163,14 @@ def test_between_steps_a_newcomer_goes_ahead_only_of_what_the_fair_order_puts_af
     assert sched.fair.rank(again) >= sched.fair.rank(waiting)
     assert schedule_inside(sched, [again], SchedulerOutput()).is_empty
     assert again in sched.waiting
+
+
+def test_between_steps_a_newcomer_never_rides_beyond_a_full_batch():
+    sched = fair_scheduler(max_num_seqs=2, fair_step_tokens=16)
+    first = flood_step(sched, num=2)
+    sched.update_from_output(first, fake_model(first))  # the batch is full, A's two decode
+    c = request("C", num_prompt=8)
+    sched.add_request(c)
+    # Inside a step it could ride; between two steps it waits for a seat the fair order gives.
+    assert schedule_inside(sched, [c], SchedulerOutput()).is_empty
+    assert c in sched.waiting and not any(r.rides for r in sched.running)

@@ -103,14 +103,19 @@ def finished_ids(service: EngineService) -> set[str]:
 
 
 def test_a_short_request_arriving_between_steps_runs_ahead_of_the_batchs_next_step(service):
-    for i in range(2):
-        service.inbox.put(new_request(f"a{i}", "tA", 600))
-    service.run_once()  # the flood's first step
+    service.inbox.put(new_request("a0", "tA", 600))
+    service.run_once()  # A's first step; one of the two seats is free
     service.inbox.put(new_request("b", "tB", 12))
-    service.run_once()  # B's step of its own, then the flood's next, B's second token in it
+    service.run_once()  # B's step of its own, then the batch's next, B's second token in it
     jobs = deltas_by_job(service)
-    assert jobs[-2:] == [["b"], ["a0", "a1", "b"]]
+    assert jobs[-2:] == [["b"], ["a0", "b"]]
     assert service.engine.stats().num_steps_inside == 0  # none ran inside another
+    # With both seats taken, a newcomer between two steps waits for one (it never rides there).
+    service.inbox.put(new_request("a1", "tA", 600))
+    service.run_once()
+    service.inbox.put(new_request("c", "tC", 12))
+    service.run_once()
+    assert ["c"] not in deltas_by_job(service)[-2:]  # no step of its own
     # Alone on the engine, a request runs in the next step as ever: no step ahead of it.
     while service.active:
         service.run_once()
