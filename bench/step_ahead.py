@@ -110,11 +110,9 @@ def main() -> None:
             ttfts, gaps = one_round(engine, args, rng, ahead=ahead, tag=f"{number}{ahead:d}")
             results[ahead]["ttft"].append(statistics.median(ttfts))
             results[ahead]["gap"].append(statistics.median(gaps))
-            print(
-                f"round {number + 1}, {'ahead' if ahead else 'in the batch'}: first token "
-                f"{statistics.median(ttfts) * 1000:.2f} ms, the batch's step {statistics.median(gaps) * 1000:.2f} ms",
-                flush=True,
-            )
+            ttft, gap = statistics.median(ttfts) * 1000, statistics.median(gaps) * 1000
+            mode = "ahead" if ahead else "in the batch"
+            print(f"round {number + 1}, {mode}: first token {ttft:.2f} ms, next {gap:.2f} ms")
     lines = [
         f"{args.running} requests decoding ({args.context}-token histories), a newcomer's "
         f"{args.extend} new tokens after {args.context} cached; medians over the rounds of each "

@@ -9,12 +9,12 @@ one, while the newcomer's own prompt takes 1-2 ms: its time to first token was m
 
 How: the model runner calls a hook four times in each layer of a step (before it, after its
 QKV projection, after its attention, inside its MLP: engine/models/decoder.py) and between the
-prompts of one layer's attention (``AttentionMetadata.checkpoint``). The service loop's hook takes the new requests the Redis
-reader has queued (nothing else: aborts and adapter changes wait for the end of the step,
-since they may free blocks the step is writing), adds them to the engine and asks the
-scheduler for a step of its own made of those that may run now
-(``schedule_inside``). That step runs to its first tokens, which are published at
-once; then the paused step resumes. Nothing the paused step reads or writes changes: the
+prompts of one layer's attention (``AttentionMetadata.checkpoint``). The service loop's hook
+takes the new requests the Redis reader has queued (nothing else: aborts and adapter changes
+wait for the end of the step, since they may free blocks the step is writing), adds them to
+the engine and asks the scheduler for a step of its own made of those that may run now
+(``schedule_inside``). That step runs to its first tokens, which are published at once; then
+the paused step resumes. Nothing the paused step reads or writes changes: the
 nested step writes only its own requests' new KV blocks, and its inputs, attention state and
 outputs are its own.
 
@@ -48,11 +48,12 @@ Who may run inside (``schedule_inside``), all of:
 Between two steps the same requests run the same way, as a step of their own ahead of the
 batch's next one (``LLMEngine.step_inside(between_steps=True)``), when other requests are
 running, a seat is free (no riders here) and it ranks above every other lane's waiting or
-running prompt work (the fair order would take it first anyway: shares are untouched): in the batch's step a short prompt's first
-token would also wait for every running request's decode. A conversation's next turn (40 new tokens after 1,000 cached) beside eight
-decoding requests on the tiny model, one CPU thread: its first token 2.8 ms after it arrived
-against 5.0 in the batch's step, the eight's next token 5.2 ms against 5.0 (bench/
-step_ahead.py, 2026-11-27): the batch's step loses the newcomer's work as it waits for it.
+running prompt work (the fair order would take it first anyway: shares are untouched): in
+the batch's step a short prompt's first token would also wait for every running request's
+decode. A conversation's next turn (40 new tokens after 1,000 cached) beside eight decoding
+requests on the tiny model, one CPU thread: its first token 2.8 ms after it arrived against
+5.0 in the batch's step, the eight's next token 5.2 ms against 5.0 (bench/step_ahead.py,
+2026-11-27): the batch's step loses the newcomer's work as it waits for it.
 
 Only on a CPU: a GPU step's kernels are queued ahead of the Python code that launches them, so
 a nested step would queue behind the step in flight anyway (it would need its own stream).
