@@ -1,8 +1,10 @@
 """Paged attention in plain PyTorch: the CPU path and the reference for other backends.
 
 On a CPU in float32 or bfloat16, decodes run in one call of the native kernel
-(kernels/cpu/attention.cpp), which reads K/V from their blocks with no gather; what follows is
-the PyTorch path, which serves other dtypes and devices and is that kernel's reference.
+(kernels/cpu/attention.cpp), which reads K/V from their blocks with no gather, and so does a
+prompt chunk of up to NATIVE_CHUNK_MAX_TOKENS after cached context, a conversation's next turn
+(kernels/cpu/prefill_attention.cpp); what follows is the PyTorch path, which serves other
+dtypes, devices and longer chunks and is those kernels' reference.
 
 Decodes run as a few batched calls: each sequence's keys are gathered from its blocks into a
 padded [group, max_len] tensor and padding is masked. Gathering dominates the cost, so decodes
@@ -22,6 +24,12 @@ import torch.nn.functional as F
 from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.layers.dispatch import cpu_ops
 
+# Chunks after cached context up to this many tokens run in the native kernel on a CPU; longer
+# ones in two flash calls (_chunk_after_context), whose matrix products win from about 256
+# tokens on (bench/chunk_attention.py, 2 cores: one layer 1.1 to 8 times faster for chunks of
+# 8 to 128 tokens after 1,000, slower for 512).
+NATIVE_CHUNK_MAX_TOKENS = 128
+
 
 class TorchAttentionBackend(AttentionBackend):
     name = "torch"
@@ -30,9 +38,7 @@ class TorchAttentionBackend(AttentionBackend):
         state = metadata.backend_state
         state["decode_groups"] = None  # built on first use: the native kernel needs none
         nd = metadata.num_decodes
-        bs = metadata.block_size
         device = metadata.block_tables.device
-        offsets = torch.arange(bs, device=device)
         prefills = []
         for s in range(nd, metadata.num_seqs):
             start, end = metadata.query_start_loc[s], metadata.query_start_loc[s + 1]
@@ -40,18 +46,26 @@ class TorchAttentionBackend(AttentionBackend):
             query_len = end - start
             if seq_len == query_len:
                 prefills.append((start, end, None, None))
-                continue
-            num_blocks = -(-seq_len // bs)
-            slots = (metadata.block_tables[s, :num_blocks, None] * bs + offsets).reshape(-1)
-            # Query i sits at position seq_len - query_len + i and sees keys up to it (on a
-            # CPU without a mask: _chunk_after_context).
-            mask = None
-            if device.type != "cpu":
-                key_pos = torch.arange(seq_len, device=device)
-                query_pos = torch.arange(seq_len - query_len, seq_len, device=device)
-                mask = key_pos[None, :] <= query_pos[:, None]
-            prefills.append((start, end, slots[:seq_len], mask))
+            elif device.type == "cpu" and query_len <= NATIVE_CHUNK_MAX_TOKENS:
+                prefills.append((start, end, s, None))  # the native kernel, or gathered then
+            else:
+                slots, mask = self._context_slots(metadata, s), None
+                if device.type != "cpu":
+                    # Query i sits at position seq_len - query_len + i and sees keys up to it
+                    # (on a CPU without a mask: _chunk_after_context).
+                    key_pos = torch.arange(seq_len, device=device)
+                    query_pos = torch.arange(seq_len - query_len, seq_len, device=device)
+                    mask = key_pos[None, :] <= query_pos[:, None]
+                prefills.append((start, end, slots, mask))
         state["prefills"] = prefills
+
+    @staticmethod
+    def _context_slots(metadata: AttentionMetadata, s: int) -> torch.Tensor:
+        """The cache slot of each of sequence ``s``'s positions, [seq_len]."""
+        bs, seq_len = metadata.block_size, metadata.seq_lens_list[s]
+        offsets = torch.arange(bs, device=metadata.block_tables.device)
+        slots = (metadata.block_tables[s, : -(-seq_len // bs), None] * bs + offsets).reshape(-1)
+        return slots[:seq_len]
 
     @staticmethod
     def _decode_groups(metadata: AttentionMetadata) -> list:
@@ -123,9 +137,19 @@ class TorchAttentionBackend(AttentionBackend):
         # 4-D inputs and 3-D ones fall back to its unfused math path, 5 to 20 times slower
         # for prompts of 250 to 2,000 tokens.
         checkpoint = metadata.checkpoint
+        native = cpu_ops(query) if k_cache.dtype == query.dtype else None
         for i, (start, end, slots, mask) in enumerate(state["prefills"]):
             if i and checkpoint is not None:  # another step may run here (step_preemption.py)
                 checkpoint()
+            if isinstance(slots, int):  # a short chunk after context, on a CPU
+                seq_len = metadata.seq_lens_list[slots]
+                if native is not None:
+                    out[start:end] = native.paged_prefill_attention(
+                        query[start:end], k_cache, v_cache, metadata.block_tables[slots],
+                        seq_len, scale,
+                    )  # fmt: skip
+                    continue
+                slots = self._context_slots(metadata, slots)
             q = query[start:end].transpose(0, 1)[None]  # [1, heads, query_len, head_dim]
             if slots is None:
                 k = key[start:end].transpose(0, 1)[None]

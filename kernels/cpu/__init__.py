@@ -10,6 +10,8 @@ PyTorch kernel without bf16 hardware. So:
   op each, float32 or bfloat16;
 - ``attention.cpp``: decode attention read straight from the paged KV cache, and the KV write,
   float32 or bfloat16 (``vec.h`` holds what the two dtypes share);
+- ``prefill_attention.cpp``: the attention of a short prompt chunk after cached context (a
+  conversation's next turn), read straight from the paged KV cache too;
 - ``decode_layers.cpp``: a decode step's decoder layers in one call, running the ops above
   (declared for C++ callers in ``ops.h``) with no Python between them.
 
@@ -49,7 +51,13 @@ logger = logging.getLogger(__name__)
 
 SOURCES = [
     Path(__file__).with_name(n)
-    for n in ("quantized_linear.cpp", "layer_ops.cpp", "attention.cpp", "decode_layers.cpp")
+    for n in (
+        "quantized_linear.cpp",
+        "layer_ops.cpp",
+        "attention.cpp",
+        "prefill_attention.cpp",
+        "decode_layers.cpp",
+    )
 ]
 HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "ops.h")]
 _unavailable: list[str] = []

@@ -68,34 +68,6 @@ inline void axpy(float p, const T* v, float* out, int64_t n) {
   for (; i < n; ++i) out[i] += p * to_float(v[i]);
 }
 
-// s[i] = exp(s[i] - max) over n scores; returns their sum.
-inline float softmax_numerators(float* s, int64_t n, float max) {
-  int64_t i = 0;
-  float total = 0.f;
-#ifdef PLATFORM_AVX2
-  const __m256 m = _mm256_set1_ps(max);
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
-    _mm256_storeu_ps(s + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  total = hsum8(acc);
-#endif
-  for (; i < n; ++i) {
-    s[i] = std::exp(s[i] - max);
-    total += s[i];
-  }
-  return total;
-}
-
-void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
-  TORCH_CHECK((k_cache.scalar_type() == at::kFloat || k_cache.scalar_type() == at::kBFloat16) &&
-                  k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes() &&
-                  v_cache.is_contiguous() && v_cache.scalar_type() == k_cache.scalar_type(),
-              "k_cache and v_cache must be contiguous float32 or bfloat16 [blocks, block_size, "
-              "kv_heads, head_dim] tensors of one shape and dtype");
-}
 
 // Tokens of one part of a sequence's attention (see decode_attention). 32 rather than 64: one
 // stream of a few hundred tokens then splits into enough parts for the threads to end close
@@ -207,10 +179,18 @@ void decode_attention(const at::Tensor& query, const at::Tensor& k_cache, const 
 
 namespace platform_cpu {
 
+void check_paged_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
+  TORCH_CHECK((k_cache.scalar_type() == at::kFloat || k_cache.scalar_type() == at::kBFloat16) &&
+                  k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes() &&
+                  v_cache.is_contiguous() && v_cache.scalar_type() == k_cache.scalar_type(),
+              "k_cache and v_cache must be contiguous float32 or bfloat16 [blocks, block_size, "
+              "kv_heads, head_dim] tensors of one shape and dtype");
+}
+
 at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_cache,
                                   const at::Tensor& v_cache, const at::Tensor& block_tables,
                                   const at::Tensor& seq_lens, double scale) {
-  check_cache(k_cache, v_cache);
+  check_paged_cache(k_cache, v_cache);
   TORCH_CHECK(query.scalar_type() == k_cache.scalar_type() && query.dim() == 3 && query.is_contiguous(),
               "query must be a contiguous [seqs, heads, head_dim] tensor of the cache's dtype");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2 &&
@@ -245,7 +225,7 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
 // k_cache/v_cache slot slot_mapping[t] = key/value[t]: this step's K and V into the cache.
 void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping) {
-  check_cache(k_cache, v_cache);
+  check_paged_cache(k_cache, v_cache);
   const int64_t KVH = k_cache.size(2), D = k_cache.size(3), slots = k_cache.size(0) * k_cache.size(1);
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.dim() == 1 && slot_mapping.is_contiguous(),
               "slot_mapping must be a contiguous 1-D int64 tensor");

@@ -36,5 +36,12 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
                                   const at::Tensor& seq_lens, double scale);
 void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping);
+// Refuses caches that are not contiguous float32/bfloat16 [blocks, block_size, kv_heads, head_dim] pairs.
+void check_paged_cache(const at::Tensor& k_cache, const at::Tensor& v_cache);
+
+// prefill_attention.cpp
+at::Tensor paged_prefill_attention(const at::Tensor& query, const at::Tensor& k_cache,
+                                   const at::Tensor& v_cache, const at::Tensor& block_table,
+                                   int64_t seq_len, double scale);
 
 }  // namespace platform_cpu
