@@ -26,9 +26,10 @@ from engine.layers.dispatch import cpu_ops
 
 # Chunks after cached context up to this many tokens run in the native kernel on a CPU; longer
 # ones in two flash calls (_chunk_after_context), whose matrix products catch up as chunks
-# grow: on 2 cores one layer of SmolLM2's heads was 1.0-4.1 times faster in the kernel for 8
-# to 128 tokens after 1,000 and 1.2-1.3 times for 512 (bench/chunk_attention.py), but 0.7-0.8
-# times for 2,048 after 2,048. A prompt's later chunks stay on the flash path.
+# grow: on 2 cores one layer of SmolLM2's heads was 1.4-2.3 times faster in the kernel for 8
+# to 128 tokens after 1,000 and 1.1 times for 512 (bench/chunk_attention.py), but 0.94 times
+# for 256 after 2,000 and 0.8 for 2,048 after 2,048. A prompt's later chunks stay on the flash
+# path.
 NATIVE_CHUNK_MAX_TOKENS = 128
 
 
