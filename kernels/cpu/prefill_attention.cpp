@@ -154,7 +154,7 @@ void attend_rows(const Chunk<T>& c, int64_t g, int64_t r0, int64_t rows, Scratch
   const int64_t D = c.head_dim, ld = c.kv_heads * D;
   s.qt.assign(D * Rp, 0.f), s.st.resize(kKeyTile * Rp), s.ot.assign(D * Rp, 0.f);
   Vec limit[NR], m[NR], l[NR], keep[NR];
-  float positions[Rp];
+  float positions[Rp];  // compared as floats: exact below 2^24 tokens
   for (int64_t r = 0; r < Rp; ++r) {
     // Padding rows (past `rows`) have zero queries and see every key the last row sees.
     const int64_t row = r0 + std::min(r, rows - 1);
