@@ -49,7 +49,7 @@ class TorchAttentionBackend(AttentionBackend):
             if seq_len == query_len:
                 prefills.append((start, end, None, None))
             elif device.type == "cpu" and query_len <= NATIVE_CHUNK_MAX_TOKENS:
-                prefills.append((start, end, s, None))  # the native kernel, or gathered then
+                prefills.append((start, end, s, None))  # its index: attend() decides the path
             else:
                 slots, mask = self._context_slots(metadata, s), None
                 if device.type != "cpu":

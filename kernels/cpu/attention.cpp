@@ -68,7 +68,6 @@ inline void axpy(float p, const T* v, float* out, int64_t n) {
   for (; i < n; ++i) out[i] += p * to_float(v[i]);
 }
 
-
 // Tokens of one part of a sequence's attention (see decode_attention). 32 rather than 64: one
 // stream of a few hundred tokens then splits into enough parts for the threads to end close
 // together (SmolLM2-135M int4, one 256-token stream on the 2-core AVX2 EPYC: the main thread
