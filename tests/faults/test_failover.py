@@ -54,12 +54,22 @@ class Stack:
         records = [json.loads(r) for r in self.redis.mget(keys) if r] if keys else []
         return {r["engine_id"]: r for r in records}
 
+    def running_engines(self) -> list[str]:
+        """Engines with a status whose process still runs: a killed engine's status lives on
+        for its TTL (5 s), and counting it left a later test with one engine, which it then
+        killed, with no survivor to move to."""
+        return [e for e, s in self.statuses().items() if _process_runs(s["pid"])]
+
     def kill_engine_running_a_request(self) -> str | None:
         """SIGKILL the engine whose ``started`` hash holds a request: its id. None when no
         engine holds one within 10 s (the request ended before it was looked for: a client
         slowed down by a loaded machine can read its 30th token after a tiny model wrote its
         200th). The engine is frozen (SIGSTOP) before its hash is read again, so the engine
-        killed is certain to die holding the request, not one that finished in between."""
+        killed is certain to die holding the request, not one that finished in between; the
+        hash is read again only after a pause, as the write that ends a request may have left
+        the engine just before the freeze and still be on its way to Redis (the likeliest
+        reading of a CI run on 2026-11-27 in which the request ended while the "killed"
+        engine's status was still alive)."""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             for key in self.redis.keys(f"{self.prefix}:started:{CHAT_MODEL}:*"):
@@ -68,6 +78,7 @@ class Stack:
                 engine_id = key.decode().rsplit(":", 1)[1]
                 pid = self.statuses()[engine_id]["pid"]
                 os.kill(pid, signal.SIGSTOP)
+                time.sleep(IN_FLIGHT_S)
                 if self.redis.hlen(key):
                     os.kill(pid, signal.SIGKILL)
                     return engine_id
@@ -78,6 +89,17 @@ class Stack:
 
 # A run whose request ended before its engine could be killed shows nothing and is run again.
 ATTEMPTS = 3
+# Long enough for a write the engine sent just before it was frozen to reach Redis.
+IN_FLIGHT_S = 0.5
+
+
+def _process_runs(pid: int) -> bool:
+    """Whether ``pid`` runs: not gone, and not a zombie its parent (this test) has not reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -119,13 +141,13 @@ def _engines_back_to_two(stack: Stack, api_platform, tmp_path, exits: ExitStack)
     command = engine_command(
         api_platform.checkpoint, CHAT_MODEL, redis_url=api_platform.redis_url, device="cpu"
     )
-    while (have := len(stack.statuses())) < 2:
+    while (have := len(stack.running_engines())) < 2:
         exits.enter_context(
             running(
                 command,
                 env,
                 tmp_path / f"replacement-engine-{have}.log",
-                ready=lambda have=have: len(stack.statuses()) > have,
+                ready=lambda have=have: len(stack.running_engines()) > have,
                 what="replacement engine",
                 timeout=120,
             )
