@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "ops.h"
@@ -186,6 +187,14 @@ void check_paged_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
               "kv_heads, head_dim] tensors of one shape and dtype");
 }
 
+void check_block_table(const int64_t* table, int64_t max_blocks, int64_t seq_len, int64_t block_size,
+                       int64_t num_blocks, const std::string& which) {
+  TORCH_CHECK(seq_len > 0 && seq_len <= max_blocks * block_size, which, " has length ", seq_len,
+              ", its block table holds ", max_blocks * block_size);
+  for (int64_t i = 0; i < (seq_len + block_size - 1) / block_size; ++i)
+    TORCH_CHECK(table[i] >= 0 && table[i] < num_blocks, which, " names block ", table[i], " of ", num_blocks);
+}
+
 at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_cache,
                                   const at::Tensor& v_cache, const at::Tensor& block_tables,
                                   const at::Tensor& seq_lens, double scale) {
@@ -205,13 +214,8 @@ at::Tensor paged_decode_attention(const at::Tensor& query, const at::Tensor& k_c
   const int64_t max_blocks = block_tables.size(1), ldt = block_tables.stride(0);
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(lens[b] > 0 && lens[b] <= max_blocks * BS, "sequence ", b, " has length ", lens[b],
-                ", its block table holds ", max_blocks * BS);
-    for (int64_t i = 0; i < (lens[b] + BS - 1) / BS; ++i)
-      TORCH_CHECK(tables[b * ldt + i] >= 0 && tables[b * ldt + i] < num_blocks, "sequence ", b,
-                  " names block ", tables[b * ldt + i], " of ", num_blocks);
-  }
+  for (int64_t b = 0; b < B; ++b)
+    check_block_table(tables + b * ldt, max_blocks, lens[b], BS, num_blocks, "sequence " + std::to_string(b));
   at::Tensor out = at::empty({B, H, D}, query.options());
   const float sc = static_cast<float>(scale);
   if (query.scalar_type() == at::kFloat)

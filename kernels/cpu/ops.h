@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
 #include <tuple>
 
 namespace platform_cpu {
@@ -38,6 +39,10 @@ void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor& k_cach
               const at::Tensor& slot_mapping);
 // Refuses caches that are not contiguous float32/bfloat16 [blocks, block_size, kv_heads, head_dim] pairs.
 void check_paged_cache(const at::Tensor& k_cache, const at::Tensor& v_cache);
+// Refuses a sequence of seq_len tokens (`which`, in the message) whose block table of max_blocks
+// entries cannot hold it or names a block outside the cache's num_blocks.
+void check_block_table(const int64_t* table, int64_t max_blocks, int64_t seq_len, int64_t block_size,
+                       int64_t num_blocks, const std::string& which);
 
 // prefill_attention.cpp
 at::Tensor paged_prefill_attention(const at::Tensor& query, const at::Tensor& k_cache,

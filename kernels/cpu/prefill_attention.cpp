@@ -301,12 +301,8 @@ at::Tensor paged_prefill_attention(const at::Tensor& query, const at::Tensor& k_
   TORCH_CHECK(k_cache.size(3) == D, "query and cache head_dim differ");
   TORCH_CHECK(H % KVH == 0, H, " query heads do not group over ", KVH, " KV heads");
   TORCH_CHECK(q_len > 0 && seq_len >= q_len, "a chunk of ", q_len, " tokens in a sequence of ", seq_len);
-  TORCH_CHECK(seq_len <= block_table.size(0) * BS, "the sequence has length ", seq_len,
-              ", its block table holds ", block_table.size(0) * BS);
   const int64_t* table = block_table.data_ptr<int64_t>();
-  for (int64_t i = 0; i < (seq_len + BS - 1) / BS; ++i)
-    TORCH_CHECK(table[i] >= 0 && table[i] < num_blocks, "the block table names block ", table[i], " of ",
-                num_blocks);
+  check_block_table(table, block_table.size(0), seq_len, BS, num_blocks, "the sequence");
   at::Tensor out = at::empty({q_len, H, D}, query.options());
   const float sc = static_cast<float>(scale);
   auto run = [&](auto* type) {
