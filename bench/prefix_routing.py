@@ -18,8 +18,10 @@ turn: the whole history plus a short user message, ``--output`` tokens back, the
 Prints each round's TTFT p50 ratio and, over all rounds, TTFT p50/p99, throughput, the
 cluster's prefix-hit rate (engine counters) and the max/min load over replicas (prompt tokens
 each computed or reused, from the engines' status records), and the ratios the issue asks
-for, the TTFT ratio as the median of the rounds'; ``--record`` appends them to
-docs/benchmarks.md.
+for, the TTFT ratio as the median of the rounds'; then, per mode, the TTFT p50 of the turns
+that found at least half their prompt cached where they ran and of those that did not (the
+ratio is the gap between the two, weighted by each mode's share of hits). ``--record``
+appends them to docs/benchmarks.md.
 
     .venv/bin/python bench/prefix_routing.py
     .venv/bin/python bench/prefix_routing.py --rounds 5 --record
@@ -52,8 +54,12 @@ class NoText:
         return "x" * len(ids)
 
 
-async def conversation(client, args, tenant: int, vocab: int, ttfts: list[float]) -> int:
-    """One tenant's turns; returns the tokens it sent and received."""
+async def conversation(
+    client, args, tenant: int, vocab: int, ttfts: list[float], cached: list[bool]
+) -> int:
+    """One tenant's turns; returns the tokens it sent and received. Each turn's TTFT goes to
+    ``ttfts`` and, at the same index of ``cached``, whether at least half its prompt was cached
+    where it ran (its first chunk's ``cached_tokens``)."""
     from inference.transport.engine_client import EngineRequest, SamplingOptions
 
     rng = random.Random(tenant)
@@ -71,12 +77,13 @@ async def conversation(client, args, tenant: int, vocab: int, ttfts: list[float]
             tenant=f"tenant-{tenant}",
             request_id=uuid.uuid4().hex,
         )
-        start, first = time.monotonic(), None
+        start, first, cached_tokens = time.monotonic(), None, 0
         async for chunk in client.generate(request, NoText()):
             if chunk.token_ids and first is None:
-                first = time.monotonic() - start
+                first, cached_tokens = time.monotonic() - start, chunk.cached_tokens
             history += chunk.token_ids
         ttfts.append(first or 0.0)
+        cached.append(2 * cached_tokens >= len(request.message.prompt_token_ids))
         tokens += len(request.message.prompt_token_ids) + args.output
         await asyncio.sleep(args.think)
     return tokens
@@ -90,9 +97,10 @@ async def drive(url: str, prefix: str, args, vocab: int, *, routing: bool) -> di
     )
     before = await engine_counters(client)
     ttfts: list[float] = []
+    cached: list[bool] = []  # per turn, as in ttfts
     start = time.monotonic()
     tokens = await asyncio.gather(
-        *[conversation(client, args, t, vocab, ttfts) for t in range(args.tenants)]
+        *[conversation(client, args, t, vocab, ttfts, cached) for t in range(args.tenants)]
     )
     elapsed = time.monotonic() - start
     await asyncio.sleep(1.5)  # the engines' next status records hold the run's counters
@@ -103,6 +111,7 @@ async def drive(url: str, prefix: str, args, vocab: int, *, routing: bool) -> di
     loads = [after[e]["queries"] - before[e]["queries"] for e in after]
     return {
         "ttfts": ttfts,
+        "cached": cached,
         "throughput": sum(tokens) / elapsed,
         "elapsed": elapsed,
         "hit_rate": hits / max(1, queries),
@@ -172,6 +181,7 @@ def pooled(runs: list[dict]) -> dict:
     """Several runs of one mode as one: their samples together, their rates averaged."""
     return {
         "ttfts": [t for r in runs for t in r["ttfts"]],
+        "cached": [c for r in runs for c in r["cached"]],
         "throughput": statistics.mean(r["throughput"] for r in runs),
         "hit_rate": statistics.mean(r["hit_rate"] for r in runs),
         # The most uneven round's loads: replicas are not matched across rounds.
@@ -189,6 +199,27 @@ def round_ratios(shared_runs: list[dict], routed_runs: list[dict]) -> list[float
         statistics.median(shared["ttfts"]) / statistics.median(routed["ttfts"])
         for shared, routed in zip(shared_runs, routed_runs, strict=True)
     ]
+
+
+def hit_and_miss_lines(single: dict, shared: dict, routed: dict, replicas: int) -> list[str]:
+    """TTFT p50 of the turns whose prompt was mostly cached where they ran, and of the others:
+    the TTFT ratio is the gap between the two, weighted by each mode's share of hits."""
+    lines = [
+        "| run | turns with their prefix cached | TTFT p50 | turns without | TTFT p50 |",
+        "|---|---|---|---|---|",
+    ]
+    for label, r in (
+        ("1 replica", single),
+        (f"{replicas} replicas, shared stream", shared),
+        (f"{replicas} replicas, prefix router", routed),
+    ):
+        cells = []
+        for hit in (True, False):
+            values = [t for t, c in zip(r["ttfts"], r["cached"], strict=True) if c == hit]
+            p50 = f"{statistics.median(values) * 1000:.0f} ms" if values else "-"
+            cells += [f"{len(values)} ({len(values) / max(1, len(r['ttfts'])):.0%})", p50]
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    return lines
 
 
 def report(
@@ -211,6 +242,7 @@ def report(
             f"{percentile(r['ttfts'], 0.99) * 1000:.0f} ms | {r['throughput']:.0f} tok/s | "
             f"{r['hit_rate']:.1%} | {spread:.2f} |"
         )
+    lines += ["", *hit_and_miss_lines(single, shared, routed, replicas)]
     ttft_gain = median(ratios)
     hit_ratio = routed["hit_rate"] / single["hit_rate"]
     throughput = routed["throughput"] / shared["throughput"]
