@@ -201,6 +201,15 @@ def round_ratios(shared_runs: list[dict], routed_runs: list[dict]) -> list[float
     ]
 
 
+def labelled(single: dict, shared: dict, routed: dict, replicas: int) -> list[tuple[str, dict]]:
+    """Each run with its row label in the report's tables."""
+    return [
+        ("1 replica", single),
+        (f"{replicas} replicas, shared stream", shared),
+        (f"{replicas} replicas, prefix router", routed),
+    ]
+
+
 def hit_and_miss_lines(single: dict, shared: dict, routed: dict, replicas: int) -> list[str]:
     """TTFT p50 of the turns whose prompt was mostly cached where they ran, and of the others:
     the TTFT ratio is the gap between the two, weighted by each mode's share of hits."""
@@ -208,11 +217,7 @@ def hit_and_miss_lines(single: dict, shared: dict, routed: dict, replicas: int) 
         "| run | turns with their prefix cached | TTFT p50 | turns without | TTFT p50 |",
         "|---|---|---|---|---|",
     ]
-    for label, r in (
-        ("1 replica", single),
-        (f"{replicas} replicas, shared stream", shared),
-        (f"{replicas} replicas, prefix router", routed),
-    ):
+    for label, r in labelled(single, shared, routed, replicas):
         cells = []
         for hit in (True, False):
             values = [t for t, c in zip(r["ttfts"], r["cached"], strict=True) if c == hit]
@@ -231,11 +236,7 @@ def report(
         "| run | TTFT p50 | TTFT p99 | throughput | prefix-hit rate | max/min replica load |",
         "|---|---|---|---|---|---|",
     ]
-    for label, r in (
-        ("1 replica", single),
-        (f"{replicas} replicas, shared stream", shared),
-        (f"{replicas} replicas, prefix router", routed),
-    ):
+    for label, r in labelled(single, shared, routed, replicas):
         spread = load_spread(r["loads"])
         lines.append(
             f"| {label} | {statistics.median(r['ttfts']) * 1000:.0f} ms | "
