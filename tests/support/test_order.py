@@ -12,7 +12,7 @@ ran them alone for minutes while the other sat idle. The expected seconds per gr
 
 Refresh the file after the suite changes much:
 
-    .venv/bin/python -m pytest -n 2 --dist loadgroup --durations=0 -m "not alone" > run.log
+    .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=0 -m "not alone" > run.log
     .venv/bin/python -m tests.support.test_order run.log
 """
 
