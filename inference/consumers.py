@@ -182,8 +182,8 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
 
     async def _watch_credential(self) -> None:
         """Check the credential again every WEBSOCKET_AUTH_RECHECK_SECONDS. A key's check is
-        the key cache's (Redis' auth epoch at most once a second per process), so a revocation
-        ends the session within about that interval plus a second."""
+        the key cache's (Redis' auth epoch at most every AUTH_EPOCH_CHECK_SECONDS per process), so
+        a revocation ends the session within about the sum of the two."""
         interval = float(getattr(settings, "WEBSOCKET_AUTH_RECHECK_SECONDS", 0.5))
         while not self.ended:
             await asyncio.sleep(interval)

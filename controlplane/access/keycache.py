@@ -4,7 +4,7 @@ The hot path must not query the database per request, yet a revocation must reac
 process within seconds. Each process keeps ``prefix -> KeyRecord`` entries tagged with the
 *auth epoch* they were loaded under (redis_epoch.py); every write that changes what a key may
 do bumps the epoch in Redis (after its transaction commits), and each process re-reads the
-epoch at most every ``AUTH_EPOCH_CHECK_SECONDS`` (default 1 s). An entry whose epoch is no
+epoch at most every ``AUTH_EPOCH_CHECK_SECONDS`` (default 0.5 s). An entry whose epoch is no
 longer current is reloaded, so a revocation is visible everywhere within that interval plus
 one database read. Unknown prefixes are cached too (as None) so random keys cannot hammer the
 database.

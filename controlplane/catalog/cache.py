@@ -6,7 +6,7 @@ four queries, five while shared prefixes are active) and never queries the datab
 steady state. As with the key cache (controlplane/access/keycache.py), every write that changes
 what the snapshot holds bumps the *catalog epoch* in Redis after commit (``catalog_epoch_bump``
 in common/redis_epoch.py: the served-model, adapter and shared-prefix services call it), each
-process re-reads the epoch at most every ``AUTH_EPOCH_CHECK_SECONDS`` (default 1 s), and
+process re-reads the epoch at most every ``AUTH_EPOCH_CHECK_SECONDS`` (default 0.5 s), and
 ``max_age`` bounds staleness should a bump be lost. While Redis is unreachable the snapshot is
 still served, reloaded from the database every max_age.
 """

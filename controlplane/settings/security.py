@@ -59,6 +59,12 @@ AUTH_FAILURES_PER_ADDRESS = env.int("AUTH_FAILURES_PER_ADDRESS", 20)
 AUTH_FAILURES_PER_KEY_PREFIX = env.int("AUTH_FAILURES_PER_KEY_PREFIX", 10)
 AUTH_FAILURE_WINDOW_SECONDS = env.int("AUTH_FAILURE_WINDOW_SECONDS", 60)
 
+# Each process re-reads the Redis epochs that say its cached keys or served models changed at
+# most this often (controlplane/common/redis_epoch.py): a revocation reaches every process within
+# about this interval. At 1 s, a revoked key's WebSocket on a loaded 2-core machine closed 2.2 s
+# after the revocation (2026-11-27); each read is one Redis GET per process.
+AUTH_EPOCH_CHECK_SECONDS = env.float("AUTH_EPOCH_CHECK_SECONDS", 0.5)
+
 # An open WebSocket checks its key (or staff user) again this often, and before every
 # generation it starts: a revoked key's socket is closed within about this plus
 # AUTH_EPOCH_CHECK_SECONDS.

@@ -17,7 +17,7 @@ from engine.tooling.demo.tokenizer import CORPUS_PATH
 from tests.support.api_platform import counter_growth, run_django
 
 BLOCK = 16  # the engine's default block size
-# The API re-reads the catalog epoch at most every second (AUTH_EPOCH_CHECK_SECONDS).
+# The API re-reads the catalog epoch at most every AUTH_EPOCH_CHECK_SECONDS (0.5 s).
 EPOCH_CHECK_S = 1.2
 # The operator's part, in one Django process: tenants with a key each, and the shared prefixes
 # (system prompts) declared for the chat model, as the admin and declare_shared_prefix do.
