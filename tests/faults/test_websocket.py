@@ -7,8 +7,8 @@ error frame on the same, still open, connection.
 
 A revoked key (or a staff user who lost the playground) ends its open WebSockets. Before: a key
 revoked with manage.py kept generating on an open socket 62 s later. Now the socket gets an
-error frame (OpenAI body, code invalid_api_key) and a close within 2 s of the revocation, and
-what it was generating is aborted in the engine.
+error frame (OpenAI body, code invalid_api_key) and a close within about 1 s of the revocation
+(CLOSE_BOUND_S allows a loaded runner 3), and what it was generating is aborted in the engine.
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from tests.support.processes import REPO
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 USER = [{"role": "user", "content": "Tell me about dicts."}]
+
+# The server closes a socket whose credential no longer stands within about 1 s: a 0.5 s recheck
+# and a 0.5 s epoch read (docs/websocket.md). The bound leaves room for a loaded CI runner, where
+# the server's recheck and this client (which reads every chunk streamed before the close) wait
+# for cores: 2.0 and 2.2 s were measured with three test workers beside two busy loops on 2 cores
+# (2026-11-27). A revocation that did not reach open sockets would take the key cache's 60 s.
+CLOSE_BOUND_S = 3.0
 
 
 def _ws_url(platform) -> str:
@@ -146,7 +153,7 @@ async def test_revoking_a_key_ends_its_socket_and_aborts_its_generation(platform
     assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_CREDENTIAL_REFUSED
     _assert_refused(error)
     assert error["error"]["message"] == "This API key has been revoked."
-    assert seconds < 2.0, f"closed {seconds:.2f} s after the revocation"
+    assert seconds < CLOSE_BOUND_S, f"closed {seconds:.2f} s after the revocation"
     totals = await asyncio.to_thread(platform.wait_engine_idle, 10)  # aborted, not finishing
     assert totals["num_running"] == 0
 
@@ -184,4 +191,4 @@ async def test_a_staff_socket_ends_when_the_user_loses_staff_rights(platform, ch
         await asyncio.to_thread(manage, platform.env, "shell", "-c", script)
         error, seconds = await _until_session_ends(ws, since=time.monotonic())
     _assert_refused(error)
-    assert seconds < 2.0, f"closed {seconds:.2f} s after the change"
+    assert seconds < CLOSE_BOUND_S, f"closed {seconds:.2f} s after the change"
