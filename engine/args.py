@@ -18,6 +18,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument(
+        "--no-async-scheduling",
+        action="store_true",
+        help="on a GPU, schedule each step after the last one's tokens are read (debugging)",
+    )
+    parser.add_argument(
         "--quantization",
         default=None,
         choices=["int8", "int4"],
@@ -107,6 +112,7 @@ def engine_config_from_args(args: argparse.Namespace, model_path: str) -> Engine
         num_gpu_blocks=args.num_gpu_blocks,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enable_prefix_caching=not args.no_prefix_caching,
+        async_scheduling=False if args.no_async_scheduling else None,
         scheduling_policy=args.scheduling_policy,
         fair_step_tokens=args.fair_step_tokens,
         batch_step_seqs=args.batch_step_seqs,

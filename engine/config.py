@@ -69,6 +69,10 @@ class EngineConfig:
     enable_speculative_decoding: bool = True
     num_speculative_tokens: int = 7
     speculative_max_num_seqs: int = 8
+    # Async scheduling (engine/async_steps.py): the next step is scheduled and queued while
+    # the device computes this one. None: on with a CUDA device, where the host's work would
+    # otherwise leave the GPU idle; on a CPU the host is the device and nothing overlaps.
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:

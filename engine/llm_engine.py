@@ -13,7 +13,6 @@ allocated on the first load, so engines that never serve an adapter spend no mem
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from engine.adapters import AdapterIdentity
+from engine.async_steps import AsyncSteps, drop_finished
 from engine.config import EngineConfig
 from engine.core.block_hash import PublicPrefix
 from engine.core.fair_share import service_class_rank
@@ -29,12 +29,13 @@ from engine.core.scheduler_output import SchedulerOutput
 from engine.core.step_preemption import schedule_inside
 from engine.engine_parts import build_lora_manager, build_speculator
 from engine.model_config import ModelConfig
-from engine.outputs import EngineStats, RequestOutputDelta
+from engine.outputs import EngineStats, RequestOutputDelta, take_delta
 from engine.request import Request, RequestStatus
 from engine.request_checks import check_prompt, check_public_prefix, check_weight
 from engine.resume import check_resumed, mark_resumed
 from engine.sampling_params import SamplingParams
 from engine.structured.manager import StructuredOutputManager
+from engine.worker.launched_step import LaunchedStep
 from engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class LLMEngine:
         self._pending: list[RequestOutputDelta] = []  # aborts, reported by the next step()
         self.structured = StructuredOutputManager(config.model, self.model_config)
         self._in_flight: SchedulerOutput | None = None  # the step the runner is computing
+        overlap = config.async_scheduling
+        if overlap is None:
+            overlap = self.device.type == "cuda"
+        self.async_steps = AsyncSteps(self.scheduler, self.runner) if overlap else None
 
     # -- LoRA adapters ---------------------------------------------------------------------------
 
@@ -217,36 +222,56 @@ class LLMEngine:
                     if not sample.is_finished:  # held back, never reached the scheduler
                         sample.status = RequestStatus.FINISHED_ABORTED
                     self.runner.remove_request(sample.request_id)
-                    self._pending.append(self._delta(sample))
+                    self._pending.append(take_delta(sample))
 
     # -- one step ------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutputDelta]:
+        """One step: the deltas of the step computed last. With async scheduling the next
+        step is queued before they are read (engine/async_steps.py)."""
         outputs, self._pending = self._pending, []
+        steps = self.async_steps
+        if steps is not None and steps.must_drain():
+            outputs += self._read(steps.take())
         sched_out = self.scheduler.schedule()
         # Dropped while waiting: their adapter was unloaded, or their grammar failed.
         for request in sched_out.dropped_requests:
-            outputs.append(self._delta(request))
+            outputs.append(take_delta(request))
             self._on_finished(request)
-        if sched_out.is_empty:
-            self.structured.wait_for_pending()
+        if steps is not None and steps.can_launch(sched_out):
+            outputs += self._read(steps.launch(sched_out))
         else:
-            self._in_flight = sched_out
-            try:
-                model_out = self.runner.execute(sched_out)
-            finally:
-                self._in_flight = None
-            outputs += self._update(sched_out, model_out)
+            if steps is not None and steps.in_flight is not None:
+                outputs += self._read(steps.take())
+                drop_finished(sched_out)
+            if sched_out.is_empty:
+                self.structured.wait_for_pending()
+            else:
+                outputs += self._execute(sched_out)
         # Also after an empty step: a first sample dropped while waiting releases its siblings
         # (they end the same way on the next step) even when nothing else runs.
         if self._held:
             self._release_held()
         return outputs
 
-    def _update(self, sched_out, model_out) -> list[RequestOutputDelta]:
+    def _execute(self, sched_out: SchedulerOutput) -> list[RequestOutputDelta]:
+        self._in_flight = sched_out
+        try:
+            model_out = self.runner.execute(sched_out)
+        finally:
+            self._in_flight = None
+        return self._update(sched_out, model_out)
+
+    def _read(self, launched: LaunchedStep | None) -> list[RequestOutputDelta]:
+        if launched is None:
+            return []
+        return self._update(launched.sched_out, launched.read(), committed=True)
+
+    def _update(self, sched_out, model_out, committed: bool = False) -> list[RequestOutputDelta]:
         deltas = []
-        for request in self.scheduler.update_from_output(sched_out, model_out):
-            deltas.append(self._delta(request))
+        updated = self.scheduler.update_from_output(sched_out, model_out, committed=committed)
+        for request in updated:
+            deltas.append(take_delta(request))
             if request.is_finished:
                 self._on_finished(request)
         return deltas
@@ -294,39 +319,11 @@ class LLMEngine:
                 for sample in others:
                     self.scheduler.add_request(sample)
 
-    def _delta(self, request: Request) -> RequestOutputDelta:
-        new_tokens = request.output_token_ids[request.num_delivered_tokens :]
-        request.num_delivered_tokens = request.num_output_tokens
-        new_logprobs = None
-        if request.pending_logprobs is not None:
-            new_logprobs, request.pending_logprobs = request.pending_logprobs, []
-        prompt_logprobs = None
-        spec = request.spec
-        if request.prompt_logprobs is not None and not request.prompt_logprobs_delivered:
-            prompt_logprobs = request.prompt_logprobs
-            request.prompt_logprobs_delivered = True
-        return RequestOutputDelta(
-            request_id=request.external_id,
-            index=request.index,
-            new_token_ids=new_tokens,
-            new_logprobs=new_logprobs,
-            prompt_logprobs=prompt_logprobs,
-            finished=request.is_finished,
-            finish_reason=request.status.finish_reason,
-            stop_reason=request.stop_reason,
-            num_prompt_tokens=request.num_prompt_tokens,
-            num_cached_tokens=max(request.num_cached_tokens, 0),
-            timestamps=copy.copy(request.timestamps),
-            error=request.error,
-            num_sent_tokens=request.num_delivered_tokens - request.num_resumed_tokens,
-            num_draft_tokens=spec.num_draft_tokens if spec is not None else 0,
-            num_accepted_tokens=spec.num_accepted_tokens if spec is not None else 0,
-        )
-
     # -- introspection ---------------------------------------------------------------------------
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.scheduler.num_unfinished or self._held or self._pending)
+        launched = self.async_steps is not None and self.async_steps.in_flight is not None
+        return bool(self.scheduler.num_unfinished or self._held or self._pending or launched)
 
     def stats(self) -> EngineStats:
         s = self.scheduler

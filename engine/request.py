@@ -61,6 +61,7 @@ class Request:
         "num_charged_tokens",
         "num_computed_tokens",
         "num_delivered_tokens",
+        "num_pending_tokens",
         "num_prompt_tokens",
         "num_resumed_tokens",
         "output_token_ids",
@@ -119,6 +120,10 @@ class Request:
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0
+        # Tokens sampled by steps still on the device (engine/async_steps.py): counted in
+        # num_computed_tokens already, appended once a step's results are read. At most 2:
+        # the next step is queued before the one in flight is read.
+        self.num_pending_tokens = 0
         # -1 until first scheduled: then the prompt tokens found in the prefix cache.
         self.num_cached_tokens = -1
         self.num_delivered_tokens = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from engine.attention.backend import AttentionBackend, AttentionMetadata
+from engine.device_copy import to_device
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -40,9 +41,9 @@ class TritonAttentionBackend(AttentionBackend):
         qsl = metadata.query_start_loc
         if metadata.num_seqs > nd:
             first = qsl[nd]
-            state["prefill_query_start_loc"] = torch.tensor(
-                [q - first for q in qsl[nd:]], dtype=torch.int32
-            ).to(metadata.block_tables.device)
+            state["prefill_query_start_loc"] = to_device(
+                [q - first for q in qsl[nd:]], torch.int32, metadata.block_tables.device
+            )
             state["max_query_len"] = max(
                 b - a for a, b in zip(qsl[nd:-1], qsl[nd + 1 :], strict=True)
             )

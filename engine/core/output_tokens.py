@@ -56,3 +56,13 @@ def stop_status(
     if request.num_tokens >= max_model_len:
         return RequestStatus.FINISHED_LENGTH
     return None
+
+
+def ends_at_pending(request: Request, max_model_len: int) -> bool:
+    """Whether the token a step in flight samples for ``request`` (engine/async_steps.py) is
+    its last by length, max_tokens or the context, so no further step is wanted."""
+    num_tokens = request.num_tokens + request.num_pending_tokens
+    return (
+        request.num_output_tokens + request.num_pending_tokens >= request.max_tokens
+        or num_tokens >= max_model_len
+    )

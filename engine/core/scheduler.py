@@ -39,7 +39,7 @@ from engine.core.admission_checks import adapter_available, grammar_ready
 from engine.core.block_hash import update_block_hashes
 from engine.core.fair_share import FairQueue, StepLimits, VirtualTokenCounter, yield_victim
 from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.output_tokens import append_output_tokens
+from engine.core.output_tokens import append_output_tokens, ends_at_pending
 from engine.core.prefix_dedup import InFlightBlocks
 from engine.core.request_queue import lowest_ranked, make_queue
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -181,9 +181,10 @@ class Scheduler:
                 break
             if request.status != RequestStatus.RUNNING or request.request_id in num_tokens:
                 continue  # preempted meanwhile, or re-admitted already this step
-            num_new = self._limits.take(
-                request, min(request.num_tokens - request.num_computed_tokens, budget)
-            )
+            if request.num_pending_tokens and ends_at_pending(request, self.max_model_len):
+                continue  # its last token is in flight: nothing after it is wanted
+            num_left = request.num_tokens + request.num_pending_tokens - request.num_computed_tokens
+            num_new = self._limits.take(request, min(num_left, budget))
             if num_new <= 0:
                 continue  # the step's prompt tokens, or its share of batch lines, are spent
             if request.spec is not None:  # draft tokens to verify with this decode
@@ -204,6 +205,9 @@ class Scheduler:
         riders = num_riders(self.running)  # seats beyond max_num_seqs (step_preemption.py)
         while self.waiting and budget > 0 and len(self.running) - riders < self.config.max_num_seqs:
             request = self.waiting.peek()
+            if request.num_pending_tokens:  # preempted while its last step was in flight
+                skipped.append(self.waiting.pop())
+                continue
             if bar is not None and out.new_requests and self.fair.rank(request) >= bar:
                 break  # a lane whose prefills this step leaves out (fair_share.py, "Admission")
             returning = self.fair is not None and no_other_prompt_work(self, request)
@@ -298,25 +302,27 @@ class Scheduler:
     # -- after the forward pass --------------------------------------------------------------
 
     def update_from_output(
-        self, out: SchedulerOutput, model_out: ModelRunnerOutput
+        self, out: SchedulerOutput, model_out: ModelRunnerOutput, *, committed: bool = False
     ) -> list[Request]:
-        """Advance counters, append sampled tokens, finish stopped requests.
-
-        Returns the requests with something to report this step (new tokens or finished).
-        """
+        """Advance counters (unless ``commit_launched`` did: ``committed``), append sampled
+        tokens, finish stopped requests; returns those with new tokens or finished."""
         sampled = model_out.sampled_token_ids
         updated: list[Request] = []
         caching = self.config.enable_prefix_caching
         now = time.monotonic()
         for request in out.scheduled_requests:
             rid = request.request_id
-            n = out.num_scheduled_tokens[rid]
-            request.num_computed_tokens += n
+            if not committed:
+                request.num_computed_tokens += out.num_scheduled_tokens[rid]
+            elif request.is_finished:
+                continue  # aborted, or stopped by the step before: this row was wasted
             if rid in model_out.prompt_logprobs and request.prompt_logprobs is not None:
                 request.prompt_logprobs.extend(model_out.prompt_logprobs[rid])
             token = sampled.get(rid)
             if token is None:
                 continue
+            if committed:
+                request.num_pending_tokens -= 1
             tokens, logprobs = [token], [model_out.logprobs.get(rid)]
             outcome = model_out.draft_outcomes.get(rid)
             if outcome is not None:
@@ -336,8 +342,9 @@ class Scheduler:
             if caching:
                 update_block_hashes(request, self.block_size)
             if status is not None:
+                queue = self.running if request.status == RequestStatus.RUNNING else self.waiting
+                queue.remove(request)  # waiting: preempted while its committed step ran
                 request.status = status
-                self.running.remove(request)
                 self._free(request)
             updated.append(request)
         return updated

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from engine.device_copy import to_device
+
 if TYPE_CHECKING:
     from engine.request import Request
 
@@ -56,19 +58,20 @@ class SamplingBatch:
         all_greedy = all(greedy_list)
         banned = []
         for row, (r, p) in enumerate(zip(requests, params, strict=True)):
-            if r.num_output_tokens < p.min_tokens:
+            # The token of a step still in flight (async_steps.py) is an output token too.
+            if r.num_output_tokens + r.num_pending_tokens < p.min_tokens:
                 stops = set(p.stop_token_ids or ())
                 if not p.ignore_eos:
                     stops |= eos_token_ids
                 if stops:
                     banned.append((row, sorted(stops)))
         batch = cls(
-            temperature=torch.tensor(
+            temperature=to_device(
                 [1.0 if g else p.temperature for g, p in zip(greedy_list, params, strict=True)],
-                dtype=torch.float32,
-                device=device,
+                torch.float32,
+                device,
             ),
-            greedy=torch.tensor(greedy_list, dtype=torch.bool, device=device),
+            greedy=to_device(greedy_list, torch.bool, device),
             all_greedy=all_greedy,
             any_greedy=any(greedy_list),
             top_k=None,
@@ -80,24 +83,24 @@ class SamplingBatch:
         )
         if not all_greedy:
             if any(p.top_k > 0 for p in params):
-                batch.top_k = torch.tensor(
+                batch.top_k = to_device(
                     [p.top_k if 0 < p.top_k < vocab_size else vocab_size for p in params],
-                    dtype=torch.long,
-                    device=device,
+                    torch.long,
+                    device,
                 )
             if any(p.top_p < 1.0 for p in params):
-                batch.top_p = torch.tensor([p.top_p for p in params], device=device)
+                batch.top_p = to_device([p.top_p for p in params], torch.float32, device)
             if any(p.min_p > 0.0 for p in params):
-                batch.min_p = torch.tensor([p.min_p for p in params], device=device)
+                batch.min_p = to_device([p.min_p for p in params], torch.float32, device)
         if any(p.has_penalties for p in params):
-            batch.presence_penalty = torch.tensor(
-                [p.presence_penalty for p in params], device=device
+            batch.presence_penalty = to_device(
+                [p.presence_penalty for p in params], torch.float32, device
             )
-            batch.frequency_penalty = torch.tensor(
-                [p.frequency_penalty for p in params], device=device
+            batch.frequency_penalty = to_device(
+                [p.frequency_penalty for p in params], torch.float32, device
             )
-            batch.repetition_penalty = torch.tensor(
-                [p.repetition_penalty for p in params], device=device
+            batch.repetition_penalty = to_device(
+                [p.repetition_penalty for p in params], torch.float32, device
             )
             batch.prompt_token_ids = [r.prompt_token_ids for r in requests]
             batch.output_token_ids = [r.output_token_ids for r in requests]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.device_copy import to_device
 from engine.outputs import TokenLogprobs
 from engine.sample.metadata import SamplingBatch
 
@@ -23,6 +24,25 @@ class SamplerOutput:
     logprobs: list[TokenLogprobs | None]
 
 
+@dataclass(slots=True)
+class Draw:
+    """A step's sampled tokens while still on the device: ``read`` brings them to the host."""
+
+    token_ids: torch.Tensor  # [B]
+    logprobs: torch.Tensor | None  # [B, vocab] when some row asked for logprobs
+    num_logprobs: list[int | None]
+
+    def read(self, host_token_ids: torch.Tensor | None = None) -> SamplerOutput:
+        """The tokens and logprobs as Python values; waits for the device. ``host_token_ids``:
+        a host copy of ``token_ids`` already made."""
+        token_ids = (self.token_ids if host_token_ids is None else host_token_ids).tolist()
+        if self.logprobs is None:
+            return SamplerOutput(token_ids, [None] * len(token_ids))
+        return SamplerOutput(
+            token_ids, gather_logprobs(self.logprobs, self.token_ids, self.num_logprobs)
+        )
+
+
 class Sampler:
     def __init__(self, generator: torch.Generator | None = None) -> None:
         # Shared source of randomness for rows without their own seed.
@@ -30,11 +50,15 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         """logits: [B, vocab] fp32 (modified in place)."""
+        return self.draw(logits, batch).read()
+
+    def draw(self, logits: torch.Tensor, batch: SamplingBatch) -> Draw:
+        """The same, left on the device: nothing here waits for it."""
         logprobs = None
         if batch.max_num_logprobs is not None:
             logprobs = torch.log_softmax(logits, dim=-1)
         for row, token_ids in batch.banned_tokens:
-            logits[row, token_ids] = float("-inf")
+            logits[row, to_device(token_ids, torch.long, logits.device)] = float("-inf")
         if batch.repetition_penalty is not None:
             apply_penalties(logits, batch)
         if batch.all_greedy:
@@ -43,10 +67,7 @@ class Sampler:
             sampled = self._sample(logits, batch)
             if batch.any_greedy:
                 sampled = torch.where(batch.greedy, logits.argmax(dim=-1), sampled)
-        token_ids = sampled.tolist()
-        if logprobs is None:
-            return SamplerOutput(token_ids, [None] * len(token_ids))
-        return SamplerOutput(token_ids, gather_logprobs(logprobs, sampled, batch.num_logprobs))
+        return Draw(sampled, logprobs, batch.num_logprobs)
 
     def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         logits = logits / batch.temperature[:, None]

@@ -64,6 +64,10 @@ class DraftRow:
     def num_output_tokens(self) -> int:
         return self.request.num_output_tokens + self.offset
 
+    @property
+    def num_pending_tokens(self) -> int:
+        return self.request.num_pending_tokens  # 0: drafts are verified in synchronous steps
+
 
 def draft_rows(request: Request, num_drafts: int) -> list[DraftRow]:
     """One row per verified position, each with the grammar state after its drafts."""

@@ -77,6 +77,7 @@ class DecodeGraphs:
         self.seq_lens = torch.zeros(largest, dtype=torch.int32, device=device)
         self.block_tables = torch.zeros(largest, self.max_blocks, dtype=torch.int32, device=device)
         self.replays: dict[int, Callable[[], torch.Tensor]] = {}
+        self.num_replays = 0
         self._pool = None
         self._graphs: list[torch.cuda.CUDAGraph] = []
         with torch.inference_mode():
@@ -146,6 +147,9 @@ class DecodeGraphs:
         # Columns past this step's width may hold stale block ids: the kernel reads a table
         # entry only for positions below the row's length, so they are never used.
         self.block_tables[:n, : metadata.block_tables.shape[1]].copy_(metadata.block_tables)
+        if not self.num_replays:  # the log's proof that graphs serve (once per engine)
+            logger.info("first decode step replayed from a CUDA graph (%d of %d rows)", n, size)
+        self.num_replays += 1
         return self.replays[size]()[:n]
 
 

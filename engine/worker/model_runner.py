@@ -23,6 +23,7 @@ import torch
 from engine.attention import AttentionMetadata, get_attention_backend
 from engine.config import EngineConfig
 from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.device_copy import to_device
 from engine.model_config import ModelConfig
 from engine.models import load_model
 from engine.outputs import TokenLogprobs
@@ -35,6 +36,7 @@ from engine.worker.cpu_allocator import loading_allocator
 from engine.worker.cpu_threads import StepThreads
 from engine.worker.cuda_graphs import maybe_capture_decode_graphs
 from engine.worker.kv_cache import allocate_kv_caches, num_blocks_for
+from engine.worker.launched_step import LaunchedStep
 from engine.worker.step_inputs import ModelInputs, build_step_inputs
 
 if TYPE_CHECKING:
@@ -138,6 +140,20 @@ class ModelRunner:
             hidden = self.run_model(inputs)
             return self.sample(inputs, hidden)
 
+    @torch.inference_mode()
+    def launch(self, out: SchedulerOutput, in_flight: LaunchedStep | None = None) -> LaunchedStep:
+        """Queue the step ``out`` on the device and return without waiting for it
+        (engine/async_steps.py); tokens its requests still wait for come from ``in_flight``,
+        on the device. Not for steps that verify draft tokens."""
+        inputs = self.prepare_inputs(out, in_flight)
+        with self.step_threads.for_step(out.total_num_scheduled_tokens):
+            hidden = self.run_model(inputs)
+            prompt_logprobs = self._all_prompt_logprobs(inputs, hidden)
+            draw = None
+            if inputs.sample_requests:
+                draw = self.sampler.draw(*self._logits_and_batch(inputs, hidden))
+        return LaunchedStep(out, inputs.sample_requests, draw, prompt_logprobs)
+
     def _checkpoint(self) -> None:
         hook = self.preemption_hook  # None once turned off, possibly by the hook itself
         if hook is None:
@@ -148,9 +164,11 @@ class ModelRunner:
         finally:
             self._in_hook = False
 
-    def prepare_inputs(self, out: SchedulerOutput) -> ModelInputs:
+    def prepare_inputs(
+        self, out: SchedulerOutput, in_flight: LaunchedStep | None = None
+    ) -> ModelInputs:
         """The step's flattened batch (engine/worker/step_inputs.py) and its LoRA layout."""
-        inputs = build_step_inputs(out, self.block_size, self.device)
+        inputs = build_step_inputs(out, self.block_size, self.device, in_flight)
         self.backend.prepare(inputs.attention)
         inputs.lora = self._lora_apply(inputs.requests, inputs.num_scheduled_tokens)
         return inputs
@@ -166,26 +184,10 @@ class ModelRunner:
 
     def sample(self, inputs: ModelInputs, hidden: torch.Tensor) -> ModelRunnerOutput:
         """Prompt logprobs where asked, and one token per request at the end of its tokens."""
-        result = ModelRunnerOutput()
-        starts = inputs.request_starts
-        for i, r in enumerate(inputs.requests):
-            if r.prompt_logprobs is not None and r.num_computed_tokens < r.num_prompt_tokens - 1:
-                result.prompt_logprobs[r.request_id] = self._prompt_logprobs(
-                    r,
-                    hidden[starts[i] : starts[i + 1]],
-                    inputs.num_scheduled_tokens[r.request_id],
-                )
+        result = ModelRunnerOutput(prompt_logprobs=self._all_prompt_logprobs(inputs, hidden))
         if not inputs.sample_requests:
             return result
-        logits = self.model.compute_logits(hidden[inputs.sample_rows])
-        self.grammar_bitmask.apply(logits, inputs.sample_requests)  # structured outputs
-        batch = SamplingBatch.from_requests(
-            inputs.sample_requests,
-            generators=self.generators,
-            eos_token_ids=self.eos_token_ids,
-            vocab_size=self.model_config.vocab_size,
-            device=self.device,
-        )
+        logits, batch = self._logits_and_batch(inputs, hidden)
         verifier = DraftVerifier(self.generators, self.model_config.vocab_size)
         verifier.save_generators(inputs.sample_requests, will_draw=not batch.all_greedy)
         sampled = self.sampler(logits, batch)
@@ -204,6 +206,34 @@ class ModelRunner:
                 result.logprobs[rid] = lp
             result.draft_outcomes[rid] = outcome
         return result
+
+    def _all_prompt_logprobs(self, inputs: ModelInputs, hidden: torch.Tensor) -> dict[str, list]:
+        found = {}
+        starts = inputs.request_starts
+        for i, r in enumerate(inputs.requests):
+            if r.prompt_logprobs is not None and r.num_computed_tokens < r.num_prompt_tokens - 1:
+                found[r.request_id] = self._prompt_logprobs(
+                    r,
+                    hidden[starts[i] : starts[i + 1]],
+                    inputs.num_scheduled_tokens[r.request_id],
+                )
+        return found
+
+    def _logits_and_batch(
+        self, inputs: ModelInputs, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, SamplingBatch]:
+        """The sampled rows' logits (grammar masks applied) and their sampling parameters."""
+        rows = to_device(inputs.sample_rows, torch.long, self.device)
+        logits = self.model.compute_logits(hidden[rows])
+        self.grammar_bitmask.apply(logits, inputs.sample_requests)  # structured outputs
+        batch = SamplingBatch.from_requests(
+            inputs.sample_requests,
+            generators=self.generators,
+            eos_token_ids=self.eos_token_ids,
+            vocab_size=self.model_config.vocab_size,
+            device=self.device,
+        )
+        return logits, batch
 
     def _lora_apply(self, ordered: list[Request], counts: dict[str, int]) -> LoraApply | None:
         """The step's LoRA hook for the model, or None when no request uses an adapter."""

@@ -15,12 +15,13 @@ quantized weights; and a step of decodes and verifications runs the one-call dec
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from engine.attention import AttentionMetadata
 from engine.core.scheduler_output import SchedulerOutput
+from engine.device_copy import to_device
 from engine.request import Request
 from engine.spec_decode.verify import DraftRow, draft_rows
 
@@ -48,30 +49,52 @@ class ModelInputs:
     sample_rows: list[int]
 
 
-def build_step_inputs(out: SchedulerOutput, block_size: int, device: torch.device) -> ModelInputs:
-    """Flatten the scheduled requests into one varlen batch, decodes (and verifications) first."""
+class InFlightTokens(Protocol):
+    """The tokens of the step still on the device (engine/async_steps.py)."""
+
+    token_ids: torch.Tensor  # [num sampled rows], on the device
+    row_of: dict[str, int]  # request id -> its row in token_ids
+
+
+def build_step_inputs(
+    out: SchedulerOutput,
+    block_size: int,
+    device: torch.device,
+    in_flight: InFlightTokens | None = None,
+) -> ModelInputs:
+    """Flatten the scheduled requests into one varlen batch, decodes (and verifications) first.
+
+    A request whose last token ``in_flight`` has yet to give (``num_pending_tokens``) gets it
+    on the device, from that step's sampled tokens: the host never waits for them."""
     counts = out.num_scheduled_tokens
     # One query token, or one known token left followed by drafts: decode rows.
     decodes, prefills = [], []
     for r in out.scheduled_requests:
-        one = counts[r.request_id] == 1 or r.num_tokens - r.num_computed_tokens == 1
+        num_left = r.num_tokens + r.num_pending_tokens - r.num_computed_tokens
+        one = counts[r.request_id] == 1 or num_left == 1
         (decodes if one else prefills).append(r)
     # Similar lengths side by side: the attention backend pads decodes per group.
     decodes.sort(key=lambda r: r.num_computed_tokens)
     bs = block_size
     rows = _Rows()
+    gather: list[tuple[int, int]] = []  # (row, row of in_flight.token_ids) for pending tokens
     for r in decodes:
         start, table = r.num_computed_tokens, out.block_tables[r.request_id]
         end = start + counts[r.request_id]
-        num_drafts = end - r.num_tokens  # draft tokens to verify (engine/spec_decode/)
-        tokens = [r.all_token_ids[start]]
+        num_known = r.num_tokens + r.num_pending_tokens
+        num_drafts = end - num_known  # draft tokens to verify (engine/spec_decode/)
+        if start < r.num_tokens:
+            tokens = [r.all_token_ids[start]]
+        else:  # sampled by the step in flight: copied on the device below
+            gather.append((len(rows.input_ids), in_flight.row_of[r.request_id]))
+            tokens = [0]
         if num_drafts > 0:
             tokens.extend(r.spec.draft_token_ids[:num_drafts])
         for p, token in enumerate(tokens, start):
             rows.add_sequence([token], [p], [table[p // bs] * bs + p % bs], p + 1, table)
         if num_drafts > 0:
             rows.sample(draft_rows(r, num_drafts), len(tokens))
-        elif end == r.num_tokens:
+        elif end == num_known:
             rows.sample([r], 1)
     num_decodes = rows.num_seqs
     for r in prefills:
@@ -79,7 +102,7 @@ def build_step_inputs(out: SchedulerOutput, block_size: int, device: torch.devic
         end = start + counts[r.request_id]
         slots = [table[p // bs] * bs + p % bs for p in range(start, end)]
         rows.add_sequence(r.all_token_ids[start:end], range(start, end), slots, end, table)
-        if end == r.num_tokens:
+        if end == r.num_tokens + r.num_pending_tokens:
             rows.sample([r], 1)
 
     ordered = decodes + prefills
@@ -88,22 +111,28 @@ def build_step_inputs(out: SchedulerOutput, block_size: int, device: torch.devic
         request_starts.append(request_starts[-1] + counts[r.request_id])
     max_blocks = max(len(t) for t in rows.tables)
     metadata = AttentionMetadata(
-        slot_mapping=torch.tensor(rows.slots, dtype=torch.long).to(device),
-        seq_lens=torch.tensor(rows.seq_lens, dtype=torch.long).to(device),
-        block_tables=torch.tensor(
-            [t + [0] * (max_blocks - len(t)) for t in rows.tables], dtype=torch.long
-        ).to(device),
+        slot_mapping=to_device(rows.slots, torch.long, device),
+        seq_lens=to_device(rows.seq_lens, torch.long, device),
+        block_tables=to_device(
+            [t + [0] * (max_blocks - len(t)) for t in rows.tables], torch.long, device
+        ),
         seq_lens_list=rows.seq_lens,
         query_start_loc=rows.query_start_loc,
         num_decodes=num_decodes,
         block_size=bs,
     )
+    input_ids = to_device(rows.input_ids, torch.long, device)
+    if gather:
+        dst, src = zip(*gather, strict=True)
+        input_ids[to_device(dst, torch.long, device)] = in_flight.token_ids[
+            to_device(src, torch.long, device)
+        ]
     return ModelInputs(
         requests=ordered,
         num_scheduled_tokens=counts,
         request_starts=request_starts,
-        input_ids=torch.tensor(rows.input_ids, dtype=torch.long).to(device),
-        positions=torch.tensor(rows.positions, dtype=torch.long).to(device),
+        input_ids=input_ids,
+        positions=to_device(rows.positions, torch.long, device),
         attention=metadata,
         lora=None,
         sample_requests=rows.sample_requests,

@@ -145,3 +145,20 @@ def test_cuda_graph_decode_equals_eager_decode(checkpoints, speculation):
     else:
         # Finishing requests shrink the batch; odd sizes replay the next captured size.
         assert {5, 3, 1} <= set(replays), replays
+
+
+@pytest.mark.slow
+def test_async_steps_on_cuda_give_the_tokens_of_synchronous_steps(checkpoints):
+    """Steps queued behind the one in flight, their pending tokens copied on the device
+    (engine/async_steps.py), through graph-replayed decodes and eager prefills."""
+    path = str(checkpoints.get("qwen3"))
+    prompts = random_prompts(12, 3, 200, seed=4)
+    max_tokens = [5 + 3 * i for i in range(len(prompts))]
+    options = {"enable_speculative_decoding": False, "max_num_batched_tokens": 128}
+    overlapped = cuda_engine(path, "float32", async_scheduling=True, **options)
+    got = greedy(overlapped, prompts, max_tokens)
+    synchronous = cuda_engine(path, "float32", async_scheduling=False, **options)
+    assert got == greedy(synchronous, prompts, max_tokens)
+    assert overlapped.async_steps.num_launched_behind > 0
+    assert synchronous.async_steps is None
+    assert [len(t) for t in got] == max_tokens

@@ -1,0 +1,137 @@
+"""Async scheduling (engine/async_steps.py): steps queued behind the step in flight give the
+tokens synchronous steps give, for every way a request ends or is cut short, on the CPU where
+the same code runs without the overlap."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+from tests.support.engine_runs import random_prompts, run_to_completion
+
+
+def make_engine(path, async_scheduling: bool, **overrides) -> LLMEngine:
+    overrides.setdefault("num_gpu_blocks", 512)
+    overrides.setdefault("max_model_len", 512)
+    overrides.setdefault("enable_speculative_decoding", False)
+    return LLMEngine(EngineConfig(model=path, async_scheduling=async_scheduling, **overrides))
+
+
+def greedy_tokens(path, prompt, max_tokens: int) -> list[int]:
+    engine = make_engine(path, False)
+    engine.add_request("probe", prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    return run_to_completion(engine)[("probe", 0)]["tokens"]
+
+
+def workload(path) -> list[tuple[str, list[int], SamplingParams]]:
+    """Requests that end every way: length, a stop token (with and without min_tokens),
+    penalties (which need every token on the host), logprobs, seeds, several samples, and
+    sampled requests without a seed that only fill the batch."""
+    prompts = random_prompts(24, 5, 90, seed=3)
+    stop_at = greedy_tokens(path, prompts[0], 12)  # tokens a stop list can name
+    requests = []
+    for i, prompt in enumerate(prompts):
+        params = {"temperature": 0.0, "max_tokens": 6 + (i * 7) % 30, "ignore_eos": True}
+        if i == 0:
+            params.update(stop_token_ids=[stop_at[4]], max_tokens=30)
+        elif i == 1:
+            params.update(stop_token_ids=[stop_at[1]], min_tokens=7, max_tokens=30)
+            prompt = prompts[0]
+        elif i % 6 == 2:
+            params.update(repetition_penalty=1.3, frequency_penalty=0.4, max_tokens=8)
+        elif i % 6 == 3:
+            params.update(logprobs=3)
+        elif i % 6 == 4:
+            params.update(temperature=0.9, seed=100 + i, n=2)
+        elif i % 6 == 5:
+            params.update(temperature=0.9)  # unseeded: differs with the batch, not compared
+        requests.append((f"r{i}", prompt, SamplingParams(**params)))
+    return requests
+
+
+def run(engine, requests):
+    for rid, prompt, params in requests:
+        engine.add_request(rid, prompt, params)
+    return run_to_completion(engine)
+
+
+def comparable(results, requests) -> dict:
+    seeded = {rid for rid, _, p in requests if p.temperature == 0.0 or p.seed is not None}
+    out = {}
+    for (rid, index), entry in results.items():
+        if rid in seeded:
+            logprobs = [lp for d in entry["deltas"] for lp in (d.new_logprobs or [])]
+            out[(rid, index)] = (
+                entry["tokens"],
+                entry["finish"],
+                [(lp.token_id, round(lp.logprob, 4), lp.rank) for lp in logprobs],
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"num_gpu_blocks": 40, "max_num_batched_tokens": 64},  # preempts, chunks prompts
+        {"enable_speculative_decoding": True},  # few requests: drafts, so steps drain
+        {"enable_prefix_caching": False, "max_num_seqs": 5},
+    ],
+    ids=["plain", "preempting", "speculating", "no-cache-few-seqs"],
+)
+def test_async_steps_give_the_tokens_of_synchronous_steps(tiny_engine_path, overrides):
+    requests = workload(tiny_engine_path)
+    sync = make_engine(tiny_engine_path, False, **overrides)
+    expected = comparable(run(sync, requests), requests)
+    engine = make_engine(tiny_engine_path, True, **overrides)
+    got = comparable(run(engine, requests), requests)
+    assert got == expected
+    assert engine.async_steps.num_launched_behind > 0
+    assert engine.async_steps.in_flight is None
+    assert engine.stats().num_running == 0
+    assert engine.stats().num_free_blocks == engine.stats().num_total_blocks
+    if "num_gpu_blocks" in overrides:
+        assert engine.stats().num_preemptions > 0
+    tokens, finish, _ = got[("r0", 0)]
+    assert finish == "stop" and len(tokens) < 30
+    banned = requests[1][2].stop_token_ids[0]  # sampled second unbanned, banned until 7
+    tokens, finish, _ = got[("r1", 0)]
+    assert len(tokens) >= 7 and banned not in tokens[:7]
+
+
+def test_blocks_written_behind_a_finished_request_serve_later_prefix_hits(tiny_engine_path):
+    """A request's last token is computed by no step; its block, cached once full, must hold
+    the right keys when a later prompt (the first one plus its output) hits it."""
+    prompt = random_prompts(1, 29, 29, seed=8)[0]
+    params = SamplingParams(temperature=0.0, max_tokens=19, ignore_eos=True)  # 48 tokens
+    engine = make_engine(tiny_engine_path, True, max_num_seqs=4)
+    first = run(engine, [("a", prompt, params)])[("a", 0)]["tokens"]
+    follow = prompt + first + [7, 8, 9]
+    hit = run(engine, [("b", follow, params)])[("b", 0)]
+    cold = run(make_engine(tiny_engine_path, False), [("b", follow, params)])[("b", 0)]
+    assert hit["deltas"][-1].num_cached_tokens >= 32
+    assert hit["tokens"] == cold["tokens"]
+
+
+def test_an_abort_while_its_step_is_in_flight_ends_it_there(tiny_engine_path):
+    engine = make_engine(tiny_engine_path, True)
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    for i, prompt in enumerate(random_prompts(4, 10, 30, seed=5)):
+        engine.add_request(f"r{i}", prompt, params)
+    seen: dict[str, list] = {}
+    for _ in range(6):
+        for delta in engine.step():
+            seen.setdefault(delta.request_id, []).append(delta)
+    assert engine.async_steps.in_flight is not None
+    engine.abort_request("r1")
+    for key, entry in run_to_completion(engine).items():
+        seen.setdefault(key[0], []).extend(entry["deltas"])
+    aborted = seen["r1"]
+    assert aborted[-1].finished and aborted[-1].finish_reason == "abort"
+    assert sum(len(d.new_token_ids) for d in aborted) < 40
+    for rid in ("r0", "r2", "r3"):
+        assert sum(len(d.new_token_ids) for d in seen[rid]) == 40
+        assert seen[rid][-1].finish_reason == "length"
+    assert engine.stats().num_free_blocks == engine.stats().num_total_blocks
