@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 
-def to_device(values: Sequence, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(
+    values: Sequence | np.ndarray, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """``values`` as a tensor on ``device``; on a GPU, copied without waiting for it."""
-    host = torch.tensor(values, dtype=dtype)
+    if isinstance(values, np.ndarray):
+        host = torch.from_numpy(values).to(dtype)
+    else:
+        host = torch.tensor(values, dtype=dtype)
     if device.type != "cuda":
         return host if device.type == "cpu" else host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
