@@ -98,6 +98,8 @@ def engine_log_checks(var_dir: Path) -> list[str]:
         print(f"engine log, {name}: {found.group(0) if found else 'NOT FOUND'}", flush=True)
         if found is None:
             failures.append(f"the engine log lacks {name!r}")
+    # The engine's log's last lines: what it sized and captured at start, on which device.
+    print("".join(f"  {line}\n" for line in text.splitlines()[-40:]), flush=True)
     return failures
 
 

@@ -122,8 +122,11 @@ def allocate_kv_caches(
     block_size: int,
     dtype: torch.dtype,
     device: torch.device,
+    *,
+    report: bool = True,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer (K, V), each [num_blocks, block_size, num_kv_heads, head_dim], zeroed.
+    """Per layer (K, V), each [num_blocks, block_size, num_kv_heads, head_dim], zeroed;
+    ``report``: log its size (not for the memory profile's stand-in on CUDA).
 
     Zeroed, not empty: padded decode attention multiplies masked positions by 0, and 0 * NaN
     from uninitialised memory would poison the output.
@@ -133,6 +136,8 @@ def allocate_kv_caches(
     for _ in range(model_config.num_hidden_layers):
         kv = _zeros(shape, dtype, device)
         caches.append((kv[0], kv[1]))
+    if not report:
+        return caches
     logger.info(
         "KV cache: %d blocks x %d tokens = %d tokens, %.2f GiB on %s",
         num_blocks,

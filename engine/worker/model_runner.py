@@ -297,7 +297,7 @@ class ModelRunner:
         num_tokens = min(self.config.max_num_batched_tokens, self.model_config.max_model_len)
         num_blocks = -(-num_tokens // self.block_size)
         caches = allocate_kv_caches(
-            self.model_config, num_blocks, self.block_size, self.dtype, self.device
+            self.model_config, num_blocks, self.block_size, self.dtype, self.device, report=False
         )
         metadata = AttentionMetadata(
             slot_mapping=torch.arange(num_tokens, device=self.device),
