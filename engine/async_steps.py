@@ -5,7 +5,8 @@ the requests advance (stop checks, blocks, deltas, detokenizing), the next step 
 scheduled and its inputs built, and only then is it queued. With it, ``LLMEngine.step``
 runs in this order:
 
-1. schedule step N+1 as though step N had already sampled: ``commit_launched`` counted N's tokens as computed when N was queued and each sampled token as *pending*
+1. schedule step N+1 as though step N had already sampled: ``commit_launched`` counted N's
+   tokens as computed when N was queued, and each token it samples as *pending*
    (``Request.num_pending_tokens``), so a decoding request asks for one more token;
 2. queue N+1 (``ModelRunner.launch``): a pending token is copied into N+1's inputs on the
    device, from N's sampled tokens, so nothing waits for N;

@@ -26,21 +26,39 @@ class SamplerOutput:
 
 @dataclass(slots=True)
 class Draw:
-    """A step's sampled tokens while still on the device: ``read`` brings them to the host."""
+    """A step's sampled tokens, and what their logprobs need, still on the device: ``read``
+    brings them to the host."""
 
     token_ids: torch.Tensor  # [B]
-    logprobs: torch.Tensor | None  # [B, vocab] when some row asked for logprobs
+    # When some row asked for logprobs: each row's sampled logprob [B], its rank [B], and the
+    # top-k logprobs and ids [B, k] (k the largest asked for; None when it is 0).
+    chosen: torch.Tensor | None
+    ranks: torch.Tensor | None
+    top: tuple[torch.Tensor, torch.Tensor] | None
     num_logprobs: list[int | None]
 
-    def read(self, host_token_ids: torch.Tensor | None = None) -> SamplerOutput:
-        """The tokens and logprobs as Python values; waits for the device. ``host_token_ids``:
-        a host copy of ``token_ids`` already made."""
-        token_ids = (self.token_ids if host_token_ids is None else host_token_ids).tolist()
-        if self.logprobs is None:
+    def tensors(self) -> list[torch.Tensor]:
+        """What ``read`` reads, in its order (LaunchedStep copies them to the host early)."""
+        found = [self.token_ids, self.chosen, self.ranks, *(self.top or ())]
+        return [t for t in found if t is not None]
+
+    def read(self, host: list[torch.Tensor] | None = None) -> SamplerOutput:
+        """The tokens and logprobs as Python values; waits for the device, unless ``host``
+        holds copies of ``tensors()`` already made."""
+        values = [t.tolist() for t in (host if host is not None else self.tensors())]
+        token_ids = values[0]
+        if self.chosen is None:
             return SamplerOutput(token_ids, [None] * len(token_ids))
-        return SamplerOutput(
-            token_ids, gather_logprobs(self.logprobs, self.token_ids, self.num_logprobs)
-        )
+        chosen, ranks = values[1], values[2]
+        top_lp, top_ids = values[3:] if self.top is not None else (None, None)
+        records: list[TokenLogprobs | None] = []
+        for row, n in enumerate(self.num_logprobs):
+            if n is None:
+                records.append(None)
+                continue
+            top = list(zip(top_ids[row][:n], top_lp[row][:n], strict=True)) if n else []
+            records.append(TokenLogprobs(token_ids[row], chosen[row], ranks[row], top))
+        return SamplerOutput(token_ids, records)
 
 
 class Sampler:
@@ -67,7 +85,16 @@ class Sampler:
             sampled = self._sample(logits, batch)
             if batch.any_greedy:
                 sampled = torch.where(batch.greedy, logits.argmax(dim=-1), sampled)
-        return Draw(sampled, logprobs, batch.num_logprobs)
+        if logprobs is None:
+            return Draw(sampled, None, None, None, batch.num_logprobs)
+        # Per row: the sampled token's logprob and rank, and the row's top-k alternatives.
+        k = max(n for n in batch.num_logprobs if n is not None)
+        chosen = logprobs.gather(1, sampled[:, None])  # [B, 1]
+        ranks = (logprobs > chosen).sum(dim=-1) + 1
+        top = logprobs.topk(k, dim=-1) if k > 0 else None
+        return Draw(
+            sampled, chosen.squeeze(1), ranks, tuple(top) if top else None, batch.num_logprobs
+        )
 
     def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         logits = logits / batch.temperature[:, None]
@@ -128,24 +155,3 @@ def apply_top_k_top_p(
         before = probs.cumsum(dim=-1) - probs
         sorted_logits = sorted_logits.masked_fill(before > top_p[:, None], float("-inf"))
     return torch.empty_like(logits).scatter_(-1, sorted_idx, sorted_logits)
-
-
-def gather_logprobs(
-    logprobs: torch.Tensor, sampled: torch.Tensor, num_logprobs: list[int | None]
-) -> list[TokenLogprobs | None]:
-    """Per row: the sampled token's logprob and rank, and the row's top-k alternatives."""
-    k = max(n for n in num_logprobs if n is not None)
-    chosen = logprobs.gather(1, sampled[:, None])  # [B, 1]
-    ranks = (logprobs > chosen).sum(dim=-1) + 1
-    top_lp, top_ids = logprobs.topk(k, dim=-1) if k > 0 else (None, None)
-    chosen_l, ranks_l, sampled_l = chosen.squeeze(1).tolist(), ranks.tolist(), sampled.tolist()
-    top_lp_l = top_lp.tolist() if top_lp is not None else None
-    top_ids_l = top_ids.tolist() if top_ids is not None else None
-    out: list[TokenLogprobs | None] = []
-    for row, n in enumerate(num_logprobs):
-        if n is None:
-            out.append(None)
-            continue
-        top = list(zip(top_ids_l[row][:n], top_lp_l[row][:n], strict=True)) if n else []
-        out.append(TokenLogprobs(sampled_l[row], chosen_l[row], ranks_l[row], top))
-    return out

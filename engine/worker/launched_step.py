@@ -1,9 +1,9 @@
 """A step whose kernels are queued on the device and whose sampled tokens are not read yet.
 
 ``ModelRunner.launch`` returns one (engine/async_steps.py): the tokens stay on the device,
-where the next step's inputs take them, and a copy to page-locked host memory is queued
-behind them with an event; ``read`` waits for that event alone, so the host learns the
-tokens without draining whatever was queued after this step.
+where the next step's inputs take them, and a copy of them (and of their logprobs, when asked
+for) to page-locked host memory is queued behind them with an event; ``read`` waits for that
+event alone, so the host learns the tokens without draining what was queued after this step.
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ class LaunchedStep:
     draw: Draw | None  # None when no request of the step samples
     prompt_logprobs: dict[str, list] = field(default_factory=dict)
     row_of: dict[str, int] = field(default_factory=dict)  # request id -> its row
-    _host_token_ids: torch.Tensor | None = None
+    _host: list[torch.Tensor] | None = None  # page-locked copies of the draw's tensors
     _ready: torch.cuda.Event | None = None
 
     def __post_init__(self) -> None:
         self.row_of = {r.request_id: i for i, r in enumerate(self.sample_requests)}
         if self.draw is not None and self.draw.token_ids.is_cuda:
-            sampled = self.draw.token_ids
-            self._host_token_ids = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
-            self._host_token_ids.copy_(sampled, non_blocking=True)
+            self._host = []
+            for tensor in self.draw.tensors():
+                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                self._host.append(host.copy_(tensor, non_blocking=True))
             self._ready = torch.cuda.Event()
             self._ready.record()
 
@@ -48,7 +49,7 @@ class LaunchedStep:
             return result
         if self._ready is not None:
             self._ready.synchronize()
-        sampled = self.draw.read(self._host_token_ids)
+        sampled = self.draw.read(self._host)
         rows = zip(self.sample_requests, sampled.token_ids, sampled.logprobs, strict=True)
         for r, token, lp in rows:
             result.sampled_token_ids[r.request_id] = token
