@@ -149,16 +149,38 @@ def test_cuda_graph_decode_equals_eager_decode(checkpoints, speculation):
 
 @pytest.mark.slow
 def test_async_steps_on_cuda_give_the_tokens_of_synchronous_steps(checkpoints):
-    """Steps queued behind the one in flight, their pending tokens copied on the device
-    (engine/async_steps.py), through graph-replayed decodes and eager prefills."""
+    """Steps queued behind the one in flight, their pending tokens copied on the device and
+    their tokens and logprobs copied back behind them (engine/async_steps.py), through
+    graph-replayed decodes and eager prefills."""
     path = str(checkpoints.get("qwen3"))
     prompts = random_prompts(12, 3, 200, seed=4)
-    max_tokens = [5 + 3 * i for i in range(len(prompts))]
     options = {"enable_speculative_decoding": False, "max_num_batched_tokens": 128}
+
+    def run(engine):
+        for i, prompt in enumerate(prompts):
+            logprobs = 2 if i % 3 == 0 else None
+            params = SamplingParams(
+                temperature=0.0, max_tokens=5 + 3 * i, ignore_eos=True, logprobs=logprobs
+            )
+            engine.add_request(str(i), prompt, params)
+        results = run_to_completion(engine)
+        return [
+            (
+                results[(str(i), 0)]["tokens"],
+                [
+                    (lp.token_id, round(lp.logprob, 3), lp.rank, [t for t, _ in lp.top])
+                    for d in results[(str(i), 0)]["deltas"]
+                    for lp in d.new_logprobs or []
+                ],
+            )
+            for i in range(len(prompts))
+        ]
+
     overlapped = cuda_engine(path, "float32", async_scheduling=True, **options)
-    got = greedy(overlapped, prompts, max_tokens)
+    got = run(overlapped)
     synchronous = cuda_engine(path, "float32", async_scheduling=False, **options)
-    assert got == greedy(synchronous, prompts, max_tokens)
+    assert got == run(synchronous)
     assert overlapped.async_steps.num_launched_behind > 0
     assert synchronous.async_steps is None
-    assert [len(t) for t in got] == max_tokens
+    assert [len(tokens) for tokens, _ in got] == [5 + 3 * i for i in range(len(prompts))]
+    assert len(got[0][1]) == 5 and len(got[3][1]) == 14  # every token has its logprobs
