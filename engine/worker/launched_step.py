@@ -23,9 +23,11 @@ class LaunchedStep:
     sample_requests: list[Request]  # one per row of token_ids
     draw: Draw | None  # None when no request of the step samples
     prompt_logprobs: dict[str, list] = field(default_factory=dict)
-    row_of: dict[str, int] = field(default_factory=dict)  # request id -> its row
-    _host: list[torch.Tensor] | None = None  # page-locked copies of the draw's tensors
-    _ready: torch.cuda.Event | None = None
+    # Set from the above when made: request id -> its row; page-locked copies of the draw's
+    # tensors and the event behind them (CUDA only).
+    row_of: dict[str, int] = field(init=False)
+    _host: list[torch.Tensor] | None = field(init=False, default=None)
+    _ready: torch.cuda.Event | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.row_of = {r.request_id: i for i, r in enumerate(self.sample_requests)}
