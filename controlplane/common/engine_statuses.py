@@ -42,7 +42,9 @@ def decode_statuses(records: Iterable[bytes | None]) -> list[EngineStatus]:
     return statuses
 
 
-def _registered_status_keys(members: Iterable[bytes], keys: Keys, model: str | None) -> list[str]:
+def registered_status_keys(members: Iterable[bytes], keys: Keys, model: str | None) -> list[str]:
+    """The status keys of the engines in ``members`` (the engines set; of ``model`` if given),
+    in member order."""
     pairs = [protocol.split_engine_member(m) for m in sorted(m.decode() for m in members)]
     return [keys.status(m, e) for m, e in pairs if model is None or m == model]
 
@@ -51,7 +53,7 @@ def read_engine_statuses(
     client: redis.Redis, keys: Keys, *, model: str | None = None
 ) -> list[EngineStatus]:
     """Live engines registered in the engines set (of ``model`` if given), in member order."""
-    status_keys = _registered_status_keys(client.smembers(keys.engines()), keys, model)
+    status_keys = registered_status_keys(client.smembers(keys.engines()), keys, model)
     return decode_statuses(client.mget(status_keys)) if status_keys else []
 
 
@@ -60,7 +62,7 @@ async def aread_engine_statuses(
 ) -> list[EngineStatus]:
     """``read_engine_statuses`` for asyncio clients."""
     members = await client.smembers(keys.engines())
-    status_keys = _registered_status_keys(members, keys, model)
+    status_keys = registered_status_keys(members, keys, model)
     return decode_statuses(await client.mget(status_keys)) if status_keys else []
 
 

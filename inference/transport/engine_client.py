@@ -239,6 +239,7 @@ class EngineClient:
     async def close(self) -> None:
         if self._background:
             await asyncio.wait(self._background, timeout=5)
+        await self.capacity.aclose()
         if self._reader is not None:
             # redis-py lets a blocked XREAD outlive its cancellation; the reader checks this
             # flag between reads instead, so it ends within one READ_BLOCK_MS.

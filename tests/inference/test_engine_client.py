@@ -12,6 +12,7 @@ from engine import protocol
 from engine.protocol import FIELD, Keys
 from engine.text.tokenizer import ChatTokenizer
 from inference.transport import engine_client
+from inference.transport.engine_capacity import ADMISSION_CACHE_S
 from inference.transport.engine_client import (
     EngineClient,
     EngineError,
@@ -168,6 +169,36 @@ async def test_a_backlog_behind_a_deleted_entry_still_counts(client, tokenizer):
     gen = client.generate(EngineRequest.build(model=MODEL, prompt_token_ids=[5]), tokenizer)
     with pytest.raises(EngineOverloaded, match="requests are waiting"):
         await gen.__anext__()
+
+
+async def test_a_snapshot_under_a_second_old_admits_and_is_read_again_behind(client):
+    """Requests a fraction of a second apart do not each wait on Redis: past the cache's
+    quarter second, the snapshot admits at once and a fresh one is read in the background."""
+    await announce(client)
+    await client.capacity.check(MODEL)
+    await client.redis.delete(client.keys.status(MODEL, "e1"))  # the engine went away
+    await asyncio.sleep(ADMISSION_CACHE_S + 0.05)
+    await client.capacity.check(MODEL)  # admitted on the snapshot it had: no read on its path
+    await client.capacity.aclose()  # the read that check started in the background ends
+    with pytest.raises(EngineUnavailable):
+        await client.capacity.check(MODEL)  # the next request sees the fresh snapshot
+
+
+async def test_a_stale_snapshot_never_refuses_what_a_fresh_one_admits(client):
+    with pytest.raises(EngineUnavailable):
+        await client.capacity.check(MODEL)
+    await announce(client)  # an engine starts
+    await asyncio.sleep(ADMISSION_CACHE_S + 0.05)
+    await client.capacity.check(MODEL)  # read again before refusing: admitted
+    await announce(client, num_waiting=20)
+    await asyncio.sleep(ADMISSION_CACHE_S + 0.05)
+    await client.capacity.check(MODEL)  # a stale snapshot admits: the engine had room then
+    await client.capacity.aclose()
+    with pytest.raises(EngineOverloaded):
+        await client.capacity.check(MODEL)
+    await announce(client, num_waiting=0)  # the backlog drains
+    await asyncio.sleep(ADMISSION_CACHE_S + 0.05)
+    await client.capacity.check(MODEL)
 
 
 async def test_multibyte_text_streams_intact_and_usage_counts(client, tokenizer):
