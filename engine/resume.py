@@ -56,17 +56,19 @@ def mark_resumed(request: Request, num_resumed: int) -> None:
     )
 
 
-def advance_generator(generator: torch.Generator, num_draws: int, vocab_size: int) -> None:
+def advance_generator(generator: torch.Generator, num_draws: int) -> None:
     """Advance a seeded generator past ``num_draws`` sampling steps of the sampler.
 
-    The sampler draws one ``exponential_`` over a vocabulary-sized row per sampled token of a
-    seeded request (engine/sample/sampler.py), so the same draws here leave the generator
-    where the undisturbed request's was.
+    The sampler draws one uniform number per sampled token of a seeded request
+    (``draw_uniform``, engine/sample/sampler.py), so the same draws here, one at a time as
+    the sampler makes them, leave the generator where the undisturbed request's was.
     """
     if num_draws <= 0:
         return
     import torch
 
-    scratch = torch.empty(vocab_size, device=generator.device)
+    from engine.sample.sampler import draw_uniform
+
+    scratch = torch.empty(1, device=generator.device)
     for _ in range(num_draws):
-        scratch.exponential_(generator=generator)
+        draw_uniform(scratch, generator)

@@ -2,9 +2,14 @@
 
 Order, as in vLLM: logprobs are read from the raw logits; then banned stop tokens (min_tokens),
 penalties, greedy argmax; for the other rows temperature, top-k, top-p, min-p and a draw.
-The draw is ``argmax(probs / q)`` with ``q ~ Exponential(1)``, which picks token i with
-probability ``probs[i]``; a seeded request draws its ``q`` from its own generator, so its
-tokens do not depend on what else is in the batch.
+The draw is inverse transform sampling: with ``u ~ Uniform[0, 1)``, the first token whose
+running sum of probabilities exceeds ``u`` times the row's total, which picks token i with
+probability ``probs[i]`` (over the total: rows masked by top-k, top-p or min-p need no
+renormalising). A seeded request draws its ``u`` from its own generator, so its tokens do not
+depend on what else is in the batch. One random number a row: the Gumbel-max draw used before
+(``argmax(probs / q)``, ``q ~ Exponential(1)`` for every token of the vocabulary) cost a CPU
+0.76 ms a token for a 49,152-token vocabulary and 48 ms for a step of 64 rows, against 0.08 and
+1.3 ms here (torch's CPU ``exponential_`` runs at 14 ns an element on one thread).
 """
 
 from __future__ import annotations
@@ -104,13 +109,37 @@ class Sampler:
         if batch.min_p is not None:
             top = probs.max(dim=-1, keepdim=True).values
             probs = probs.masked_fill(probs < batch.min_p[:, None] * top, 0.0)
-        q = torch.empty_like(probs)
-        own = [i for i, g in enumerate(batch.generators) if g is not None]
-        if len(own) < len(batch.generators):
-            q.exponential_(generator=self.generator)
-        for i in own:
-            q[i].exponential_(generator=batch.generators[i])
-        return probs.div_(q).argmax(dim=-1)
+        return inverse_transform(probs, batch.generators, self.generator)
+
+
+def inverse_transform(
+    probs: torch.Tensor,
+    generators: list[torch.Generator | None],
+    default: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per row of ``probs`` [B, vocab] (non-negative, not necessarily normalised),
+    drawn with probability proportional to its entry; row i's uniform number comes from
+    ``generators[i]`` when it has one (``draw_uniform``: advance_generator replays it), from
+    ``default`` otherwise."""
+    # float32 sums even for bfloat16 probabilities, whose 8-bit mantissa would lose the tail.
+    cdf = probs.cumsum(dim=-1, dtype=torch.float32)
+    u = torch.empty(probs.shape[0], 1, dtype=torch.float32, device=probs.device)
+    own = [i for i, g in enumerate(generators) if g is not None]
+    if len(own) < len(generators):
+        u.uniform_(generator=default)
+    for i in own:
+        draw_uniform(u[i], generators[i])
+    u.mul_(cdf[:, -1:])
+    # right=True: the first token whose running sum exceeds u, so a token of probability 0
+    # (its sum equal to the one before) is never chosen. The clamp only guards rounding.
+    token = torch.searchsorted(cdf, u, right=True).squeeze(1)
+    return token.clamp_(max=probs.shape[1] - 1)
+
+
+def draw_uniform(out: torch.Tensor, generator: torch.Generator) -> None:
+    """A seeded row's one draw of a step (``out``: one element); advance_generator makes the
+    same draws to replay a generator past tokens already sampled."""
+    out.uniform_(generator=generator)
 
 
 def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> None:

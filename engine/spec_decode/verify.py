@@ -92,9 +92,8 @@ def num_accepted(drafts: list[int], sampled: list[int]) -> int:
 class DraftVerifier:
     """Gathers one step's sampled rows per request with drafts and settles them."""
 
-    def __init__(self, generators: dict[str, torch.Generator], vocab_size: int) -> None:
+    def __init__(self, generators: dict[str, torch.Generator]) -> None:
         self._generators = generators
-        self._vocab_size = vocab_size
         self._rows: dict[str, tuple[Request, list[int], list]] = {}
         self._saved: dict[str, torch.Tensor] = {}
 
@@ -125,5 +124,5 @@ class DraftVerifier:
             if saved is not None:
                 generator = self._generators[rid]
                 generator.set_state(saved)
-                advance_generator(generator, a + 1, self._vocab_size)
+                advance_generator(generator, a + 1)
         return settled

@@ -123,7 +123,7 @@ class ModelRunner:
             # Sample i of an n-sample request gets seed + i: seeded, yet not n identical copies.
             generator.manual_seed(seed + request.index)
             # A resumed request continues the seeded sequence where its dead engine left it.
-            advance_generator(generator, request.num_output_tokens, self.model_config.vocab_size)
+            advance_generator(generator, request.num_output_tokens)
             self.generators[request.request_id] = generator
 
     def remove_request(self, request_id: str) -> None:
@@ -188,7 +188,7 @@ class ModelRunner:
         if not inputs.sample_requests:
             return result
         logits, batch = self._logits_and_batch(inputs, hidden)
-        verifier = DraftVerifier(self.generators, self.model_config.vocab_size)
+        verifier = DraftVerifier(self.generators)
         verifier.save_generators(inputs.sample_requests, will_draw=not batch.all_greedy)
         sampled = self.sampler(logits, batch)
         for r, token, lp in zip(

@@ -33,7 +33,7 @@ def _verify(logits_per_row: torch.Tensor, params: SamplingParams, drafts: list[i
     batch = SamplingBatch.from_requests(
         rows, generators={}, eos_token_ids=frozenset(), vocab_size=VOCAB, device=logits.device
     )
-    verifier = DraftVerifier({}, VOCAB)
+    verifier = DraftVerifier({})
     sampled = Sampler(torch.Generator().manual_seed(0))(logits, batch)
     for row, token, lp in zip(rows, sampled.token_ids, sampled.logprobs, strict=True):
         verifier.add(row, token, lp)
