@@ -8,8 +8,9 @@ probability ``probs[i]`` (over the total: rows masked by top-k, top-p or min-p n
 renormalising). A seeded request draws its ``u`` from its own generator, so its tokens do not
 depend on what else is in the batch. One random number a row: the Gumbel-max draw used before
 (``argmax(probs / q)``, ``q ~ Exponential(1)`` for every token of the vocabulary) cost a CPU
-0.76 ms a token for a 49,152-token vocabulary and 48 ms for a step of 64 rows, against 0.08 and
-1.3 ms here (torch's CPU ``exponential_`` runs at 14 ns an element on one thread).
+0.8 ms a token for a 49,152-token vocabulary and 49 ms for a step of 64 rows, against 0.05 and
+1.4 ms here (torch's CPU ``exponential_`` runs at 14 ns an element on one thread;
+bench/sampler_draw.py).
 """
 
 from __future__ import annotations
