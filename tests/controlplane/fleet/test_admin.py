@@ -13,6 +13,7 @@ from controlplane.fleet import services
 from controlplane.fleet.agent_writes import node_register
 from controlplane.fleet.models import Deployment, Replica
 from controlplane.fleet.placement import GIB
+from tests.support.fleet_nodes import register_lost_node
 
 pytestmark = pytest.mark.django_db
 
@@ -193,7 +194,7 @@ def test_nodes_show_resources_liveness_and_what_runs_there(admin_client, model, 
         gpus=[{"name": "NVIDIA H100", "memory_bytes": 80 * GIB}] * 2,
         labels={"zone": "eu-1"},
     )
-    node_register(redis_client, name="host-b", ttl_s=0.001, memory_bytes=8 * GIB)
+    register_lost_node(redis_client, name="host-b", memory_bytes=8 * GIB)
     deployment = services.deployment_deploy(name="tiny", replicas=1)
     Replica.objects.create(deployment=deployment, node=live, state=Replica.State.READY)
     Replica.objects.create(deployment=deployment, node=live, state=Replica.State.STOPPED)

@@ -15,6 +15,7 @@ from controlplane.fleet.agent_writes import node_register
 from controlplane.fleet.models import Deployment, Replica
 from controlplane.fleet.placement import GIB
 from controlplane.tenants.services import api_key_create, tenant_get_or_create_playground
+from tests.support.fleet_nodes import register_lost_node
 
 pytestmark = pytest.mark.django_db
 
@@ -117,7 +118,7 @@ def test_nodes_list_and_detail(api, model, redis_client):
     node = node_register(
         redis_client, name="host-a", ttl_s=30, num_cpus=8, memory_bytes=16 * GIB, labels={"z": "1"}
     )
-    node_register(redis_client, name="host-b", ttl_s=0.001)
+    register_lost_node(redis_client, name="host-b")
     deployment = services.deployment_deploy(name="tiny", replicas=1)
     Replica.objects.create(deployment=deployment, node=node, engine_id="e-1", state="loading")
     nodes = {n["name"]: n for n in api("get", "nodes").json()["data"]}

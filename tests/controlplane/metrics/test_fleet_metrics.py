@@ -12,6 +12,7 @@ from controlplane.fleet.agent_writes import node_register
 from controlplane.fleet.placement import GIB
 from controlplane.fleet.reconciler import reconcile
 from controlplane.metrics import register_collector
+from tests.support.fleet_nodes import register_lost_node
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,7 @@ def test_metrics_show_replicas_by_state_unplaced_ones_and_live_nodes(client, red
         name="tiny", path="/nowhere", architecture="LlamaForCausalLM", num_parameters=1000
     )
     node_register(redis_client, name="small", ttl_s=30, memory_bytes=2 * GIB)
-    node_register(redis_client, name="dead", ttl_s=0.001, memory_bytes=64 * GIB)
+    register_lost_node(redis_client, name="dead", memory_bytes=64 * GIB)
     # Each replica needs about 1.5 GiB: the live 2 GiB node takes one, two wait unplaced.
     services.deployment_deploy(name="tiny", replicas=3)
     reconcile(redis_client)
