@@ -1,12 +1,17 @@
-"""The sampler's random draw on a CPU: inverse transform sampling (engine/sample/sampler.py,
-one uniform number a row) against the Gumbel-max draw it replaced (``argmax(probs / q)`` with
-``q ~ Exponential(1)`` for every token of the vocabulary), side by side in one process.
+"""The sampler on a CPU, before and after, side by side in one process: the random draw by
+inverse transform sampling (engine/sample/sampler.py, one uniform number a row) against the
+Gumbel-max draw it replaced (``argmax(probs / q)`` with ``q ~ Exponential(1)`` for every token
+of the vocabulary); and top-p from each row's best tokens (``best_candidates``) against a sort
+of the whole row (``sorted_whole``, every device's path before).
 
 1. The draw alone, per shape (rows x vocabulary): the median of ``--rounds`` timings of each,
    alternating.
-2. With ``--end-to-end``: SmolLM2-135M-Instruct (bench/single_stream.py's checkpoint) through
-   the offline ``LLM``, temperature 0.8, 128 tokens per sequence, at 1 and 16 sequences; the
-   two draws swapped in turn, tokens/s per run and the median.
+2. Top-p 0.95 alone, per shape, on logits whose probabilities fall off as rank^-1.5 (a
+   nucleus of about 250 tokens).
+3. With ``--end-to-end``: SmolLM2-135M-Instruct (bench/single_stream.py's checkpoint) through
+   the offline ``LLM``, 128 tokens per sequence, at 1 and 16 sequences, at temperature 0.8 and
+   at temperature 0.8 with top-p 0.95; before and after swapped in turn, tokens/s per run and
+   the median.
 
     .venv/bin/python bench/sampler_draw.py
     .venv/bin/python bench/sampler_draw.py --end-to-end --record
@@ -70,30 +75,59 @@ def draw_alone(rounds: int) -> list[str]:
     return lines
 
 
+def top_p_alone(rounds: int) -> list[str]:
+    lines = ["| rows x vocabulary | whole sort (before) | best candidates | ratio |"]
+    lines.append("|---|---|---|---|")
+    for rows, vocab in SHAPES:
+        # Probability proportional to rank^-1.5 over a shuffled vocabulary: a tail that decays
+        # as a language model's does, with a 0.95 nucleus of about 250 tokens.
+        generator = torch.Generator().manual_seed(0)
+        ranks = torch.stack([torch.randperm(vocab, generator=generator) for _ in range(rows)])
+        logits = -1.5 * torch.log1p(ranks.float())
+        top_p = torch.full((rows,), 0.95)
+        repeats = max(1, 200_000 // (rows * vocab) * 10)
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(rounds):
+            for name, fn in (("old", sampler.sorted_whole), ("new", sampler.apply_top_k_top_p)):
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    fn(logits, None, top_p)
+                times[name].append((time.perf_counter() - start) / repeats * 1000)
+        old, new = statistics.median(times["old"]), statistics.median(times["new"])
+        lines.append(f"| {rows} x {vocab} | {old:.3f} ms | {new:.3f} ms | {old / new:.1f}x |")
+    return lines
+
+
 def end_to_end(rounds: int) -> list[str]:
     from bench.single_stream import demo_checkpoint
     from engine.llm import LLM
     from engine.sampling_params import SamplingParams
 
     llm = LLM(model=str(demo_checkpoint(REPO / "var")), dtype="float32", max_num_seqs=64)
-    params = SamplingParams(max_tokens=128, temperature=0.8, ignore_eos=True)
     prompt = "Write a short story about a lighthouse keeper."
-    lines = ["| sequences | Gumbel-max (before), tok/s | inverse transform, tok/s | ratio |"]
-    lines.append("|---|---|---|---|")
-    for batch in (1, 16):
-        rates: dict[str, list[float]] = {"old": [], "new": []}
-        for _ in range(rounds):
-            for name, fn in (("old", gumbel_max), ("new", NEW)):
-                sampler.inverse_transform = fn
-                start = time.perf_counter()
-                llm.generate([prompt] * batch, params)
-                rates[name].append(batch * params.max_tokens / (time.perf_counter() - start))
-        sampler.inverse_transform = NEW
-        old, new = statistics.median(rates["old"]), statistics.median(rates["new"])
-        each = {k: ", ".join(f"{x:.0f}" for x in v) for k, v in rates.items()}
-        lines.append(
-            f"| {batch} | {old:.0f} ({each['old']}) | {new:.0f} ({each['new']}) | {new / old:.2f} |"
-        )
+    lines = ["| sampling | sequences | before, tok/s | after, tok/s | ratio |"]
+    lines.append("|---|---|---|---|---|")
+    methods = {
+        "old": (gumbel_max, sampler.sorted_whole),
+        "new": (NEW, sampler.apply_top_k_top_p),
+    }
+    for label, top_p in (("temperature 0.8", 1.0), ("temperature 0.8, top-p 0.95", 0.95)):
+        params = SamplingParams(max_tokens=128, temperature=0.8, top_p=top_p, ignore_eos=True)
+        for batch in (1, 16):
+            rates: dict[str, list[float]] = {"old": [], "new": []}
+            for _ in range(rounds):
+                for name, (draw, top_k_top_p) in methods.items():
+                    sampler.inverse_transform, sampler.apply_top_k_top_p = draw, top_k_top_p
+                    start = time.perf_counter()
+                    llm.generate([prompt] * batch, params)
+                    rates[name].append(batch * params.max_tokens / (time.perf_counter() - start))
+            sampler.inverse_transform, sampler.apply_top_k_top_p = methods["new"]
+            old, new = statistics.median(rates["old"]), statistics.median(rates["new"])
+            each = {k: ", ".join(f"{x:.0f}" for x in v) for k, v in rates.items()}
+            lines.append(
+                f"| {label} | {batch} | {old:.0f} ({each['old']}) | {new:.0f} ({each['new']}) | "
+                f"{new / old:.2f} |"
+            )
     return lines
 
 
@@ -108,7 +142,7 @@ def main() -> None:
     torch.manual_seed(0)
     machine = machine_line()
     print(machine)
-    lines = draw_alone(args.rounds)
+    lines = [*draw_alone(args.rounds), "", *top_p_alone(args.rounds)]
     if args.end_to_end:
         lines += ["", *end_to_end(args.rounds)]
     print("\n".join(lines))

@@ -171,17 +171,80 @@ def _token_counts(rows: list[list[int]], num_rows: int, vocab: int, device) -> t
     return counts[:, :vocab]
 
 
+# On a CPU a nucleus (top-p) is first looked for among each row's best this many tokens.
+NUCLEUS_CANDIDATES = 1024
+
+
 def apply_top_k_top_p(
     logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
 ) -> torch.Tensor:
-    """Mask everything outside each row's top-k and nucleus (top-p); at least one token stays."""
+    """Mask everything outside each row's top-k and nucleus (top-p); at least one token stays.
+
+    On a CPU, from each row's best few tokens when they hold the answer (``best_candidates``):
+    sorting a whole row cost 3 ms for a 49,152-token vocabulary and 100 ms for 64 rows, where
+    finding the best 1,024 costs a tenth of that. Elsewhere (a GPU sorts fast, and the check
+    below would wait for the device) the whole rows are sorted."""
+    if logits.device.type == "cpu":
+        masked = best_candidates(logits, top_k, top_p)
+        if masked is not None:
+            return masked
+    return sorted_whole(logits, top_k, top_p)
+
+
+def best_candidates(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor | None:
+    """``sorted_whole``'s mask found among each row's best ``c`` tokens (``torch.topk``): ``c``
+    the largest top-k in use, at least NUCLEUS_CANDIDATES with a top-p. None when that would
+    not be cheaper, or when a row's nucleus reaches past its candidates (they hold at most
+    top_p of its mass), so only ``sorted_whole`` can find it."""
+    rows, vocab = logits.shape
+    no_rows = torch.zeros(rows, dtype=torch.bool, device=logits.device)
+    k_limited = top_k < vocab if top_k is not None else no_rows
+    p_limited = top_p < 1.0 if top_p is not None else no_rows
+    c = int(top_k[k_limited].max()) if bool(k_limited.any()) else 0
+    if bool(p_limited.any()):
+        c = max(c, NUCLEUS_CANDIDATES)
+    if c == 0 or 4 * c > vocab:
+        return None
+    values, index = logits.topk(c, dim=-1)  # sorted, best first
+    if top_k is not None:
+        ranks = torch.arange(c, device=logits.device)
+        values = values.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf"))
+    if top_p is not None:
+        # Each candidate's probability as sorted_whole's softmax gives it: over the top-k's
+        # survivors (all among the candidates), or without a top-k over the whole row.
+        total = torch.where(
+            k_limited[:, None],
+            values.logsumexp(dim=-1, keepdim=True),
+            logits.logsumexp(dim=-1, keepdim=True),
+        )
+        probs = (values - total).exp()
+        mass = probs.cumsum(dim=-1)
+        if bool((p_limited & ~k_limited & (mass[:, -1] <= top_p)).any()):
+            return None
+        drop = (mass - probs > top_p[:, None]) & p_limited[:, None]  # as in sorted_whole
+        values = values.masked_fill(drop, float("-inf"))
+    masked = torch.full_like(logits, float("-inf")).scatter_(-1, index, values)
+    unlimited = ~(k_limited | p_limited)  # rows of the batch that use neither
+    if bool(unlimited.any()):
+        masked = torch.where(unlimited[:, None], logits, masked)
+    return masked
+
+
+def sorted_whole(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor:
+    """The top-k and nucleus mask from each row sorted whole (the reference)."""
     sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)
     if top_k is not None:
         ranks = torch.arange(logits.shape[-1], device=logits.device)
         sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= top_k[:, None], float("-inf"))
     if top_p is not None:
         probs = sorted_logits.softmax(dim=-1)
-        # Drop a token when the tokens before it already hold top_p of the mass.
+        # Drop a token when the tokens before it already hold top_p of the mass. A row at 1.0
+        # keeps everything: its rounded running sum can pass 1.0 and would drop the tail.
         before = probs.cumsum(dim=-1) - probs
-        sorted_logits = sorted_logits.masked_fill(before > top_p[:, None], float("-inf"))
+        drop = (before > top_p[:, None]) & (top_p[:, None] < 1.0)
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, sorted_idx, sorted_logits)

@@ -144,3 +144,42 @@ def test_rank_of_a_non_argmax_sample():
     out = Sampler()(logits, batch_for([params]))
     assert out.token_ids == [3]
     assert out.logprobs[0].rank == 2 and out.logprobs[0].top == []
+
+
+@pytest.mark.parametrize(
+    "top_k, top_p",
+    [
+        ([40, 8192, 5, 300], None),  # top-k only; one row without it
+        (None, [0.9, 0.5, 1.0, 0.95]),  # top-p only; one row without it
+        ([40, 8192, 1, 300], [0.9, 0.8, 0.5, 1.0]),  # both, in every combination
+    ],
+)
+def test_top_k_and_top_p_from_the_best_candidates_equal_sorting_whole_rows(top_k, top_p):
+    """On a CPU the mask comes from each row's best tokens (torch.topk) instead of a sort of
+    the whole vocabulary: the same tokens survive, with the same logits."""
+    from engine.sample.sampler import best_candidates, sorted_whole
+
+    vocab = 8192
+    # Peaked rows, as a language model's are: a nucleus of 0.95 within a few hundred tokens.
+    logits = torch.randn(4, vocab, generator=torch.Generator().manual_seed(0)) * 4
+    k = torch.tensor(top_k) if top_k else None
+    p = torch.tensor(top_p) if top_p else None
+    fast = best_candidates(logits, k, p)
+    assert fast is not None  # the candidates held every row's answer
+    assert torch.equal(fast, sorted_whole(logits, k, p))
+
+
+def test_a_nucleus_past_the_candidates_is_left_to_the_whole_sort():
+    from engine.sample.sampler import (
+        NUCLEUS_CANDIDATES,
+        apply_top_k_top_p,
+        best_candidates,
+        sorted_whole,
+    )
+
+    flat = torch.zeros(2, 16 * NUCLEUS_CANDIDATES)  # the best 1,024 tokens hold 1/16 of it
+    p = torch.tensor([0.5, 1.0])
+    assert best_candidates(flat, None, p) is None
+    kept = (apply_top_k_top_p(flat, None, p) > float("-inf")).sum(dim=-1)
+    assert kept.tolist() == [8 * NUCLEUS_CANDIDATES + 1, 16 * NUCLEUS_CANDIDATES]
+    assert torch.equal(apply_top_k_top_p(flat, None, p), sorted_whole(flat, None, p))
