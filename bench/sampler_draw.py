@@ -48,54 +48,49 @@ def gumbel_max(probs, generators, default=None):
     return probs.div_(q).argmax(dim=-1)
 
 
-def time_draw(fn, probs: torch.Tensor, repeats: int) -> float:
-    """Milliseconds per draw of ``fn`` from ``probs``. The old draw divides them in place, so
-    each method draws from its own copy; the cost does not depend on the values."""
+def ms_per_call(call, repeats: int) -> float:
     start = time.perf_counter()
     for _ in range(repeats):
-        fn(probs, [None] * probs.shape[0])
+        call()
     return (time.perf_counter() - start) / repeats * 1000
 
 
-def draw_alone(rounds: int) -> list[str]:
-    lines = [
-        "| rows x vocabulary | Gumbel-max (before) | inverse transform | ratio |",
-        "|---|---|---|---|",
-    ]
-    for rows, vocab in SHAPES:
-        probs = torch.softmax(torch.randn(rows, vocab) * 3, dim=-1)
-        own = {"old": probs.clone(), "new": probs}
-        repeats = max(1, 200_000 // (rows * vocab) * 10)
-        times: dict[str, list[float]] = {"old": [], "new": []}
-        for _ in range(rounds):
-            times["old"].append(time_draw(gumbel_max, own["old"], repeats))
-            times["new"].append(time_draw(NEW, own["new"], repeats))
-        old, new = statistics.median(times["old"]), statistics.median(times["new"])
-        lines.append(f"| {rows} x {vocab} | {old:.3f} ms | {new:.3f} ms | {old / new:.1f}x |")
-    return lines
-
-
-def top_p_alone(rounds: int) -> list[str]:
-    lines = ["| rows x vocabulary | whole sort (before) | best candidates | ratio |"]
+def per_shape(columns: tuple[str, str], calls, rounds: int) -> list[str]:
+    """A table row per shape: ``calls(rows, vocab)`` gives the (before, after) calls, timed in
+    turn ``rounds`` times; their medians and the ratio."""
+    lines = [f"| rows x vocabulary | {columns[0]} (before) | {columns[1]} | ratio |"]
     lines.append("|---|---|---|---|")
     for rows, vocab in SHAPES:
-        # Probability proportional to rank^-1.5 over a shuffled vocabulary: a tail that decays
-        # as a language model's does, with a 0.95 nucleus of about 250 tokens.
-        generator = torch.Generator().manual_seed(0)
-        ranks = torch.stack([torch.randperm(vocab, generator=generator) for _ in range(rows)])
-        logits = -1.5 * torch.log1p(ranks.float())
-        top_p = torch.full((rows,), 0.95)
+        before, after = calls(rows, vocab)
         repeats = max(1, 200_000 // (rows * vocab) * 10)
-        times: dict[str, list[float]] = {"old": [], "new": []}
+        times: tuple[list[float], list[float]] = ([], [])
         for _ in range(rounds):
-            for name, fn in (("old", sampler.sorted_whole), ("new", sampler.apply_top_k_top_p)):
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    fn(logits, None, top_p)
-                times[name].append((time.perf_counter() - start) / repeats * 1000)
-        old, new = statistics.median(times["old"]), statistics.median(times["new"])
+            for taken, call in zip(times, (before, after), strict=True):
+                taken.append(ms_per_call(call, repeats))
+        old, new = statistics.median(times[0]), statistics.median(times[1])
         lines.append(f"| {rows} x {vocab} | {old:.3f} ms | {new:.3f} ms | {old / new:.1f}x |")
     return lines
+
+
+def draw_calls(rows: int, vocab: int):
+    probs = torch.softmax(torch.randn(rows, vocab) * 3, dim=-1)
+    # The old draw divides its probabilities in place: each method draws from its own copy
+    # (the cost does not depend on the values).
+    old = probs.clone()
+    return (lambda: gumbel_max(old, [None] * rows), lambda: NEW(probs, [None] * rows))
+
+
+def top_p_calls(rows: int, vocab: int):
+    # Probability proportional to rank^-1.5 over a shuffled vocabulary: a tail that decays as a
+    # language model's does, with a 0.95 nucleus of about 250 tokens.
+    generator = torch.Generator().manual_seed(0)
+    ranks = torch.stack([torch.randperm(vocab, generator=generator) for _ in range(rows)])
+    logits = -1.5 * torch.log1p(ranks.float())
+    top_p = torch.full((rows,), 0.95)
+    return (
+        lambda: sampler.sorted_whole(logits, None, top_p),
+        lambda: sampler.apply_top_k_top_p(logits, None, top_p),
+    )
 
 
 def end_to_end(rounds: int) -> list[str]:
@@ -142,7 +137,11 @@ def main() -> None:
     torch.manual_seed(0)
     machine = machine_line()
     print(machine)
-    lines = [*draw_alone(args.rounds), "", *top_p_alone(args.rounds)]
+    lines = [
+        *per_shape(("Gumbel-max", "inverse transform"), draw_calls, args.rounds),
+        "",
+        *per_shape(("whole sort", "best candidates"), top_p_calls, args.rounds),
+    ]
     if args.end_to_end:
         lines += ["", *end_to_end(args.rounds)]
     print("\n".join(lines))
