@@ -173,13 +173,18 @@ async def test_abort_frees_kv_blocks_while_others_continue(engine, client, token
     before = await asyncio.to_thread(
         wait_for, lambda: (s := engine.status()) and s.num_running == 2 and s, 10, "2 running"
     )
+    tokens_before = bystander_tokens[0]
     await victim.aclose()  # what a client disconnect does
     tokens_at_abort = bystander_tokens[0]
     after = await asyncio.to_thread(
         wait_for, lambda: (s := engine.status()) and s.num_running == 1 and s, 5, "abort"
     )
-    # Most of the victim's blocks came back (the bystander grows a little meanwhile).
-    assert after.num_free_blocks - before.num_free_blocks >= len(prompt) // 16 // 2 >= 10
+    # Most of the victim's blocks came back. The bystander grows meanwhile: on a fast core by
+    # more than a dozen blocks between the two records, counted back here (one more for a
+    # block boundary or tokens still in transit).
+    grown = (bystander_tokens[0] - tokens_before) // 16 + 1
+    freed = after.num_free_blocks - before.num_free_blocks + grown
+    assert freed >= len(prompt) // 16 // 2 >= 10
     # The other request goes on generating after the abort.
     await asyncio.to_thread(
         wait_for, lambda: bystander_tokens[0] > tokens_at_abort + 20, 10, "bystander tokens"
