@@ -55,14 +55,17 @@ def ms_per_call(call, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats * 1000
 
 
-def per_shape(columns: tuple[str, str], calls, rounds: int) -> list[str]:
+def per_shape(
+    columns: tuple[str, str], calls, rounds: int, shapes=SHAPES, min_repeats: int = 1
+) -> list[str]:
     """A table row per shape: ``calls(rows, vocab)`` gives the (before, after) calls, timed in
-    turn ``rounds`` times; their medians and the ratio."""
+    turn ``rounds`` times (each timing the mean of at least ``min_repeats`` calls); their
+    medians and the ratio."""
     lines = [f"| rows x vocabulary | {columns[0]} (before) | {columns[1]} | ratio |"]
     lines.append("|---|---|---|---|")
-    for rows, vocab in SHAPES:
+    for rows, vocab in shapes:
         before, after = calls(rows, vocab)
-        repeats = max(1, 200_000 // (rows * vocab) * 10)
+        repeats = max(min_repeats, 200_000 // (rows * vocab) * 10)
         times: tuple[list[float], list[float]] = ([], [])
         for _ in range(rounds):
             for taken, call in zip(times, (before, after), strict=True):

@@ -69,6 +69,7 @@ class Request:
         "priority",
         "prompt_logprobs",
         "prompt_logprobs_delivered",
+        "prompt_token_set",
         "public_prefix",
         "request_id",
         "rides",
@@ -119,6 +120,9 @@ class Request:
         self.num_prompt_tokens = len(prompt_token_ids)
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.output_token_ids: list[int] = []
+        # The prompt's distinct token ids, made by the sampler when a penalty first needs them
+        # (engine/sample/penalties.py).
+        self.prompt_token_set = None
         self.num_computed_tokens = 0
         # Tokens sampled by steps still on the device (engine/async_steps.py): counted in
         # num_computed_tokens already, appended once a step's results are read. At most 2:

@@ -16,6 +16,7 @@ from engine.device_copy import to_device
 
 if TYPE_CHECKING:
     from engine.request import Request
+    from engine.sample.penalties import PenalizedRow
 
 
 @dataclass(slots=True)
@@ -32,8 +33,8 @@ class SamplingBatch:
     presence_penalty: torch.Tensor | None = None  # [B]
     frequency_penalty: torch.Tensor | None = None  # [B]
     repetition_penalty: torch.Tensor | None = None  # [B]
-    prompt_token_ids: list[list[int]] = field(default_factory=list)
-    output_token_ids: list[list[int]] = field(default_factory=list)
+    # (row, request) for each row with a penalty: engine/sample/penalties.py reads their tokens.
+    penalized_rows: list[tuple[int, PenalizedRow]] = field(default_factory=list)
     # (row, token ids) that must not be sampled yet (stop tokens before min_tokens)
     banned_tokens: list[tuple[int, list[int]]] = field(default_factory=list)
     num_logprobs: list[int | None] = field(default_factory=list)  # per row, None: no logprobs
@@ -102,6 +103,9 @@ class SamplingBatch:
             batch.repetition_penalty = to_device(
                 [p.repetition_penalty for p in params], torch.float32, device
             )
-            batch.prompt_token_ids = [r.prompt_token_ids for r in requests]
-            batch.output_token_ids = [r.output_token_ids for r in requests]
+            batch.penalized_rows = [
+                (row, r)
+                for row, (r, p) in enumerate(zip(requests, params, strict=True))
+                if p.has_penalties
+            ]
         return batch

@@ -22,6 +22,7 @@ import torch
 from engine.device_copy import to_device
 from engine.outputs import TokenLogprobs
 from engine.sample.metadata import SamplingBatch
+from engine.sample.penalties import apply_penalties
 
 
 @dataclass(slots=True)
@@ -141,34 +142,6 @@ def draw_uniform(out: torch.Tensor, generator: torch.Generator) -> None:
     """A seeded row's one draw of a step (``out``: one element); advance_generator makes the
     same draws to replay a generator past tokens already sampled."""
     out.uniform_(generator=generator)
-
-
-def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> None:
-    """vLLM's penalties, in place: repetition over prompt and output, presence/frequency over output."""
-    num_rows, vocab = logits.shape
-    device = logits.device
-    counts = _token_counts(batch.output_token_ids, num_rows, vocab, device)
-    in_prompt = _token_counts(batch.prompt_token_ids, num_rows, vocab, device) > 0
-    seen = in_prompt | (counts > 0)
-    rep = batch.repetition_penalty[:, None].expand_as(logits)
-    penalized = torch.where(logits > 0, logits / rep, logits * rep)
-    logits.copy_(torch.where(seen, penalized, logits))
-    logits -= batch.frequency_penalty[:, None] * counts
-    logits -= batch.presence_penalty[:, None] * (counts > 0).to(logits.dtype)
-
-
-def _token_counts(rows: list[list[int]], num_rows: int, vocab: int, device) -> torch.Tensor:
-    width = max((len(r) for r in rows), default=0)
-    if width == 0:
-        return torch.zeros(num_rows, vocab, device=device)
-    # Pad with an extra column (index ``vocab``) that is dropped after counting.
-    padded = torch.full((num_rows, width), vocab, dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            padded[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    counts = torch.zeros(num_rows, vocab + 1, device=device)
-    counts.scatter_add_(1, padded.to(device), torch.ones(num_rows, width, device=device))
-    return counts[:, :vocab]
 
 
 # On a CPU a nucleus (top-p) is first looked for among each row's best this many tokens.

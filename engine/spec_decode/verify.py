@@ -56,6 +56,14 @@ class DraftRow:
         return self.request.prompt_token_ids
 
     @property
+    def prompt_token_set(self):
+        return self.request.prompt_token_set
+
+    @prompt_token_set.setter
+    def prompt_token_set(self, value) -> None:
+        self.request.prompt_token_set = value  # every position shares the request's prompt
+
+    @property
     def output_token_ids(self) -> list[int]:
         drafts = self.request.spec.draft_token_ids[: self.offset]
         return self.request.output_token_ids + drafts
