@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
 
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
     from engine.model_config import ModelConfig
     from engine.tooling.demo.checkpoint import make_checkpoint
     from kernels.cpu import native_ops
@@ -177,10 +177,9 @@ def main() -> None:
         print(lines[-1], flush=True)
     print("\n".join(lines))
     if args.record:
-        command = "python bench/chunk_attention.py " + " ".join(sys.argv[1:])
         record(
             "Attention of a prompt chunk after cached context, CPU",
-            command.strip(),
+            invocation(),
             machine,
             lines,
         )

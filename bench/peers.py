@@ -134,6 +134,11 @@ def machine_line() -> str:
     )
 
 
+def invocation() -> str:
+    """How this bench was run, for its record: ``python bench/<script> <its arguments>``."""
+    return " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
 def record(title: str, command: str, machine: str, lines: list[str]) -> None:
     """Append one run's section to docs/benchmarks.md (not with BENCH_NO_RECORD=1: trial runs)."""
     if os.environ.get("BENCH_NO_RECORD") == "1":

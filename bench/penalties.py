@@ -147,20 +147,18 @@ def main() -> None:
     parser.add_argument("--end-to-end", action="store_true", help="also SmolLM2 through LLM")
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
 
     torch.manual_seed(0)
     machine = machine_line()
     print(machine)
-    lines = per_shape(
-        ("dense counts", "at the seen tokens"), penalty_calls(args), args.rounds, SHAPES
-    )
+    columns = ("dense counts", "at the seen tokens")
+    lines = per_shape(columns, penalty_calls(args), args.rounds, SHAPES, min_repeats=20)
     if args.end_to_end:
         lines += ["", *end_to_end(args.rounds)]
     print("\n".join(lines))
     if args.record:
-        command = "python bench/penalties.py " + " ".join(sys.argv[1:])
-        record("Penalties on a CPU", command.strip(), machine, lines)
+        record("Penalties on a CPU", invocation(), machine, lines)
 
 
 if __name__ == "__main__":

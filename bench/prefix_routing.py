@@ -289,7 +289,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
 
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
     from engine.model_config import ModelConfig
 
     workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
@@ -331,10 +331,9 @@ def main() -> None:
     lines = report(single, runs[False], runs[True], args.replicas)
     print("\n".join(lines))
     if args.record:
-        command = "python bench/prefix_routing.py " + " ".join(sys.argv[1:])
         record(
             "Cache-aware routing across replicas (issue 26, part 3)",
-            command.strip(),
+            invocation(),
             machine,
             lines,
         )

@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--end-to-end", action="store_true", help="also SmolLM2 through LLM")
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
 
     torch.manual_seed(0)
     machine = machine_line()
@@ -149,8 +149,7 @@ def main() -> None:
         lines += ["", *end_to_end(args.rounds)]
     print("\n".join(lines))
     if args.record:
-        command = "python bench/sampler_draw.py " + " ".join(sys.argv[1:])
-        record("The sampler's draw on a CPU", command.strip(), machine, lines)
+        record("The sampler's draw on a CPU", invocation(), machine, lines)
 
 
 if __name__ == "__main__":

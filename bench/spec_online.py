@@ -180,7 +180,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
 
-    from bench.peers import machine_line, record, var_dir
+    from bench.peers import invocation, machine_line, record, var_dir
     from bench.single_stream import demo_checkpoint, parse_variant
 
     checkpoint = demo_checkpoint(var_dir())
@@ -194,9 +194,8 @@ def main() -> None:
     lines = report(rounds, args)
     print("\n".join(lines))
     if args.record:
-        command = "python bench/spec_online.py " + " ".join(sys.argv[1:])
         record("Speculative decoding at concurrency 64, through the platform (issue 29)",
-               command.strip(), machine, lines)  # fmt: skip
+               invocation(), machine, lines)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     args = parser.parse_args()
 
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
 
     machine = machine_line()
     print(machine)
@@ -129,10 +129,9 @@ def main() -> None:
     lines += ["", f"Time to first token, in the batch / ahead: **{ratio:.2f}**"]
     print("\n".join(lines))
     if args.record:
-        command = "python bench/step_ahead.py " + " ".join(sys.argv[1:])
         record(
             "A short prompt between two steps (bench/step_ahead.py)",
-            command.strip(),
+            invocation(),
             machine,
             lines,
         )

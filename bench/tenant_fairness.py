@@ -250,7 +250,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
     from controlplane.launcher.stack import Stack
     from engine.model_config import ModelConfig
 
@@ -294,8 +294,7 @@ def main() -> None:
         print(f"{policy}: B's slowest TTFTs under the flood, ms:", [round(t) for t in slowest])
     print("\n".join(lines))
     if args.record:
-        command = "python bench/tenant_fairness.py " + " ".join(sys.argv[1:])
-        record("Fair share across tenants (issue 26)", command.strip(), machine, lines)
+        record("Fair share across tenants (issue 26)", invocation(), machine, lines)
 
 
 if __name__ == "__main__":

@@ -279,7 +279,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from bench.peers import machine_line, record
+    from bench.peers import invocation, machine_line, record
     from bench.served_platform import served_platform
     from engine.model_config import ModelConfig
     from engine.tooling.demo.checkpoint import make_checkpoint
@@ -315,9 +315,8 @@ def main() -> None:
     lines = report(results["fair"], results.get("fcfs"))
     print("\n".join(lines))
     if args.record:
-        command = "python bench/tenant_flood_api.py " + " ".join(sys.argv[1:])
         record(
-            "Fair share across tenants, through the API (issue 26)", command.strip(), machine, lines
+            "Fair share across tenants, through the API (issue 26)", invocation(), machine, lines
         )
 
 
