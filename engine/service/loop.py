@@ -43,9 +43,6 @@ IDLE_WAIT_S = 0.05
 # A Redis outage longer than the API's silence timeout (30 s): its clients have given up.
 OUTAGE_FAIL_S = 30.0
 OUTAGE_ERROR = "Redis was unreachable too long while running this request"
-# Aborts for requests this engine has not seen yet are remembered this long, for the race
-# in which the abort overtakes its request between the Redis threads.
-RECENT_ABORT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -217,7 +214,7 @@ class EngineService:
                 case protocol.Drain() if event.engine_id in ("", self.settings.engine_id):
                     self.request_drain()
         if self.recent_aborts:
-            cutoff = time.monotonic() - RECENT_ABORT_S
+            cutoff = time.monotonic() - inputs.RECENT_ABORT_S
             self.recent_aborts = {k: t for k, t in self.recent_aborts.items() if t >= cutoff}
         return admitted
 

@@ -27,6 +27,13 @@ logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
 RETRY_AFTER_S = 0.5  # a worker's pause after a failed tick (Redis away)
+# The loop remembers an abort for a request it has not seen this long, for the race in which
+# the abort overtakes its request between the two reader threads (engine/service/loop.py).
+RECENT_ABORT_S = 60.0
+# How far apart an API host's clock and this one's may be: the broadcast reader starts this far
+# back, and trusts the abort stream alone with a request's aborts within this margin
+# (BroadcastReader.hears_aborts_of).
+CLOCK_MARGIN_S = 5.0
 
 
 @dataclass(slots=True)
@@ -183,21 +190,31 @@ class RequestReader(Worker):
                 logger.warning("could not acknowledge malformed entries %s", list(malformed))
         if direct:
             requests = [(direct_entry(entry_id), request) for entry_id, request in requests]
-        aborted = [0] * len(requests)
+        aborted = self.aborted_before_now([request for _, request in requests])
+        for entry_id, request in requests:
+            if request.request_id in aborted:  # before any engine picked it up: never runs
+                self.service.inbox.put(protocol.AbortRequest(request_id=request.request_id))
+            self.service.inbox.put(NewRequest(entry_id, request))
+        self.room_changed.clear()
+
+    def aborted_before_now(self, requests: list[protocol.GenerateRequest]) -> set[str]:
+        """The ids of ``requests`` whose abort marker is set, read only for requests whose
+        aborts the abort stream may not have brought (``BroadcastReader.hears_aborts_of``):
+        for the others that is one Redis round trip less before their first token."""
+        unheard = [r for r in requests if not self.service.broadcast.hears_aborts_of(r)]
+        if not unheard:
+            return set()
         try:
             pipe = self.client.pipeline(transaction=False)
-            for _, request in requests:
+            for request in unheard:
                 pipe.exists(self.keys.aborted(request.request_id))
-            aborted = pipe.execute()
+            marked = pipe.execute()
         except redis.RedisError:
             # The entries are already ours (pending under this consumer): run them rather
             # than lose them; an abort sent meanwhile still arrives on the abort stream.
             logger.warning("could not check abort markers; running the requests anyway")
-        for (entry_id, request), was_aborted in zip(requests, aborted, strict=True):
-            if was_aborted:  # aborted before any engine picked it up: it never runs
-                self.service.inbox.put(protocol.AbortRequest(request_id=request.request_id))
-            self.service.inbox.put(NewRequest(entry_id, request))
-        self.room_changed.clear()
+            return set()
+        return {r.request_id for r, was in zip(unheard, marked, strict=True) if was}
 
 
 class BroadcastReader(Worker):
@@ -208,8 +225,22 @@ class BroadcastReader(Worker):
         self.client, self.inbox, keys = client, service.inbox, service.keys
         # A few seconds back: an abort sent while this engine started is not missed; the
         # aborted markers cover anything older.
-        start = f"{int(time.time() * 1000) - 5000}-0"
+        self.since = time.time() - CLOCK_MARGIN_S
+        start = f"{int(self.since * 1000)}-0"
         self.last = {keys.aborts(): start, keys.control(service.settings.model_name): start}
+
+    def hears_aborts_of(self, request: protocol.GenerateRequest) -> bool:
+        """Whether every abort of ``request`` reaches this engine through the abort stream and
+        is still remembered when the request is admitted, so that its marker need not be read.
+        An abort follows its request's acceptance by the API (``arrival_time``, the API's
+        clock): one accepted after this engine started is read here (this reader begins
+        CLOCK_MARGIN_S before that), and one accepted less than RECENT_ABORT_S ago, less the
+        margin, has not been forgotten yet. A request without an arrival time (0) is checked."""
+        accepted = request.arrival_time
+        return (
+            accepted > self.since + CLOCK_MARGIN_S
+            and time.time() - accepted < RECENT_ABORT_S - CLOCK_MARGIN_S
+        )
 
     def read(self) -> None:
         response = self.client.xread(self.last, count=256, block=READ_BLOCK_MS)

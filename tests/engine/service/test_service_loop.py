@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 
+import msgspec
 import pytest
 import redis
 
@@ -14,7 +15,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
 from engine.service import EngineService, ServiceSettings
-from engine.service.redis_input import NewRequest
+from engine.service.redis_input import CLOCK_MARGIN_S, RECENT_ABORT_S, NewRequest
 from inference.transport.engine_client import EngineClient
 from tests.engine.service.support import wait_for
 
@@ -153,3 +154,68 @@ def _finished(r, keys) -> set[str]:
             if d.finish_reason == "length":
                 done.add(d.request_id)
     return done
+
+
+def fresh_request(request_id: str) -> protocol.GenerateRequest:
+    """A request as the API sends it: accepted (``arrival_time``) just now."""
+    request = new_request(request_id).request
+    return msgspec.structs.replace(request, arrival_time=time.time())
+
+
+def test_the_abort_stream_alone_is_trusted_only_for_requests_it_covers(service):
+    broadcast = service.broadcast
+    started = broadcast.since + CLOCK_MARGIN_S  # when this engine started, by its clock
+    assert started <= time.time()
+
+    def accepted_at(moment: float) -> protocol.GenerateRequest:
+        return msgspec.structs.replace(new_request("r").request, arrival_time=moment)
+
+    assert broadcast.hears_aborts_of(fresh_request("now"))
+    # Accepted before this engine listened (its abort may be older than the stream read),
+    # with no arrival time (not from the API), or so long ago that the loop may have
+    # forgotten its abort: the marker is read.
+    assert not broadcast.hears_aborts_of(accepted_at(started - 1))
+    assert not broadcast.hears_aborts_of(new_request("no-arrival-time").request)
+    broadcast.since = time.time() - 600  # an engine that has listened for ten minutes
+    assert broadcast.hears_aborts_of(accepted_at(time.time() - 30))
+    assert not broadcast.hears_aborts_of(accepted_at(time.time() - RECENT_ABORT_S))
+
+
+def test_a_fresh_request_aborted_before_pickup_never_runs_without_its_marker(service, redis_server):
+    # The reader reads no marker for a request the abort stream covers: the abort that
+    # arrived on the stream before the request must be enough.
+    r = redis.Redis.from_url(redis_server.url)
+    keys = Keys(service.settings.prefix)
+    service.start()
+    try:
+
+        async def abort():
+            client = EngineClient(redis_server.url, prefix=service.settings.prefix)
+            await client.abort("fresh-aborted")
+            await client.close()
+
+        asyncio.run(abort())
+        r.delete(keys.aborted("fresh-aborted"))
+
+        def heard():
+            service.run_once()
+            return "fresh-aborted" in service.recent_aborts
+
+        wait_for(heard, 10, "the abort from the abort stream")
+        request = fresh_request("fresh-aborted")
+        assert service.broadcast.hears_aborts_of(request)
+        r.xadd(keys.requests(MODEL), {FIELD: protocol.encode(request)})
+
+        def answered():
+            service.run_once()
+            return r.xlen(keys.outputs("fe"))
+
+        wait_for(answered, 10, "the abort answer")
+        [(_, fields)] = r.xrange(keys.outputs("fe"))
+        [delta] = protocol.decode_outputs(fields[FIELD]).deltas
+        assert (delta.request_id, delta.finish_reason) == ("fresh-aborted", "abort")
+        assert service.engine.stats().prompt_tokens_total == 0  # it never ran
+    finally:
+        service.stop()
+        service.shutdown()
+    r.close()
