@@ -7,7 +7,7 @@ output tokens of the new ``Request``, so that everything that depends on the out
 behaves exactly as if the request had never moved:
 
 - repetition penalty over prompt and output, presence and frequency penalties over the output
-  only (engine/sample/sampler.py reads ``prompt_token_ids`` and ``output_token_ids``);
+  only (engine/sample/penalties.py reads ``prompt_token_ids`` and ``output_token_ids``);
 - ``min_tokens`` (stop tokens banned while ``num_output_tokens < min_tokens``) and
   ``max_tokens`` (length stop), which count the output so far again;
 - a seeded generator, advanced by one draw per token already sampled (``advance_generator``).
