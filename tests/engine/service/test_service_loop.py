@@ -99,21 +99,28 @@ def test_abort_sent_before_any_engine_read_the_request(service, redis_server):
     asyncio.run(abort())
     service.start()
     try:
-
-        def answered():
-            service.run_once()
-            return r.xlen(keys.outputs("fe"))
-
-        wait_for(answered, 10, "the abort answer")
-        [(_, fields)] = r.xrange(keys.outputs("fe"))
-        [delta] = protocol.decode_outputs(fields[FIELD]).deltas
-        assert (delta.request_id, delta.finish_reason) == ("queued-then-aborted", "abort")
-        assert service.engine.stats().prompt_tokens_total == 0  # it never ran
+        answered_as_aborted_without_running(service, r, "queued-then-aborted")
     finally:
         service.stop()
         service.shutdown()
     assert r.xpending(keys.requests(MODEL), protocol.ENGINE_GROUP)["pending"] == 0
     r.close()
+
+
+def answered_as_aborted_without_running(service, r: redis.Redis, request_id: str) -> None:
+    """Run the loop until the frontend's stream has an answer: the request's abort, with no
+    prompt token computed."""
+    outputs = Keys(service.settings.prefix).outputs("fe")
+
+    def answered():
+        service.run_once()
+        return r.xlen(outputs)
+
+    wait_for(answered, 10, "the abort answer")
+    [(_, fields)] = r.xrange(outputs)
+    [delta] = protocol.decode_outputs(fields[FIELD]).deltas
+    assert (delta.request_id, delta.finish_reason) == (request_id, "abort")
+    assert service.engine.stats().prompt_tokens_total == 0  # it never ran
 
 
 def test_drain_hands_back_unstarted_requests_and_finishes_running_ones(service, redis_server):
@@ -206,15 +213,7 @@ def test_a_fresh_request_aborted_before_pickup_never_runs_without_its_marker(ser
         assert service.broadcast.hears_aborts_of(request)
         r.xadd(keys.requests(MODEL), {FIELD: protocol.encode(request)})
 
-        def answered():
-            service.run_once()
-            return r.xlen(keys.outputs("fe"))
-
-        wait_for(answered, 10, "the abort answer")
-        [(_, fields)] = r.xrange(keys.outputs("fe"))
-        [delta] = protocol.decode_outputs(fields[FIELD]).deltas
-        assert (delta.request_id, delta.finish_reason) == ("fresh-aborted", "abort")
-        assert service.engine.stats().prompt_tokens_total == 0  # it never ran
+        answered_as_aborted_without_running(service, r, "fresh-aborted")
     finally:
         service.stop()
         service.shutdown()
