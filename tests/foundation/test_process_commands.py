@@ -64,6 +64,7 @@ def test_run_engine_command_is_one_run_engine_accepts():
 
 def test_platform_environment_sets_what_is_given_and_inherits_the_rest(tmp_path, monkeypatch):
     monkeypatch.setenv("PLATFORM_REDIS_PREFIX", "inherited")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     env = platform_environment(
         redis_url="redis://r:1/0", database_url="sqlite:///x.db", var_dir=tmp_path
     )
@@ -73,3 +74,4 @@ def test_platform_environment_sets_what_is_given_and_inherits_the_rest(tmp_path,
     assert env["PLATFORM_REDIS_PREFIX"] == "inherited"
     assert env["PATH"] == os.environ["PATH"]
     assert env["PYTHONUNBUFFERED"] == "1"
+    assert "PYTHONDONTWRITEBYTECODE" not in env  # platform processes keep their bytecode
