@@ -64,6 +64,7 @@ class Request:
         "num_pending_tokens",
         "num_prompt_tokens",
         "num_resumed_tokens",
+        "output_counts",
         "output_token_ids",
         "pending_logprobs",
         "priority",
@@ -123,6 +124,9 @@ class Request:
         # The prompt's distinct token ids, made by the sampler when a penalty first needs them
         # (engine/sample/penalties.py).
         self.prompt_token_set = None
+        # The output's distinct token ids and counts, kept up to date by the sampler while a
+        # penalty needs them (engine/sample/penalties.py).
+        self.output_counts = None
         self.num_computed_tokens = 0
         # Tokens sampled by steps still on the device (engine/async_steps.py): counted in
         # num_computed_tokens already, appended once a step's results are read. At most 2:
@@ -152,6 +156,9 @@ class Request:
         self.spec: SpecState | None = None
         now = time.monotonic()
         self.timestamps = RequestTimestamps(arrival=arrival_time if arrival_time else now)
+
+    # The sampler's row of a request ends with no drafts (a DraftRow's may: spec_decode/verify.py).
+    row_drafts = ()
 
     @property
     def prompt_token_ids(self) -> list[int]:

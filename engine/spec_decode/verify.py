@@ -64,9 +64,20 @@ class DraftRow:
         self.request.prompt_token_set = value  # every position shares the request's prompt
 
     @property
+    def output_counts(self):
+        return self.request.output_counts
+
+    @output_counts.setter
+    def output_counts(self, value) -> None:
+        self.request.output_counts = value  # counts of the request's output, shared
+
+    @property
+    def row_drafts(self) -> list[int]:
+        return self.request.spec.draft_token_ids[: self.offset]
+
+    @property
     def output_token_ids(self) -> list[int]:
-        drafts = self.request.spec.draft_token_ids[: self.offset]
-        return self.request.output_token_ids + drafts
+        return self.request.output_token_ids + self.row_drafts
 
     @property
     def num_output_tokens(self) -> int:

@@ -79,6 +79,47 @@ def test_penalties_at_their_tokens_equal_the_dense_reference():
             assert torch.equal(got, expected)
 
 
+def test_outputs_that_grow_between_steps_keep_matching_the_dense_reference():
+    # The output's counts are kept on the request from step to step: tokens appended one at a
+    # time and several at once (accepted drafts), repeats of tokens already counted and new
+    # ones, a request whose first output arrives late.
+    rng = random.Random(11)
+    requests = mixed_requests(rng)
+    params = [r.sampling_params for r in requests]
+    for step in range(40):
+        for i, request in enumerate(requests):
+            appended = 3 if (step + i) % 7 == 0 else 1
+            for _ in range(appended if step >= 10 or i != 6 else 0):
+                request.append_output_token(rng.randrange(60, 200))
+        logits = torch.randn(len(requests), VOCAB) * 4
+        expected = dense_reference(logits, requests, params)
+        apply_penalties(logits, batch_of(requests))
+        assert torch.equal(logits, expected), f"step {step}"
+
+
+def test_draft_rows_leave_the_request_counts_as_its_output_alone():
+    # A draft row counts its drafts on top of the request's output; the drafts it saw are
+    # not the request's, so the request's next step (drafts rejected) counts none of them.
+    params = SamplingParams(temperature=0, frequency_penalty=1.0, presence_penalty=0.5)
+    request = Request("r", [5, 6], params, max_tokens=16)
+    request.append_output_token(9)
+
+    class Drafts:
+        draft_token_ids = [9, 7]
+
+    request.spec = Drafts()
+    rows = [DraftRow(request, j, None) for j in range(3)]
+    logits = torch.zeros(3, VOCAB)
+    apply_penalties(logits, batch_of(rows))
+    assert logits[:, 9].tolist() == [-1.5, -2.5, -2.5]
+    assert logits[:, 7].tolist() == [0.0, 0.0, -1.5]
+    request.spec = None  # the drafts were rejected; the request sampled 8
+    request.append_output_token(8)
+    logits = torch.zeros(1, VOCAB)
+    apply_penalties(logits, batch_of([request]))
+    assert (logits[0, 9].item(), logits[0, 7].item(), logits[0, 8].item()) == (-1.5, 0.0, -1.5)
+
+
 def test_draft_positions_count_the_drafts_before_them_as_output():
     # Speculative verification: position j of a request samples as if its first j drafts
     # were already output tokens.
