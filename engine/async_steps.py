@@ -19,9 +19,10 @@ the context) is not scheduled again. Output reaches the caller one step's host t
 than it would synchronously, and each GPU step no longer waits for the host's.
 
 A step runs synchronously, after the one in flight is read, where the next step needs
-tokens on the host: a pending token under a grammar (the next mask) or penalties (the counts),
-and speculative decoding with few enough running requests to propose drafts (the n-gram
-lookup), as well as when the step preemption hook is set (CPU only).
+tokens on the host: a pending token under a grammar (the next mask), and speculative decoding
+with few enough running requests to propose drafts (the n-gram lookup), as well as when the
+step preemption hook is set (CPU only). Penalties do not need it: the pending token's share
+is applied on the device, from the step in flight's tokens (engine/sample/penalties.py).
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ class AsyncSteps:
         if spec is not None and len(self.scheduler.running) <= spec.max_num_seqs:
             return True  # it would propose drafts from every request's tokens
         return any(
-            r.num_pending_tokens and (r.grammar is not None or r.sampling_params.has_penalties)
-            for r in self.in_flight.sample_requests
+            r.num_pending_tokens and r.grammar is not None for r in self.in_flight.sample_requests
         )
 
     def can_launch(self, sched_out: SchedulerOutput) -> bool:

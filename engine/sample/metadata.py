@@ -35,9 +35,29 @@ class SamplingBatch:
     repetition_penalty: torch.Tensor | None = None  # [B]
     # (row, request) for each row with a penalty: engine/sample/penalties.py reads their tokens.
     penalized_rows: list[tuple[int, PenalizedRow]] = field(default_factory=list)
+    # Async steps (engine/async_steps.py): the rows with a penalty whose last output token the
+    # step in flight has sampled, and those tokens, still on the device ([P] long each).
+    pending_rows: torch.Tensor | None = None
+    pending_tokens: torch.Tensor | None = None
     # (row, token ids) that must not be sampled yet (stop tokens before min_tokens)
     banned_tokens: list[tuple[int, list[int]]] = field(default_factory=list)
     num_logprobs: list[int | None] = field(default_factory=list)  # per row, None: no logprobs
+
+    def add_pending_tokens(self, row_of: dict[str, int], token_ids: torch.Tensor) -> None:
+        """Take, for each row with a penalty whose request waits for a token of the step in
+        flight, that token from ``token_ids`` (the step's sampled tokens on the device, row
+        ``row_of[request id]``): the host never waits for it."""
+        pairs = [
+            (row, row_of[request.request_id])
+            for row, request in self.penalized_rows
+            if request.num_pending_tokens
+        ]
+        if not pairs:
+            return
+        rows, sources = zip(*pairs, strict=True)
+        device = token_ids.device
+        self.pending_rows = to_device(rows, torch.long, device)
+        self.pending_tokens = token_ids.index_select(0, to_device(sources, torch.long, device))
 
     @property
     def max_num_logprobs(self) -> int | None:

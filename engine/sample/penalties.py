@@ -136,20 +136,49 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> None:
     # One flat index per (row, token): a third faster than indexing by row and column, and
     # index_select / index_copy_ two to three times faster than tensor[keys] on a CPU.
     flat = logits.view(-1) if logits.is_contiguous() else logits.contiguous().view(-1)
+    seen_keys = to_device(seen, torch.long, device)
+    output_keys = to_device(output, torch.long, device)
     if seen.size:
-        keys = to_device(seen, torch.long, device)
-        values = flat.index_select(0, keys)
-        factor = batch.repetition_penalty.index_select(0, keys // vocab)
-        flat.index_copy_(0, keys, torch.where(values > 0, values / factor, values * factor))
+        values = flat.index_select(0, seen_keys)
+        factor = batch.repetition_penalty.index_select(0, seen_keys // vocab)
+        flat.index_copy_(0, seen_keys, _repeated(values, factor))
     if output.size:
-        keys = to_device(output, torch.long, device)
-        values, rows = flat.index_select(0, keys), keys // vocab
+        values, rows = flat.index_select(0, output_keys), output_keys // vocab
         frequency = batch.frequency_penalty.index_select(0, rows)
         values -= frequency * to_device(counts, logits.dtype, device)
         values -= batch.presence_penalty.index_select(0, rows)
-        flat.index_copy_(0, keys, values)
+        flat.index_copy_(0, output_keys, values)
+    if batch.pending_rows is not None:
+        _apply_pending(flat, vocab, batch, seen_keys, output_keys)
     if flat.data_ptr() != logits.data_ptr():
         logits.copy_(flat.view_as(logits))
+
+
+def _repeated(values: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """A repetition penalty: positive logits divided by it, the others multiplied."""
+    return torch.where(values > 0, values / factor, values * factor)
+
+
+def _apply_pending(
+    flat: torch.Tensor,
+    vocab: int,
+    batch: SamplingBatch,
+    seen_keys: torch.Tensor,
+    output_keys: torch.Tensor,
+) -> None:
+    """Each row's token sampled by the step in flight, on the device: one more output token.
+    Its logit already carries what the host's tokens gave it; it takes the repetition
+    penalty unless the token was seen, the presence penalty unless it was in the output, and
+    one more frequency penalty. Membership is found on the device, so nothing is read back."""
+    rows = batch.pending_rows
+    keys = rows * vocab + batch.pending_tokens
+    values = flat.index_select(0, keys)
+    repetition = batch.repetition_penalty.index_select(0, rows)
+    values = torch.where(torch.isin(keys, seen_keys), values, _repeated(values, repetition))
+    values -= batch.frequency_penalty.index_select(0, rows)
+    presence = batch.presence_penalty.index_select(0, rows)
+    values -= torch.where(torch.isin(keys, output_keys), 0.0, presence)
+    flat.index_copy_(0, keys, values)
 
 
 def penalty_targets(

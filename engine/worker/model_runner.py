@@ -151,7 +151,7 @@ class ModelRunner:
             prompt_logprobs = self._all_prompt_logprobs(inputs, hidden)
             draw = None
             if inputs.sample_requests:
-                draw = self.sampler.draw(*self._logits_and_batch(inputs, hidden))
+                draw = self.sampler.draw(*self._logits_and_batch(inputs, hidden, in_flight))
         return LaunchedStep(out, inputs.sample_requests, draw, prompt_logprobs)
 
     def _checkpoint(self) -> None:
@@ -220,9 +220,10 @@ class ModelRunner:
         return found
 
     def _logits_and_batch(
-        self, inputs: ModelInputs, hidden: torch.Tensor
+        self, inputs: ModelInputs, hidden: torch.Tensor, in_flight: LaunchedStep | None = None
     ) -> tuple[torch.Tensor, SamplingBatch]:
-        """The sampled rows' logits (grammar masks applied) and their sampling parameters."""
+        """The sampled rows' logits (grammar masks applied) and their sampling parameters;
+        the tokens ``in_flight`` samples for rows with penalties, which count as output."""
         rows = to_device(inputs.sample_rows, torch.long, self.device)
         logits = self.model.compute_logits(hidden[rows])
         self.grammar_bitmask.apply(logits, inputs.sample_requests)  # structured outputs
@@ -233,6 +234,8 @@ class ModelRunner:
             vocab_size=self.model_config.vocab_size,
             device=self.device,
         )
+        if in_flight is not None:
+            batch.add_pending_tokens(in_flight.row_of, in_flight.token_ids)
         return logits, batch
 
     def _lora_apply(self, ordered: list[Request], counts: dict[str, int]) -> LoraApply | None:

@@ -147,11 +147,15 @@ def test_cuda_graph_decode_equals_eager_decode(checkpoints, speculation):
         assert {5, 3, 1} <= set(replays), replays
 
 
+PENALTIES = {"repetition_penalty": 1.3, "frequency_penalty": 0.8, "presence_penalty": 0.5}
+
+
 @pytest.mark.slow
 def test_async_steps_on_cuda_give_the_tokens_of_synchronous_steps(checkpoints):
     """Steps queued behind the one in flight, their pending tokens copied on the device and
     their tokens and logprobs copied back behind them (engine/async_steps.py), through
-    graph-replayed decodes and eager prefills."""
+    graph-replayed decodes and eager prefills; penalized rows take their pending token's
+    penalties on the device (engine/sample/penalties.py)."""
     path = str(checkpoints.get("qwen3"))
     prompts = random_prompts(12, 3, 200, seed=4)
     options = {"enable_speculative_decoding": False, "max_num_batched_tokens": 128}
@@ -159,8 +163,13 @@ def test_async_steps_on_cuda_give_the_tokens_of_synchronous_steps(checkpoints):
     def run(engine):
         for i, prompt in enumerate(prompts):
             logprobs = 2 if i % 3 == 0 else None
+            penalties = PENALTIES if i % 3 == 1 else {}
             params = SamplingParams(
-                temperature=0.0, max_tokens=5 + 3 * i, ignore_eos=True, logprobs=logprobs
+                temperature=0.0,
+                max_tokens=5 + 3 * i,
+                ignore_eos=True,
+                logprobs=logprobs,
+                **penalties,
             )
             engine.add_request(str(i), prompt, params)
         results = run_to_completion(engine)
