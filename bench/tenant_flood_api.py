@@ -8,7 +8,9 @@ on a tiny random-weight llama, Daphne), two tenants with keys of their own, and 
 
 - tenant B (its own process, as another user would be) streams one short completion (16 prompt
   tokens, 4 output tokens) every ``--interval`` s and takes its time to first token;
-- tenant A sends ``--flood`` completions of ``--prompt`` token ids at once.
+- tenant A sends ``--flood`` completions of ``--prompt`` token ids at once (``--a-text``: as
+  text of about as many tokens, which the API's planning threads tokenize, as a chat flood's
+  would be).
 
 For each policy (``fair``, then ``fcfs``, a fresh platform each; ``--fair-only`` skips
 ``fcfs``): B idle; then ``--rounds`` rounds alternating A alone and A with B (B's TTFTs pooled
@@ -100,6 +102,10 @@ async def flood(
     """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens).
     ``on_start()`` is called as the first is sent, once the prompts are made."""
     prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
+    if args.a_text:  # words for the API to tokenize (about 4 tokens each: "w123")
+        prompts = [
+            " ".join(f"w{token}" for token in prompt[: len(prompt) // 4]) for prompt in prompts
+        ]
     if args.a_client == "raw":  # bodies encoded before the flood, sent by httpx alone
         bodies = [
             json.dumps(
@@ -271,6 +277,12 @@ def main() -> None:
         default="sdk",
         help="A's client: the openai SDK, or httpx sending bodies encoded before the flood "
         "(a load generator that takes less of the cores the platform runs on)",
+    )
+    parser.add_argument(
+        "--a-text",
+        action="store_true",
+        help="A's prompts as text of about --prompt tokens, tokenized by the API's planning "
+        "threads (default: token ids)",
     )
     parser.add_argument(
         "--fair-only",
