@@ -17,6 +17,7 @@ from engine.device_copy import to_device
 if TYPE_CHECKING:
     from engine.request import Request
     from engine.sample.penalties import PenalizedRow
+    from engine.worker.step_inputs import InFlightTokens
 
 
 @dataclass(slots=True)
@@ -43,18 +44,19 @@ class SamplingBatch:
     banned_tokens: list[tuple[int, list[int]]] = field(default_factory=list)
     num_logprobs: list[int | None] = field(default_factory=list)  # per row, None: no logprobs
 
-    def add_pending_tokens(self, row_of: dict[str, int], token_ids: torch.Tensor) -> None:
+    def add_pending_tokens(self, in_flight: InFlightTokens) -> None:
         """Take, for each row with a penalty whose request waits for a token of the step in
-        flight, that token from ``token_ids`` (the step's sampled tokens on the device, row
-        ``row_of[request id]``): the host never waits for it."""
+        flight, that token from the step's sampled tokens on the device (row
+        ``in_flight.row_of[request id]``): the host never waits for it."""
         pairs = [
-            (row, row_of[request.request_id])
+            (row, in_flight.row_of[request.request_id])
             for row, request in self.penalized_rows
             if request.num_pending_tokens
         ]
-        if not pairs:
+        if not pairs:  # the step in flight may have sampled nothing (a prompt chunk)
             return
         rows, sources = zip(*pairs, strict=True)
+        token_ids = in_flight.token_ids
         device = token_ids.device
         self.pending_rows = to_device(rows, torch.long, device)
         self.pending_tokens = token_ids.index_select(0, to_device(sources, torch.long, device))

@@ -235,7 +235,7 @@ class ModelRunner:
             device=self.device,
         )
         if in_flight is not None:
-            batch.add_pending_tokens(in_flight.row_of, in_flight.token_ids)
+            batch.add_pending_tokens(in_flight)
         return logits, batch
 
     def _lora_apply(self, ordered: list[Request], counts: dict[str, int]) -> LoraApply | None:

@@ -174,3 +174,26 @@ def test_steps_with_penalties_are_queued_behind_the_one_in_flight(tiny_engine_pa
     assert engine.async_steps.num_launched_behind >= 30  # the steps did not wait for the host
     # The penalties change what every request samples: the comparison is not vacuous.
     assert all(expected[key] != unpenalized[key] for key in expected)
+
+
+def test_a_penalized_request_behind_a_step_that_sampled_nothing(tiny_engine_path):
+    """The step in flight computes only a chunk of a long prompt (it samples nothing) when a
+    penalized request's first step is queued behind it: there is no pending token to take."""
+    long_prompt, short_prompt = random_prompts(2, 200, 200, seed=31)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    penalized = SamplingParams(
+        temperature=0.0, max_tokens=12, ignore_eos=True, presence_penalty=1.5
+    )
+    requests = [("long", long_prompt, params), ("short", short_prompt[:20], penalized)]
+
+    def run_interleaved(engine) -> dict:
+        engine.add_request("long", long_prompt, params)
+        engine.step()  # the long prompt's first chunk, in flight (async) or done (sync)
+        engine.add_request("short", short_prompt[:20], penalized)
+        return comparable(run_to_completion(engine), requests)
+
+    options = {"max_num_batched_tokens": 48}
+    expected = run_interleaved(make_engine(tiny_engine_path, False, **options))
+    engine = make_engine(tiny_engine_path, True, **options)
+    assert_same(run_interleaved(engine), expected)
+    assert engine.async_steps.num_launched_behind > 0
