@@ -196,7 +196,10 @@ class EngineService:
 
     def drain_inputs(self, timeout: float = 0.0) -> list[str]:
         admitted = []  # ids of the requests added to the engine
-        for event in self.intake_order(self.inbox.take_all(timeout)):
+        sliced = self.engine.preempts and not self.draining  # while draining, all handed back
+        events, later = self.intake_order(self.inbox.take_all(timeout), sliced)
+        self.inbox.defer(later)
+        for event in events:
             match event:
                 case inputs.NewRequest():
                     if self.admit(event.entry_id, event.request):

@@ -65,6 +65,7 @@ class Inbox:
         self._lock = threading.Lock()
         self.num_requests = 0
         self._later: list[Event] = []  # taken by take_new_requests, for the next take_all
+        self._deferred: list[NewRequest] = []  # taken and put back (``defer``): first out
 
     def put(self, event: Event) -> None:
         if isinstance(event, NewRequest):
@@ -72,11 +73,19 @@ class Inbox:
                 self.num_requests += 1
         self._queue.put(event)
 
+    def defer(self, events: list[NewRequest]) -> None:
+        """Put new requests taken but not added back, ahead of everything queued since (the
+        loop adds a flood a slice at a time: engine/service/intake_order.py)."""
+        if events:
+            with self._lock:
+                self.num_requests += len(events)
+            self._deferred = events + self._deferred
+
     def take_all(self, timeout: float = 0.0) -> list[Event]:
         """Everything queued now; waits up to ``timeout`` for the first event if empty."""
-        if self._later:
-            events, self._later = self._later, []
-            events += take_all(self._queue, 0.0)
+        if self._later or self._deferred:
+            events = [*self._later, *self._deferred, *take_all(self._queue, 0.0)]
+            self._later, self._deferred = [], []
         else:
             events = take_all(self._queue, timeout)
         with self._lock:
@@ -86,7 +95,7 @@ class Inbox:
     def take_new_requests(self) -> list[NewRequest]:
         """Only the new requests queued now; the other events, in their order, come first
         from the next ``take_all`` (one consumer: the loop thread)."""
-        new = []
+        new, self._deferred = self._deferred, []
         for event in take_all(self._queue, 0.0):
             (new if isinstance(event, NewRequest) else self._later).append(event)
         with self._lock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from engine.service.intake_order import singles_and_rest
+from engine.service.intake_order import first_slice, singles_and_rest
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
@@ -24,11 +24,14 @@ def between_layers(service: EngineService) -> None:
     try:
         # Tenants with one request in the batch first, and their step before the others are
         # added: a flood's requests in the same batch cannot run inside anyway (their tenant
-        # has work under way), and adding a hundred of them took tens of milliseconds.
+        # has work under way), and adding a hundred of them took tens of milliseconds. Of
+        # those, a slice now; a newcomer arriving meanwhile goes ahead of the rest.
         singles, rest = singles_and_rest(service.inbox.take_new_requests())
         added = [e.request.request_id for e in singles if service.admit(e.entry_id, e.request)]
         deltas = service.engine.step_inside(added) if added else []
-        for event in rest:
+        now, later = first_slice(rest)  # the others at the next pause
+        service.inbox.defer(later)
+        for event in now:
             service.admit(event.entry_id, event.request)
     except Exception:
         # The paused step goes on; a request the failed step admitted is computed again by

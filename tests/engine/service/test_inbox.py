@@ -32,3 +32,22 @@ def test_new_requests_are_taken_alone_and_the_rest_keeps_its_order():
     # The events left behind come first, then what arrived since, without waiting.
     assert inbox.take_all(timeout=5.0) == [abort, snapshot, later]
     assert inbox.num_requests == 0 and inbox.take_all() == []
+
+
+def test_deferred_requests_come_back_first_and_count_as_queued():
+    inbox = Inbox()
+    for rid in ("a", "b", "c"):
+        inbox.put(_new(rid))
+    taken = inbox.take_new_requests()
+    inbox.defer(taken[1:])  # "a" was added; "b" and "c" wait for the next pause
+    assert inbox.num_requests == 2
+    inbox.put(_new("d"))
+    abort = protocol.AbortRequest(request_id="b")
+    inbox.put(abort)
+    assert [e.request.request_id for e in inbox.take_new_requests()] == ["b", "c", "d"]
+    assert inbox.num_requests == 0
+    inbox.defer([_new("c")])
+    # take_all: the events left behind, then the deferred requests, without waiting.
+    events = inbox.take_all(timeout=5.0)
+    assert len(events) == 2 and events[0] is abort and events[1].request.request_id == "c"
+    assert inbox.num_requests == 0

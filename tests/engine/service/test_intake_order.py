@@ -5,7 +5,7 @@ are added (engine/service/intake_order.py)."""
 from __future__ import annotations
 
 from engine import protocol
-from engine.service.intake_order import fewest_first, singles_and_rest
+from engine.service.intake_order import fewest_first, first_slice, singles_and_rest
 from engine.service.redis_input import NewRequest
 
 
@@ -50,3 +50,16 @@ def test_singles_are_split_from_tenants_with_several():
     events = [_new("a-0", "A"), _new("b-0", "B"), _new("a-1", "A"), _new("c-0", "C")]
     singles, rest = singles_and_rest(events)
     assert _ids(singles) == ["b-0", "c-0"] and _ids(rest) == ["a-0", "a-1"]
+
+
+def test_a_slice_ends_with_the_request_that_brings_its_tokens_past_the_budget():
+    abort = protocol.AbortRequest(request_id="x")
+    events = [_new(f"a-{i}", "A") for i in range(5)]  # 3 prompt tokens each
+    events.insert(2, abort)
+    now, later = first_slice(events, tokens=7)
+    # 3 + 3 = 6 < 7, so a third; every other event stays in its place.
+    assert _ids(now) == ["a-0", "a-1", "x", "a-2"] and now[2] is abort
+    assert _ids(later) == ["a-3", "a-4"]
+    # At least one request, however long; nothing is cut without a budget to pass.
+    assert _ids(first_slice(events, tokens=1)[0]) == ["a-0", "x"]
+    assert first_slice(events, tokens=100) == (events, [])

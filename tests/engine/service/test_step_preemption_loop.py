@@ -15,6 +15,7 @@ from engine import protocol
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.service import EngineService, ServiceSettings
+from engine.service.intake_order import SLICE_TOKENS
 from engine.service.redis_input import NewRequest
 from tests.engine.service.test_service_loop import queued_jobs
 
@@ -146,3 +147,62 @@ def test_a_failing_step_ahead_of_the_batch_turns_step_preemption_off_and_loses_n
     for _ in range(20):
         service.run_once()
     assert finished_ids(service) == {"a0", "a1", "b"}
+
+
+def flood(service: EngineService, count: int, prompt_len: int = 600) -> list[str]:
+    ids = [f"a{i}" for i in range(count)]
+    for request_id in ids:
+        service.inbox.put(new_request(request_id, "tA", prompt_len))
+    return ids
+
+
+def test_a_flood_is_added_a_slice_at_a_time_and_a_newcomer_goes_ahead_of_its_rest(service):
+    ids = flood(service, 40)
+    first = service.drain_inputs()
+    per_slice = -(-SLICE_TOKENS // 600)  # the request that passes the budget is in the slice
+    assert first == ids[:per_slice]
+    assert service.inbox.num_requests == 40 - per_slice  # the rest wait, counted as queued
+    service.inbox.put(new_request("b", "tB", 12))
+    second = service.drain_inputs()
+    assert second[0] == "b" and second[1:] == ids[per_slice : len(second) - 1 + per_slice]
+    for _ in range(400):
+        if not (service.active or service.inbox.num_requests):
+            break
+        service.run_once()
+    endings = [
+        d.request_id
+        for job in queued_jobs(service)
+        for ds in job.outputs.values()
+        for d in ds
+        if d.finish_reason
+    ]
+    assert sorted(endings) == sorted([*ids, "b"])  # each answered, once
+
+
+def test_draining_hands_back_the_requests_still_waiting_for_their_slice(service):
+    ids = flood(service, 40)
+    service.drain_inputs()
+    assert service.inbox.num_requests > 0
+    service.request_drain()
+    service.run_once()  # begins the drain: nothing is deferred any more
+    handed_back = [r.request_id for job in queued_jobs(service) for r in job.requeue]
+    assert sorted(handed_back) == sorted(ids) and service.inbox.num_requests == 0
+
+
+def test_a_pause_between_layers_adds_one_slice_of_a_flood(service):
+    service.inbox.put(new_request("c", "tC", 600))
+    runner = service.engine.runner
+    hook, left_after_pause = runner.preemption_hook, []
+
+    def wrapped():
+        if not left_after_pause:
+            flood(service, 40)  # arrives while C's first step computes
+        hook()
+        left_after_pause.append(service.inbox.num_requests)
+
+    runner.preemption_hook = wrapped
+    service.run_once()
+    per_slice = -(-SLICE_TOKENS // 600)
+    assert left_after_pause[0] == 40 - per_slice
+    # Each later pause of the same step takes the next slice.
+    assert left_after_pause[1] == max(0, 40 - 2 * per_slice)
