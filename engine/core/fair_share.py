@@ -91,6 +91,7 @@ class VirtualTokenCounter:
 
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
+        self.served: set[str] = set()  # tenants charged since they last came back from idle
         self.last_interactive_at: float | None = None  # monotonic time of the latest arrival
 
     def counter(self, tenant: str) -> float:
@@ -105,10 +106,16 @@ class VirtualTokenCounter:
         backlogged = {r.tenant for r in unfinished}
         if tenant in backlogged:
             return
+        self.served.discard(tenant)  # a new backlog of it begins
         floor = min((self.counter(t) for t in backlogged), default=None)
         if floor is None:
             floor = max(self.counters.values(), default=0.0)
-        else:  # one token under: among equals, the tenant that had nothing waiting goes first
+        elif backlogged & self.served:
+            # One token under: among equals, the tenant that had nothing waiting goes first.
+            # Not under tenants not served yet (they arrived with it, in the same intake):
+            # arrival order decides, and the intake adds the tenants with the fewest requests
+            # first, so a short request that reaches the engine with a flood goes ahead of it,
+            # as it would had it come a moment later.
             floor -= RETURN_EDGE_TOKENS
         self.counters[tenant] = max(self.counter(tenant), floor)
 
@@ -119,6 +126,7 @@ class VirtualTokenCounter:
         if num_new > 0:
             request.num_charged_tokens = num_computed_after
             self.counters[request.tenant] = self.counter(request.tenant) + num_new / request.weight
+            self.served.add(request.tenant)
 
     def victim(self, running: list[Request]) -> Request:
         """The running request to preempt: worst class, most over-share tenant, latest

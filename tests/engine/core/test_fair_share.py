@@ -102,8 +102,11 @@ def test_a_returning_tenant_with_nobody_backlogged_starts_at_the_highest_counter
     vtc.counters = {"a": 50.0, "b": 900.0}
     vtc.on_arrival(request("c"), [])
     assert vtc.counter("c") == 900.0
-    vtc.on_arrival(request("a"), [request("b")])  # b backlogged: a is lifted to b's, less one
-    assert vtc.counter("a") == 899.0
+    vtc.on_arrival(request("a"), [request("b")])  # b backlogged, not served yet: b's counter
+    assert vtc.counter("a") == 900.0
+    vtc.charge(b := request("b"), 1)  # b served since it came: a returning is lifted under it
+    vtc.on_arrival(request("d"), [b])
+    assert vtc.counter("d") == 900.0 + 1 - 1
 
 
 def test_a_small_weight_tenant_is_not_starved_by_a_large_one():
@@ -342,3 +345,25 @@ def test_two_returning_tenants_share_their_first_step():
     sched.add_request(c)
     out, _ = step(sched)
     assert set(out.new_requests) == {b, c} and out.total_num_scheduled_tokens == 16
+
+
+def test_a_lone_request_added_just_before_a_flood_arriving_with_it_goes_first():
+    """The engine's intake adds a batch's tenants with the fewest requests first
+    (engine/service/intake_order.py), so a short request that reaches the engine with a flood
+    is added just before it. The flood, arriving to a tenant nobody has served yet, is not lifted
+    under it: the two are in arrival order, and the short request's step is its own."""
+    sched = fair_scheduler(max_num_seqs=8, max_num_batched_tokens=256)
+    late = request("late", num_prompt=8)
+    sched.add_request(late)
+    for _ in range(8):
+        sched.add_request(request("flood", num_prompt=200))
+    assert sched.fair.counter("flood") == sched.fair.counter("late")
+    out, _ = step(sched)
+    assert out.new_requests == [late] and out.total_num_scheduled_tokens == 8
+    # Once a tenant is being served, one returning from idle still goes ahead of it.
+    run(sched, 3)
+    lowest = min(sched.fair.counter("late"), sched.fair.counter("flood"))
+    sched.add_request(other := request("other", num_prompt=8))
+    assert sched.fair.counter("other") == lowest - 1
+    out, _ = step(sched)
+    assert out.new_requests == [other]
