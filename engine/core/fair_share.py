@@ -11,7 +11,8 @@ divided by its weight: prompt tokens that missed the prefix cache (a cache hit i
 scheduled, so never charged) and one per output token. Tokens recomputed after a preemption are
 not charged twice (``Request.num_charged_tokens`` is a high-water mark). A tenant that comes
 back from idle (nothing waiting or running) is lifted to the lowest counter of the backlogged
-tenants (less one token, so that it goes first among equals), so idle time banks no credit;
+tenants (less one token, so that it goes first among equals, unless none of them has been
+served yet: tenants arriving together keep their arrival order), so idle time banks no credit;
 when nobody is backlogged it is lifted to the highest counter seen, so history does not carry
 across an idle engine. The queue always serves someone when anyone waits (work-conserving):
 the counters only choose who.
