@@ -4,6 +4,7 @@ reference: every row's counts over the whole vocabulary, as vLLM computes them."
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import torch
 
@@ -97,18 +98,20 @@ def test_outputs_that_grow_between_steps_keep_matching_the_dense_reference():
         assert torch.equal(logits, expected), f"step {step}"
 
 
+def drafting_request(params: SamplingParams, drafts: list[int]):
+    """A request with prompt [5, 6] and output [9] verifying ``drafts``, and its draft rows:
+    position j samples as if its first j drafts were output already."""
+    request = Request("r", [5, 6], params, max_tokens=16)
+    request.append_output_token(9)
+    request.spec = SimpleNamespace(draft_token_ids=drafts)
+    return request, [DraftRow(request, j, None) for j in range(len(drafts) + 1)]
+
+
 def test_draft_rows_leave_the_request_counts_as_its_output_alone():
     # A draft row counts its drafts on top of the request's output; the drafts it saw are
     # not the request's, so the request's next step (drafts rejected) counts none of them.
     params = SamplingParams(temperature=0, frequency_penalty=1.0, presence_penalty=0.5)
-    request = Request("r", [5, 6], params, max_tokens=16)
-    request.append_output_token(9)
-
-    class Drafts:
-        draft_token_ids = [9, 7]
-
-    request.spec = Drafts()
-    rows = [DraftRow(request, j, None) for j in range(3)]
+    request, rows = drafting_request(params, drafts=[9, 7])
     logits = torch.zeros(3, VOCAB)
     apply_penalties(logits, batch_of(rows))
     assert logits[:, 9].tolist() == [-1.5, -2.5, -2.5]
@@ -124,14 +127,7 @@ def test_draft_positions_count_the_drafts_before_them_as_output():
     # Speculative verification: position j of a request samples as if its first j drafts
     # were already output tokens.
     params = SamplingParams(temperature=0, repetition_penalty=2.0, frequency_penalty=1.0)
-    request = Request("r", [5, 6], params, max_tokens=16)
-    request.append_output_token(9)
-
-    class Drafts:
-        draft_token_ids = [7, 7]
-
-    request.spec = Drafts()
-    rows = [DraftRow(request, j, None) for j in range(3)]
+    _, rows = drafting_request(params, drafts=[7, 7])
     logits = torch.full((3, VOCAB), 2.0)
     Sampler()(logits, batch_of(rows))
     assert logits[:, 5].tolist() == [1.0, 1.0, 1.0]  # prompt: repetition only
