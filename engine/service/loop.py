@@ -83,8 +83,7 @@ class EngineService:
         self.max_queued = settings.max_queued or default_max_queued(engine.config, settings)
         self.draining = False
         self._stop_requested = threading.Event()
-        self._drain_requested = False
-        self._drain_deadline = 0.0
+        self._drain_requested, self._drain_deadline = False, 0.0
         self.stats = engine.stats()  # read by the heartbeat; replaced whole after each step
         self.throughput = Throughput()  # the heartbeat's
         self.started_at = time.time()
@@ -185,6 +184,7 @@ class EngineService:
     def run_once(self) -> None:
         if self._drain_requested and not self.draining:
             self.begin_drain()
+        self.writer.raise_if_failed()  # outputs can no longer be written: exit, fail over
         if self.active and self.writer.outage_s() > OUTAGE_FAIL_S:
             self.fail_for_outage()
         if self.writer.congested() and not self.writer.wait_for_room(IDLE_WAIT_S):

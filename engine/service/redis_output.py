@@ -90,6 +90,7 @@ class OutputWriter(threading.Thread):
         # time.monotonic() of the first failed write of the current outage; None when healthy.
         self.failing_since: float | None = None
         self._closing = False
+        self.failure: Exception | None = None  # what ended the thread, when not close()
 
     def congested(self) -> bool:
         return self.backlog >= self.max_backlog
@@ -118,11 +119,26 @@ class OutputWriter(threading.Thread):
         self._jobs.put(None)
         self.join(timeout)
         if self.is_alive() or self.backlog:
-            logger.error(
-                "engine stopped with %d output jobs unwritten: Redis unreachable", self.backlog
-            )
+            why = "the writer failed" if self.failure else "Redis unreachable"
+            logger.error("engine stopped with %d output jobs unwritten: %s", self.backlog, why)
+
+    def raise_if_failed(self) -> None:
+        """Raise what ended the thread. An engine whose outputs can no longer be written must
+        exit, so that its requests fail over as from a crashed engine; before, it went on
+        stepping and sending heartbeats, and every client waited out its silence timeout."""
+        if self.failure is not None:
+            raise RuntimeError("the engine's output writer failed") from self.failure
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a bug, not an outage (_write retries those)
+            logger.exception("the output writer failed; the engine stops")
+            self.failure = exc
+            with self._room:
+                self._room.notify_all()
+
+    def _run(self) -> None:
         closing = False
         while not closing:
             jobs = take_all(self._jobs, None)

@@ -5,6 +5,7 @@ logged "dropped N output jobs"."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 import uuid
 
@@ -14,7 +15,7 @@ from controlplane.launcher.redis_server import RedisServer
 from engine import protocol
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.protocol import FIELD, Keys
+from engine.protocol import ENGINE_GROUP, FIELD, Keys
 from engine.redis_streams import connect
 from engine.service import EngineService, ServiceSettings, loop
 from engine.service.redis_input import NewRequest
@@ -141,3 +142,37 @@ def test_a_long_outage_ends_started_requests_with_an_error(service, server, monk
     wait_for(lambda: any(d.error for d in deltas()), 10, "the error delta")
     final = [d for d in deltas() if d.finish_reason][-1]
     assert final.error.startswith("Redis was unreachable") and final.finish_reason == "abort"
+
+
+def test_an_engine_whose_writer_fails_stops_and_leaves_its_request_to_a_survivor(
+    service, server, monkeypatch
+):
+    # A bug in the writer (here: an output it cannot encode) used to end its thread alone: the
+    # engine went on stepping and sending heartbeats, and the request's client waited out its
+    # silence timeout with nothing to show.
+    def unencodable(self, pipe, job):
+        raise TypeError("an output the protocol cannot encode")
+
+    monkeypatch.setattr(OutputWriter, "_apply", unencodable)
+    client = connect(server.url)
+    keys = Keys(service.settings.prefix)
+    client.xadd(keys.requests("m"), {FIELD: protocol.encode(_request("c").request)})
+    raised: list[BaseException] = []
+
+    def serve():
+        try:
+            service.run()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    thread.join(30)
+    stuck = thread.is_alive()
+    service.stop()  # ends a loop that kept running, so that the test ends too
+    assert not stuck, "the engine kept running without its writer"
+    assert isinstance(raised[0].__cause__, TypeError)
+    # Gone from the live engines at once, rather than when a heartbeat stops...
+    assert not client.exists(keys.status("m", service.settings.engine_id))
+    # ...and its request still pending under it, for a survivor to take over as from a crash.
+    assert client.xpending(keys.requests("m"), ENGINE_GROUP)["pending"] == 1
