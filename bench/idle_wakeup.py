@@ -3,8 +3,8 @@ engine step, each timed back to back and after the process slept ``--gaps`` ms.
 
 A request's time to first token on a quiet platform is a chain of short hops (the API, Redis,
 the engine's reader, loop and writer threads), each of which wakes up from idle. On some
-virtual machines a core that went idle takes a long time to wake (the hypervisor halts it and
-schedules other guests there, whose work also evicts the caches), so every hop pays it. This
+virtual machines a core that went idle is slow to wake (the hypervisor may halt it and run
+other guests there, whose work also evicts the caches), and every hop pays for it. This
 bench measures that cost apart from the platform, so that a latency reading can be compared
 across machine kinds:
 
