@@ -94,7 +94,8 @@ def main() -> None:
         client = connect(server.url)
         step = HitStep(workdir)
         for _ in range(5):  # warm-up: the prefix is cached from here on
-            redis_round_trip(client), step()
+            redis_round_trip(client)
+            step()
         samples: dict[float, dict[str, list[float]]] = {g: {"redis": [], "step": []} for g in gaps}
         measures = (("redis", lambda: redis_round_trip(client)), ("step", step))
         for number in range(args.rounds):
