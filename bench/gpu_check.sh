@@ -8,7 +8,8 @@
 #   GPU_CHECK_STEPS="tests kernels" bash bench/gpu_check.sh   # a subset, in this order
 #
 # Steps: tests (the gpu-marked kernel and engine tests: native Triton kernels in fp32/fp16/bf16,
-# CUDA-graph capture and replay, the engine's greedy output against transformers), throughput
+# CUDA-graph capture and replay, the engine's greedy output against transformers, the sampler's
+# draw on the device), throughput
 # (bench/gpu_throughput.py, Qwen3-0.6B shape: the engine with and without async scheduling,
 # and transformers' generate_batch; GPU_CHECK_SYSTEMS picks others), kernels (bench/kernels.py
 # --quick: the copy and matmul ceilings and each kernel against them).
@@ -71,7 +72,7 @@ for name in ${GPU_CHECK_STEPS:-tests throughput kernels}; do
     case $name in
         tests)
             step tests "${GPU_CHECK_TESTS_S:-170}" "$py" -m pytest -m gpu tests/kernels \
-                tests/engine/attention -rA -p no:cacheprovider -q -n "${GPU_CHECK_WORKERS:-8}" ;;
+                tests/engine/attention tests/engine/sample -rA -p no:cacheprovider -q -n "${GPU_CHECK_WORKERS:-8}" ;;
         throughput)
             step throughput "${GPU_CHECK_THROUGHPUT_S:-150}" "$py" bench/gpu_throughput.py \
                 --models qwen3-0.6b --systems "${GPU_CHECK_SYSTEMS:-engine,engine_sync,generate_batch}" \

@@ -1,9 +1,10 @@
 """The offline API, shaped like vLLM's: ``LLM(model=path).generate(prompts, sampling_params)``.
 
 Prompts are strings (tokenized with the checkpoint's tokenizer) or ``{"prompt_token_ids": [...]}``.
-Unlike the engine, this class also honours ``stop`` strings, as vLLM's offline API does: each
-sample is detokenized as tokens arrive and cut at the first stop string, by the same
-SampleOutputProcessor (engine/text/sample_output.py) the API processes use.
+Unlike the engine, this class also honours ``stop`` strings, as vLLM's offline API does: a
+sample with stop strings is detokenized as tokens arrive and cut at the first one, by the same
+SampleOutputProcessor (engine/text/sample_output.py) the API processes use; the others are
+decoded once, at the end (engine/llm_outputs.py).
 ``lora_request=LoRARequest(name, int_id, path)`` (one for all prompts, or one per prompt, None
 for the base model) runs prompts with a LoRA adapter, loaded into the engine on first use.
 """
@@ -18,12 +19,12 @@ from typing import Any
 from engine.adapters import AdapterIdentity
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.llm_outputs import DeferredSample, RequestState, decode_deferred
 from engine.lora.request import LoRARequest
-from engine.outputs import CompletionOutput, RequestOutput, RequestOutputDelta
+from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.structured.spec import validate as validate_structured
 from engine.text.detokenizer import Decoder
-from engine.text.sample_output import SampleOutputProcessor
 
 _ENGINE_ARGS = {f.name for f in fields(EngineConfig)} - {"model"}
 
@@ -86,14 +87,14 @@ class LLM:
             validate_structured(structured)
         adapters = self._adapters_for(lora_request, len(prompts))
         engine = self.llm_engine
-        states: dict[str, _RequestState] = {}
+        states: dict[str, RequestState] = {}
         order: list[str] = []
         try:
             for prompt, params, adapter in zip(prompts, params_list, adapters, strict=True):
                 text, token_ids = self._encode(prompt)
                 request_id = str(next(self._counter))
                 engine.add_request(request_id, token_ids, params, adapter=adapter)
-                states[request_id] = _RequestState(
+                states[request_id] = RequestState(
                     request_id, text, token_ids, params, self._text_decoder()
                 )
                 order.append(request_id)
@@ -109,6 +110,9 @@ class LLM:
             while engine.has_unfinished_requests():
                 engine.step()
             raise
+        samples = [s for state in states.values() for s in state.samples]
+        deferred = [s for s in samples if isinstance(s, DeferredSample)]
+        decode_deferred(deferred, self._text_decoder())
         return [states[rid].to_output() for rid in order]
 
     def _adapters_for(
@@ -143,108 +147,3 @@ class LLM:
         if isinstance(prompt, dict) and "prompt" in prompt:
             return prompt["prompt"], self.get_tokenizer().encode(prompt["prompt"])
         raise ValueError('a prompt must be a string or a dict with "prompt_token_ids" or "prompt"')
-
-
-class _SampleState:
-    """One sample's tokens and text, from the SampleOutputProcessor the API processes use,
-    cut at a stop string to the tokens the text needs."""
-
-    def __init__(self, tokenizer: Decoder, params: SamplingParams) -> None:
-        self.token_ids: list[int] = []
-        self.logprobs: list | None = [] if params.logprobs is not None else None
-        self.text = ""  # final once the processor has finished
-        self.processor = SampleOutputProcessor(
-            tokenizer,
-            stop=params.stop,
-            include_stop_str_in_output=params.include_stop_str_in_output,
-            skip_special_tokens=params.skip_special_tokens,
-            min_tokens=params.min_tokens,
-        )
-
-    def apply(self, delta: RequestOutputDelta) -> None:
-        update = self.processor.update(
-            delta.new_token_ids,
-            delta.new_logprobs,
-            finish_reason=delta.finish_reason if delta.finished else None,
-            stop_reason=delta.stop_reason,
-        )
-        if update is None:
-            return  # ended by a stop string: later tokens (and the abort) are dropped
-        self.text += update.text
-        self.token_ids.extend(update.token_ids)
-        if update.logprobs is not None and self.logprobs is not None:
-            self.logprobs.extend(update.logprobs)
-        if update.finish_reason is not None and self.processor.stopped_by_string:
-            num_kept = self.processor.num_tokens_reaching(self.token_ids, self.text)
-            del self.token_ids[num_kept:]
-            if self.logprobs is not None:
-                del self.logprobs[num_kept:]
-
-
-class _RequestState:
-    def __init__(
-        self, request_id, prompt, prompt_token_ids, params: SamplingParams, tokenizer: Decoder
-    ) -> None:
-        self.request_id = request_id
-        self.prompt = prompt
-        self.prompt_token_ids = prompt_token_ids
-        self.samples = [_SampleState(tokenizer, params) for _ in range(params.n)]
-        self.prompt_logprobs = None
-        self.num_cached_tokens = 0
-        self.abort_sent = False
-
-    @property
-    def finished(self) -> bool:
-        return all(s.processor.finished for s in self.samples)
-
-    @property
-    def needs_abort(self) -> bool:
-        """Every sample is done, yet the engine still runs those cut short by a stop string:
-        it ends samples only per request."""
-        return (
-            self.finished
-            and not self.abort_sent
-            and any(s.processor.cut_short for s in self.samples)
-        )
-
-    def apply(self, delta: RequestOutputDelta) -> None:
-        if delta.prompt_logprobs is not None and self.prompt_logprobs is None:
-            self.prompt_logprobs = delta.prompt_logprobs
-        if delta.index == 0:
-            self.num_cached_tokens = delta.num_cached_tokens
-        self.samples[delta.index].apply(delta)
-
-    def to_output(self) -> RequestOutput:
-        outputs = []
-        for i, s in enumerate(self.samples):
-            logprobs = None
-            cumulative = None
-            if s.logprobs is not None:
-                logprobs = [{lp.token_id: lp.logprob, **dict(lp.top)} for lp in s.logprobs]
-                cumulative = sum(lp.logprob for lp in s.logprobs)
-            outputs.append(
-                CompletionOutput(
-                    index=i,
-                    text=s.text,
-                    token_ids=s.token_ids,
-                    cumulative_logprob=cumulative,
-                    logprobs=logprobs,
-                    finish_reason=s.processor.finish_reason,
-                    stop_reason=s.processor.stop_reason,
-                )
-            )
-        prompt_logprobs = None
-        if self.prompt_logprobs is not None:
-            prompt_logprobs = [
-                None if lp is None else {lp.token_id: lp.logprob, **dict(lp.top)}
-                for lp in self.prompt_logprobs
-            ]
-        return RequestOutput(
-            request_id=self.request_id,
-            prompt=self.prompt,
-            prompt_token_ids=self.prompt_token_ids,
-            prompt_logprobs=prompt_logprobs,
-            outputs=outputs,
-            finished=True,
-            num_cached_tokens=self.num_cached_tokens,
-        )

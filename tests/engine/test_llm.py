@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from engine import LLM, SamplingParams
+from engine.llm_outputs import DeferredSample, decode_deferred
+from engine.text.sample_output import SampleOutputProcessor
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +39,60 @@ def test_stop_strings_cut_the_text_and_end_the_sample(llm):
     assert out.text == text[: text.index(stop)]
     assert out.finish_reason == "stop" and out.stop_reason == stop
     assert len(out.token_ids) < 16
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_text_decoded_at_the_end_equals_the_text_detokenized_as_tokens_arrive(
+    llm, skip_special_tokens
+):
+    """A sample without stop strings is decoded once, when generate returns; with a stop string
+    that never matches, the same tokens go through the incremental detokenizer that streams
+    (engine/llm_outputs.py). Sampled at temperature 2 from random weights, the outputs hold
+    special tokens and characters split across tokens, and the texts still agree."""
+    prompts = [{"prompt_token_ids": [5 + i, 6, 7, 8]} for i in range(12)]
+
+    def run(stop):
+        params = SamplingParams(
+            temperature=2.0,
+            seed=7,
+            max_tokens=40,
+            ignore_eos=True,
+            stop=stop,
+            skip_special_tokens=skip_special_tokens,
+        )
+        return [(o.outputs[0].token_ids, o.outputs[0].text) for o in llm.generate(prompts, params)]
+
+    deferred = run(None)
+    streamed = run(["\x00never in any output\x00"])
+    assert deferred == streamed
+    assert sum(len(text) for _, text in deferred) > 100
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_a_batch_decoded_at_the_end_reads_as_the_incremental_detokenizer(llm, skip_special_tokens):
+    """Token lists with special tokens among them and characters cut off at the end, through
+    decode_deferred and through the incremental detokenizer, token by token."""
+    decoder = llm._text_decoder()
+    special = llm.get_tokenizer().all_special_ids
+    rng = random.Random(0)
+    id_lists = [
+        [rng.choice(special) if rng.random() < 0.1 else rng.randrange(1024) for _ in range(n)]
+        for n in range(1, 120)
+    ]
+    params = SamplingParams(skip_special_tokens=skip_special_tokens)
+    samples = [DeferredSample(params) for _ in id_lists]
+    for sample, ids in zip(samples, id_lists, strict=True):
+        sample.token_ids = ids
+    decode_deferred(samples, decoder)
+    for sample, ids in zip(samples, id_lists, strict=True):
+        processor = SampleOutputProcessor(
+            decoder,
+            stop=None,
+            include_stop_str_in_output=False,
+            skip_special_tokens=skip_special_tokens,
+            min_tokens=0,
+        )
+        assert sample.text == processor.update(ids, finish_reason="length").text
 
 
 def test_n_samples_and_logprobs_are_shaped_like_vllm(llm):

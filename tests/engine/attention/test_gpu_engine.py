@@ -155,7 +155,8 @@ def test_async_steps_on_cuda_give_the_tokens_of_synchronous_steps(checkpoints):
     """Steps queued behind the one in flight, their pending tokens copied on the device and
     their tokens and logprobs copied back behind them (engine/async_steps.py), through
     graph-replayed decodes and eager prefills; penalized rows take their pending token's
-    penalties on the device (engine/sample/penalties.py)."""
+    penalties on the device (engine/sample/penalties.py); seeded rows draw from their own
+    generators on the device (the inverse-transform draw, engine/sample/sampler.py)."""
     path = str(checkpoints.get("qwen3"))
     prompts = random_prompts(12, 3, 200, seed=4)
     options = {"enable_speculative_decoding": False, "max_num_batched_tokens": 128}
@@ -164,8 +165,11 @@ def test_async_steps_on_cuda_give_the_tokens_of_synchronous_steps(checkpoints):
         for i, prompt in enumerate(prompts):
             logprobs = 2 if i % 3 == 0 else None
             penalties = PENALTIES if i % 3 == 1 else {}
+            # Every fourth row sampled from its own seed through top-k and top-p.
+            sampled = {"seed": i, "top_k": 50, "top_p": 0.9} if i % 4 == 3 else {}
             params = SamplingParams(
-                temperature=0.0,
+                temperature=0.8 if sampled else 0.0,
+                **sampled,
                 max_tokens=5 + 3 * i,
                 ignore_eos=True,
                 logprobs=logprobs,
