@@ -129,6 +129,7 @@ class RequestState:
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
+        self.has_stop_strings = bool(params.stop)
         self.samples: list[Sample] = [
             StreamedSample(tokenizer, params) if params.stop else DeferredSample(params)
             for _ in range(params.n)
@@ -145,6 +146,8 @@ class RequestState:
     def needs_abort(self) -> bool:
         """Every sample is done, yet the engine still runs those cut short by a stop string:
         it ends samples only per request."""
+        if not self.has_stop_strings:  # asked after every delta: the usual answer, at once
+            return False
         return self.finished and not self.abort_sent and any(s.cut_short for s in self.samples)
 
     def apply(self, delta: RequestOutputDelta) -> None:

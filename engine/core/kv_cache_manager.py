@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.core.block_pool import BlockPool, KVCacheBlock
+from engine.core.block_table import BlockTableRows
 
 if TYPE_CHECKING:
     from engine.request import Request
@@ -25,6 +26,8 @@ class KVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # Block ids mirror req_to_blocks, kept so the model runner reads ints, not objects.
         self.req_to_block_ids: dict[str, list[int]] = {}
+        # And as rows of one array, from which a step's block tables are gathered.
+        self.block_rows = BlockTableRows()
         self._num_cached_blocks: dict[str, int] = {}
 
     @property
@@ -68,8 +71,18 @@ class KVCacheManager:
         new_computed_blocks: list[KVCacheBlock] | None = None,
     ) -> list[KVCacheBlock] | None:
         """Make room for ``num_new_tokens`` more tokens; None (and no change) if blocks run out."""
+        blocks = self.req_to_blocks.get(request.request_id)
+        if not new_computed_blocks and blocks is not None:
+            num_tokens = request.num_computed_tokens + num_new_tokens
+            if num_tokens <= len(blocks) * self.block_size:
+                # Room in the blocks it holds: most decode steps, checked first (every running
+                # request, every step).
+                if self.enable_caching:
+                    self._cache_full_blocks(request, num_tokens)
+                return []
         computed = new_computed_blocks or []
-        blocks = self.req_to_blocks.get(request.request_id, [])
+        if blocks is None:
+            blocks = []
         num_computed = request.num_computed_tokens + len(computed) * self.block_size
         num_required = -(-(num_computed + num_new_tokens) // self.block_size)
         num_new_blocks = num_required - len(blocks) - len(computed)
@@ -82,6 +95,7 @@ class KVCacheManager:
             self.req_to_block_ids[request.request_id] = []
             self._num_cached_blocks[request.request_id] = 0
         block_ids = self.req_to_block_ids[request.request_id]
+        num_ids = len(block_ids)
         if computed:
             self.pool.touch(computed)
             blocks.extend(computed)
@@ -90,6 +104,8 @@ class KVCacheManager:
         new_blocks = self.pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
         blocks.extend(new_blocks)
         block_ids.extend(b.block_id for b in new_blocks)
+        if len(block_ids) > num_ids:
+            self.block_rows.extend(request.request_id, block_ids[num_ids:])
         if self.enable_caching:
             self._cache_full_blocks(request, num_computed + num_new_tokens)
         return new_blocks
@@ -114,6 +130,7 @@ class KVCacheManager:
         """
         blocks = self.req_to_blocks.pop(request.request_id, None)
         self.req_to_block_ids.pop(request.request_id, None)
+        self.block_rows.release(request.request_id)
         self._num_cached_blocks.pop(request.request_id, None)
         if not blocks:
             return
@@ -133,6 +150,7 @@ class KVCacheManager:
         excess = blocks[num_kept:]
         del blocks[num_kept:]
         del self.req_to_block_ids[request.request_id][num_kept:]
+        self.block_rows.truncate(request.request_id, num_kept)
         self.pool.free_blocks(reversed(excess))
 
     def get_block_ids(self, request_id: str) -> list[int]:

@@ -137,7 +137,7 @@ class Scheduler:
     # -- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(block_rows=self.kv_cache.block_rows)
         budget = self.config.max_num_batched_tokens
         self._limits = StepLimits.for_step(self.fair, self.waiting, self.running, self.config)
         # A full batch makes room for a waiting tenant under its share (fair policy only).

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from engine.core.block_table import BlockTableRows
     from engine.request import Request
     from engine.spec_decode.speculator import DraftOutcome
 
@@ -17,7 +18,9 @@ class SchedulerOutput:
 
     ``new_requests`` start (or restart after preemption) this step; ``running_requests`` were
     already running and continue a prefill or decode. ``num_scheduled_tokens`` and
-    ``block_tables`` (the KV block ids each holds, valid for this step) cover both.
+    ``block_tables`` (the KV block ids each holds, valid for this step) cover both;
+    ``block_rows``, where set, holds the same ids as rows of one array (the KV cache
+    manager's), from which the runner gathers the step's tables.
     ``dropped_requests`` were waiting and ended as aborted without running, because their
     adapter was unloaded or their grammar failed to compile (``error``); the engine reports
     them.
@@ -29,6 +32,7 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int = 0
     preempted_requests: list[Request] = field(default_factory=list)
     block_tables: dict[str, list[int]] = field(default_factory=dict)
+    block_rows: BlockTableRows | None = None
     dropped_requests: list[Request] = field(default_factory=list)
 
     @property

@@ -107,7 +107,7 @@ def schedule_inside(
     """A step of its own for those of ``candidates`` (requests just added to ``sched``) that
     may run while the step ``in_step`` is paused between two layers (see the module's
     docstring for who may); empty when none may. Fair policy only."""
-    out = SchedulerOutput()
+    out = SchedulerOutput(block_rows=sched.kv_cache.block_rows)
     if sched.fair is None:
         return out
     # The cheap tests first: under one tenant's load every new request fails them.

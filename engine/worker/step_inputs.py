@@ -79,11 +79,23 @@ def build_step_inputs(
     decodes.sort(key=lambda r: r.num_computed_tokens)
     bs = block_size
     rows = _Rows()
+    # Each sequence's block table: its row of the KV cache manager's array, else its list.
+    store = out.block_rows
+    row_of = store.row_of if store is not None else None
     gather: list[tuple[int, int]] = []  # (row, row of in_flight.token_ids) for pending tokens
     for r in decodes:
         start, table = r.num_computed_tokens, out.block_tables[r.request_id]
+        table_key = table if row_of is None else row_of[r.request_id]
         end = start + counts[r.request_id]
         num_known = r.num_tokens + r.num_pending_tokens
+        if end == num_known == start + 1:  # one token, sampled from: the usual row, inlined
+            if start < r.num_tokens:
+                token = r.all_token_ids[start]
+            else:  # sampled by the step in flight: copied on the device below
+                gather.append((len(rows.input_ids), in_flight.row_of[r.request_id]))
+                token = 0
+            rows.add_decode(r, token, start, table[start // bs] * bs + start % bs, table_key)
+            continue
         num_drafts = end - num_known  # draft tokens to verify (engine/spec_decode/)
         if start < r.num_tokens:
             tokens = [r.all_token_ids[start]]
@@ -93,7 +105,7 @@ def build_step_inputs(
         if num_drafts > 0:
             tokens.extend(r.spec.draft_token_ids[:num_drafts])
         for p, token in enumerate(tokens, start):
-            rows.add_sequence([token], [p], [table[p // bs] * bs + p % bs], p + 1, table)
+            rows.add_sequence([token], [p], [table[p // bs] * bs + p % bs], p + 1, table_key)
         if num_drafts > 0:
             rows.sample(draft_rows(r, num_drafts), len(tokens))
         elif end == num_known:
@@ -103,7 +115,8 @@ def build_step_inputs(
         start, table = r.num_computed_tokens, out.block_tables[r.request_id]
         end = start + counts[r.request_id]
         slots = [table[p // bs] * bs + p % bs for p in range(start, end)]
-        rows.add_sequence(r.all_token_ids[start:end], range(start, end), slots, end, table)
+        table_key = table if row_of is None else row_of[r.request_id]
+        rows.add_sequence(r.all_token_ids[start:end], range(start, end), slots, end, table_key)
         if end == r.num_tokens + r.num_pending_tokens:
             rows.sample([r], 1)
 
@@ -111,11 +124,11 @@ def build_step_inputs(
     request_starts = [0]
     for r in ordered:
         request_starts.append(request_starts[-1] + counts[r.request_id])
-    max_blocks = max(len(t) for t in rows.tables)
+    tables = _padded(rows.tables) if store is None else store.gather(rows.tables)
     metadata = AttentionMetadata(
         slot_mapping=to_device(rows.slots, torch.long, device),
         seq_lens=to_device(rows.seq_lens, torch.long, device),
-        block_tables=to_device(_padded(rows.tables, max_blocks), torch.long, device),
+        block_tables=to_device(tables, torch.long, device),
         seq_lens_list=rows.seq_lens,
         query_start_loc=rows.query_start_loc,
         num_decodes=num_decodes,
@@ -140,11 +153,12 @@ def build_step_inputs(
     )
 
 
-def _padded(tables: list[list[int]], width: int) -> np.ndarray:
+def _padded(tables: list[list[int]]) -> np.ndarray:
     """The block tables as one [rows, width] array, padded with block 0, from one pass over
-    their ids: torch.tensor over padded nested lists took 3.2 ms for 256 sequences of up to
-    120 blocks, on the host's critical path every step; this takes 0.5 ms."""
+    their ids (for a SchedulerOutput without ``block_rows``): torch.tensor over padded nested
+    lists took 3.2 ms for 256 sequences of up to 120 blocks; this takes 0.5 ms."""
     lengths = np.fromiter(map(len, tables), dtype=np.int64, count=len(tables))
+    width = int(lengths.max())
     ids = chain.from_iterable(tables)
     table = np.zeros((len(tables), width), dtype=np.int64)
     table[np.arange(width) < lengths[:, None]] = np.fromiter(ids, np.int64, int(lengths.sum()))
@@ -160,7 +174,7 @@ class _Rows:
         self.slots: list[int] = []
         self.seq_lens: list[int] = []
         self.query_start_loc = [0]
-        self.tables: list[list[int]] = []
+        self.tables: list = []  # per sequence: its block table's row (BlockTableRows) or list
         self.sample_requests: list[Request | DraftRow] = []
         self.sample_rows: list[int] = []
 
@@ -168,13 +182,25 @@ class _Rows:
     def num_seqs(self) -> int:
         return len(self.seq_lens)
 
-    def add_sequence(self, token_ids, positions, slots, seq_len: int, table: list[int]) -> None:
+    def add_sequence(self, token_ids, positions, slots, seq_len: int, table) -> None:
         self.input_ids.extend(token_ids)
         self.positions.extend(positions)
         self.slots.extend(slots)
         self.seq_lens.append(seq_len)
         self.query_start_loc.append(len(self.input_ids))
         self.tables.append(table)
+
+    def add_decode(self, request, token_id: int, position: int, slot: int, table) -> None:
+        """``add_sequence`` and ``sample`` of a one-token decode row, in one call."""
+        row = len(self.input_ids)
+        self.input_ids.append(token_id)
+        self.positions.append(position)
+        self.slots.append(slot)
+        self.seq_lens.append(position + 1)
+        self.query_start_loc.append(row + 1)
+        self.tables.append(table)
+        self.sample_requests.append(request)
+        self.sample_rows.append(row)
 
     def sample(self, requests: list, num_rows: int) -> None:
         """The sampler reads the last ``num_rows`` rows added, one for each of ``requests``."""

@@ -118,6 +118,30 @@ def test_a_full_scope_adds_each_output_token_once(monkeypatch):
     assert cache.propose("busy", outputs[-1][:4], 3, 32) == (4, outputs[-1][4:7])
 
 
+def test_outputs_of_a_busy_spell_are_built_only_as_far_as_the_scope_holds(monkeypatch):
+    """With no lookups (a busy engine proposes no drafts) outputs wait in the scope's queue,
+    and only the newest that fit its bound are ever added to the automata."""
+    extended = []
+    original = SuffixAutomaton._extend
+    monkeypatch.setattr(
+        SuffixAutomaton,
+        "_extend",
+        lambda self, token: extended.append(token) or original(self, token),
+    )
+    cache = SuffixCache(max_tokens_per_scope=1000)
+    cache.add("busy", list(range(50_000, 50_016)))
+    assert cache.propose("busy", [50_000, 50_001, 50_002, 50_003], 2, 32) == (4, [50_004, 50_005])
+    extended.clear()
+    outputs = [[10_000 * i + j for j in range(16)] for i in range(500)]
+    for output in outputs:
+        cache.add("busy", output)
+    assert cache.num_total_tokens <= 1000
+    assert cache.propose("busy", outputs[-1][:4], 3, 32) == (4, outputs[-1][4:7])
+    assert cache.propose("busy", outputs[-62][:4], 3, 32) == (4, outputs[-62][4:7])
+    assert cache.propose("busy", [50_000, 50_001, 50_002, 50_003], 2, 32) == (0, [])
+    assert len(extended) <= 1000 + 1000 // 16  # one scope's worth of tokens and separators
+
+
 def _brute_force_lookup(tokens: list[int], k: int, min_n: int, max_n: int):
     """Prompt lookup by scanning: the longest match among the latest MAX_CANDIDATES earlier
     occurrences of the last min_n tokens, the most recent among equally long ones."""
