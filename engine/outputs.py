@@ -65,7 +65,7 @@ class RequestOutputDelta:
     stop_reason: int | None
     num_prompt_tokens: int
     num_cached_tokens: int
-    timestamps: RequestTimestamps
+    timestamps: RequestTimestamps | None  # the engine's timings: on the last delta only
     error: str = ""  # set when the engine ended the request itself (a grammar that failed)
     # Tokens of this sample delivered so far, this delta's included (resumed ones excepted).
     num_sent_tokens: int = 0
@@ -186,31 +186,37 @@ class RequestOutput:
 
 def take_delta(request: Request) -> RequestOutputDelta:
     """What ``request`` has to report since its last delta (new tokens and logprobs, prompt
-    logprobs once, whether it finished), marking it delivered."""
-    new_tokens = request.output_token_ids[request.num_delivered_tokens :]
-    request.num_delivered_tokens = request.num_output_tokens
+    logprobs once, whether it finished), marking it delivered. Every running request takes
+    one a step: positional arguments, and the timings only on the last delta (the one
+    ``to_message`` reads them from)."""
+    num_delivered = request.num_delivered_tokens
+    new_tokens = request.output_token_ids[num_delivered:]
+    num_delivered += len(new_tokens)
+    request.num_delivered_tokens = num_delivered
     new_logprobs = None
     if request.pending_logprobs is not None:
         new_logprobs, request.pending_logprobs = request.pending_logprobs, []
     prompt_logprobs = None
-    spec = request.spec
     if request.prompt_logprobs is not None and not request.prompt_logprobs_delivered:
         prompt_logprobs = request.prompt_logprobs
         request.prompt_logprobs_delivered = True
+    spec = request.spec
+    finish_reason = request.status.finish_reason
+    finished = finish_reason is not None
     return RequestOutputDelta(
-        request_id=request.external_id,
-        index=request.index,
-        new_token_ids=new_tokens,
-        new_logprobs=new_logprobs,
-        prompt_logprobs=prompt_logprobs,
-        finished=request.is_finished,
-        finish_reason=request.status.finish_reason,
-        stop_reason=request.stop_reason,
-        num_prompt_tokens=request.num_prompt_tokens,
-        num_cached_tokens=max(request.num_cached_tokens, 0),
-        timestamps=request.timestamps.copy(),
-        error=request.error,
-        num_sent_tokens=request.num_delivered_tokens - request.num_resumed_tokens,
-        num_draft_tokens=spec.num_draft_tokens if spec is not None else 0,
-        num_accepted_tokens=spec.num_accepted_tokens if spec is not None else 0,
+        request.external_id,
+        request.index,
+        new_tokens,
+        new_logprobs,
+        prompt_logprobs,
+        finished,
+        finish_reason,
+        request.stop_reason,
+        request.num_prompt_tokens,
+        max(request.num_cached_tokens, 0),
+        request.timestamps.copy() if finished else None,
+        request.error,
+        num_delivered - request.num_resumed_tokens,
+        spec.num_draft_tokens if spec is not None else 0,
+        spec.num_accepted_tokens if spec is not None else 0,
     )
