@@ -137,13 +137,17 @@ return {{best, best_cached, outcome}}
 """
 )
 
-# KEYS: a direct stream, the shared stream; ARGV: "all" or "undelivered", the group's name.
-# Appends entries of the direct stream to the shared stream, in order, and deletes them there;
-# returns how many moved. "all" (a dead engine's stream: what it had started was failed and
-# deleted first) moves every entry and deletes the stream, its group with it; "undelivered"
-# (a draining engine's own) only those no read has delivered yet, leaving the ones it runs.
+# KEYS: a direct stream, the shared stream; ARGV: "all" or "undelivered", the group's name,
+# the lost-engines field's name (protocol.LOST_FIELD). Appends entries of the direct stream to
+# the shared stream, in order, and deletes them there; returns how many moved. "all" (a dead
+# engine's stream: what it had started was failed and deleted first) moves every entry and
+# deletes the stream, its group with it; an entry the dead engine had read goes with its
+# lost-engines count raised by its deliveries, since the new entry starts undelivered.
+# "undelivered" (a draining engine's own) moves only those no read has delivered yet, leaving
+# the ones it runs.
 MOVE_SCRIPT = """
 local after = '-'
+local delivered = {}
 if ARGV[1] == 'undelivered' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
   for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
@@ -151,10 +155,28 @@ if ARGV[1] == 'undelivered' then
     for i = 1, #group, 2 do fields[group[i]] = group[i + 1] end
     if fields['name'] == ARGV[2] then after = '(' .. fields['last-delivered-id'] end
   end
+else
+  local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[2], '-', '+', 1000000)
+  if ok then
+    for _, p in ipairs(pending) do delivered[p[1]] = p[4] end
+  end
 end
 local entries = redis.call('XRANGE', KEYS[1], after, '+')
 for _, entry in ipairs(entries) do
-  redis.call('XADD', KEYS[2], '*', unpack(entry[2]))
+  local fields, lost, old = {}, delivered[entry[1]] or 0, entry[2]
+  for i = 1, #old, 2 do
+    if old[i] == ARGV[3] then
+      lost = lost + tonumber(old[i + 1])
+    else
+      table.insert(fields, old[i])
+      table.insert(fields, old[i + 1])
+    end
+  end
+  if lost > 0 then
+    table.insert(fields, ARGV[3])
+    table.insert(fields, lost)
+  end
+  redis.call('XADD', KEYS[2], '*', unpack(fields))
   redis.call('XDEL', KEYS[1], entry[1])
 end
 if ARGV[1] == 'all' then redis.call('DEL', KEYS[1]) end

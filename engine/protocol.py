@@ -21,8 +21,11 @@ from engine.engine_status import encode_status as encode_status
 
 # Consumer group through which every engine of a model reads that model's request stream.
 ENGINE_GROUP = "engines"
-# The one field of every stream entry; its value is the msgpack-encoded message.
+# The field of every stream entry; its value is the msgpack-encoded message.
 FIELD = b"m"
+# A request entry moved off a dead engine's direct stream also carries how many engines were
+# lost while holding it (engine/service/recovery.py counts the rest from its deliveries).
+LOST_FIELD = b"lost"
 
 
 def redis_prefix() -> str:

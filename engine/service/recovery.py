@@ -6,6 +6,15 @@ claimed but not started. "Expired" must mean dead, not "Redis was away": after a
 status key may be missing until the live engines publish theirs again, so the grace counts
 from the first check that reached Redis. An engine restarted under the same ``--engine-id``
 takes over from its earlier life itself: its status key is alive, nobody else would.
+
+A request that kills whichever engine runs it (a native crash, the kernel's OOM killer) would
+otherwise be claimed and rerun by every survivor in turn, and take the whole fleet down with
+it, again and again as the node agents restart the engines. A pending entry's deliveries say
+how many engines were lost while holding it (each read or claim of it ended with its engine
+gone), and an entry moved off a dead engine's direct stream carries that count along
+(``protocol.LOST_FIELD``). Past ``MAX_LOST_ENGINES`` it is not run again: its client gets an
+error, and so do the requests that shared those engines with it (a survivor cannot tell which
+of them did it; they can be retried).
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ import redis
 
 from engine import protocol
 from engine.direct_routing import MOVE_SCRIPT, split_entries
-from engine.protocol import ENGINE_GROUP, FIELD
-from engine.redis_streams import as_str
+from engine.protocol import ENGINE_GROUP, FIELD, LOST_FIELD
+from engine.redis_streams import as_str, decode_entries
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
@@ -28,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 REAP_LOCK_S = 30
 CLAIM_BATCH = 256
+# Engines lost while holding a request before no engine runs it again: one loss can be
+# another request's doing or the machine's, a second in a row is the request's pattern.
+MAX_LOST_ENGINES = 2
 
 
 class DeadEngineReaper:
@@ -94,7 +106,7 @@ class DeadEngineReaper:
         (a draining engine's own)."""
         mode = "undelivered" if undelivered_only else "all"
         direct = self.keys.direct_requests(self.model, engine_id)
-        return self._move(keys=[direct, self.requests], args=[mode, ENGINE_GROUP])
+        return self._move(keys=[direct, self.requests], args=[mode, ENGINE_GROUP, LOST_FIELD])
 
     def take_over(self, engine_id: str) -> None:
         """Fail what ``engine_id`` had started and run here what it had claimed but not
@@ -161,6 +173,8 @@ class DeadEngineReaper:
                 return total
             ids = [p["message_id"] for p in pending]
             after = f"({as_str(ids[-1])}"  # exclusive: the next batch starts after this one
+            # Each delivery so far ended with its engine lost (this claim adds the next).
+            lost = {as_str(p["message_id"]): p["times_delivered"] for p in pending}
             claimed = self.client.xclaim(
                 self.requests, ENGINE_GROUP, self.me, min_idle_time=0, message_ids=ids
             )
@@ -168,5 +182,46 @@ class DeadEngineReaper:
             gone = [i for i in ids if as_str(i) not in present]
             if gone:  # deleted from the stream meanwhile: nothing left to run
                 self.client.xack(self.requests, ENGINE_GROUP, *gone)
-            self.accept(claimed)
-            total += len(claimed)
+            runnable, suspect = [], []
+            for entry in claimed:
+                entry_id, fields = as_str(entry[0]), entry[1] or {}
+                lost[entry_id] += int(fields.get(LOST_FIELD, 0))
+                (runnable if lost[entry_id] < MAX_LOST_ENGINES else suspect).append(entry)
+            self._fail_lost(suspect, lost)
+            self.accept(runnable)
+            total += len(runnable)
+
+    def _fail_lost(self, entries: list, lost: dict[str, int]) -> None:
+        """End the requests of ``entries`` with an error, without running them (the module's
+        docstring), and acknowledge them; a malformed one is left to ``accept``'s handling."""
+        if not entries:
+            return
+        requests, malformed = decode_entries(entries, protocol.decode_request)
+        if malformed:
+            self.accept([e for e in entries if as_str(e[0]) in malformed])
+        if not requests:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        for entry_id, request in requests:
+            error = (
+                f"{lost[entry_id]} engines serving {self.model!r} stopped while they held this "
+                "request, before it produced a token; it is not run again, in case it is what "
+                "stops them (see the engine logs). Retry it if it is not."
+            )
+            deltas = [
+                protocol.RequestDelta(
+                    request_id=request.request_id, index=i, finish_reason="abort", error=error
+                )
+                for i in range(max(1, request.sampling.n))
+            ]
+            batch = protocol.OutputBatch(engine_id=self.me, deltas=deltas)
+            pipe.xadd(self.keys.outputs(request.frontend_id), {FIELD: protocol.encode(batch)})
+        ids = [entry_id for entry_id, _ in requests]
+        pipe.xack(self.requests, ENGINE_GROUP, *ids)
+        pipe.xdel(self.requests, *ids)
+        pipe.execute()
+        logger.error(
+            "not run again after %s lost engines each: %s",
+            "/".join(sorted({str(lost[i]) for i in ids})),
+            ", ".join(request.request_id for _, request in requests),
+        )
