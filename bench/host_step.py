@@ -94,7 +94,8 @@ def worker(repo: Path, checkpoint: Path, num_seqs: int) -> dict:
     params = [
         SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n) for n in workload.output_lens
     ]
-    llm.generate(prompts[:32], [SamplingParams(max_tokens=8, ignore_eos=True)] * 32)  # warm-up
+    warm = prompts[:32]
+    llm.generate(warm, [SamplingParams(max_tokens=8, ignore_eos=True)] * len(warm))  # warm-up
     device_seconds[0], steps[0] = 0.0, 0
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)

@@ -1,8 +1,10 @@
-"""The GPU benchmark scripts: fail fast without CUDA; workload, roofline and baselines on CPU."""
+"""The GPU benchmark scripts: fail fast without CUDA; workload, roofline and baselines on CPU;
+bench/host_step.py, the host's part of a GPU step measured on a CPU."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +118,23 @@ def test_kernel_benchmark_checks_and_times_every_kernel_on_the_interpreter(trito
     best = [r for r in result.rows if r.impl.startswith("triton best")]
     assert len(best) == 1 and "the 70% target" in best[0].note
     assert all(r.rel_error is not None for r in result.rows if r.impl == "triton")
+
+
+@pytest.mark.slow
+def test_host_step_bench_reports_the_host_share_of_every_step(tmp_path):
+    """bench/host_step.py's round (the part that runs in a fresh process per tree): every
+    requested token produced, and the host's time a step positive and below the wall's."""
+    command = [sys.executable, "bench/host_step.py", "--worker", str(REPO)]
+    result = subprocess.run(
+        [*command, "--checkpoint", str(tmp_path / "tiny"), "--num-seqs", "3"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    round_ = json.loads(result.stdout.strip().splitlines()[-1])
+    workload = _load_script("gpu_throughput").nano_vllm_workload(3)
+    assert round_["tokens"] == workload.num_output_tokens
+    assert round_["steps"] >= max(workload.output_lens)  # one token a sequence a step at most
+    assert 0 < round_["host_ms_per_step"] * round_["steps"] / 1e3 < round_["wall_s"]

@@ -54,9 +54,7 @@ def test_seeded_rows_repeat_alone_or_batched_on_cuda():
         gens = {f"r{i}": torch.Generator(device=CUDA).manual_seed(42) for i in rows}
         params = [SamplingParams(seed=42) if i in rows else SamplingParams() for i in range(4)]
         sampler = Sampler(torch.Generator(device=CUDA).manual_seed(7))
-        return [
-            sampler(logits.repeat(4, 1), cuda_batch(params, gens)).token_ids for _ in range(10)
-        ]
+        return [sampler(logits.repeat(4, 1), cuda_batch(params, gens)).token_ids for _ in range(10)]
 
     alone = [step[0] for step in run({0})]
     batched = run({0, 2})

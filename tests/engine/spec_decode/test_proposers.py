@@ -142,6 +142,31 @@ def test_outputs_of_a_busy_spell_are_built_only_as_far_as_the_scope_holds(monkey
     assert len(extended) <= 1000 + 1000 // 16  # one scope's worth of tokens and separators
 
 
+def test_a_lookup_builds_a_bounded_share_of_the_queue_the_oldest_first(monkeypatch):
+    """After a busy spell a scope catches up over several lookups, none of which builds more
+    than BUILD_TOKENS, rather than one lookup stalling its step for the whole queue."""
+    from engine.spec_decode import suffix_cache
+
+    monkeypatch.setattr(suffix_cache, "BUILD_TOKENS", 64)
+    built = []
+    original = SuffixAutomaton.add_document
+    monkeypatch.setattr(
+        SuffixAutomaton,
+        "add_document",
+        lambda self, tokens: built.append(len(tokens)) or original(self, tokens),
+    )
+    cache = SuffixCache(max_tokens_per_scope=1000)
+    outputs = [[10_000 * i + j for j in range(16)] for i in range(40)]
+    for output in outputs:
+        cache.add("busy", output)
+    lookups = 0
+    while cache.propose("busy", outputs[-1][:4], 3, 32) != (4, outputs[-1][4:7]):
+        lookups += 1
+        assert sum(built) == 64 * lookups  # four outputs a lookup, in their order
+    assert lookups == 9  # the last output is in the tenth lookup's share
+    assert cache.propose("busy", outputs[0][:4], 3, 32) == (4, outputs[0][4:7])
+
+
 def _brute_force_lookup(tokens: list[int], k: int, min_n: int, max_n: int):
     """Prompt lookup by scanning: the longest match among the latest MAX_CANDIDATES earlier
     occurrences of the last min_n tokens, the most recent among equally long ones."""
