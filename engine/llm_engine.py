@@ -291,6 +291,10 @@ class LLMEngine:
     def preempts(self) -> bool:
         return self.runner.preemption_hook is not None
 
+    @property
+    def num_tokens_in_flight(self) -> int:  # of the step the runner computes; 0 between steps
+        return self._in_flight.total_num_scheduled_tokens if self._in_flight else 0
+
     def step_inside(
         self, request_ids: Iterable[str], *, between_steps: bool = False
     ) -> list[RequestOutputDelta]:

@@ -13,6 +13,17 @@ prompt stay on one thread). Back-to-back steps of a busy engine keep every threa
 whatever their size, so a batch's throughput does not change. A decode of a 135M-parameter
 model is over the limit: one stream keeps both cores.
 
+A small step that starts a request (a newcomer's prompt) runs on one thread even right after
+another step: its first token is what it computes. A tenant's one request that reached the
+engine just as another tenant's flood did, a few milliseconds after the flood before it had
+ended, ran its 16 tokens on both threads while the flood's client and Redis took both cores:
+50-130 ms for a step of about 2 ms. bench/tenant_fairness.py on the AVX512 EPYC, nine runs
+each way alternated (2026-11-28): the tenant's p99 time to first token under the flood was
+2.1-25x its idle p50 before (five runs over 5x), 1.9-9.1x with this rule (one); the fair
+policy's total throughput against FIFO 0.88-1.10 (six under 0.95) and 0.99-1.15. Not inside a
+paused step (step preemption): there a nested step keeps that step's threads, since switching
+their count in the middle of it cost the flood around it a few percent in a trial.
+
 Every other step runs on the threads the host's other processes leave it (HostLoad,
 engine/worker/host_load.py: one fewer on a 2-core host while the API takes in a burst), unless
 the engine was told to keep its count (``EngineConfig.fixed_cpu_threads``).
@@ -66,15 +77,16 @@ class StepThreads:
         macs = config.num_hidden_layers * per_layer + config.vocab_size * hidden
         return cls(macs, host=HostLoad.of_this_host() if share_host else None)
 
-    def single(self, num_tokens: int) -> bool:
-        """Whether a step of ``num_tokens`` starting now runs on one thread."""
+    def single(self, num_tokens: int, starts: bool = False) -> bool:
+        """Whether a step of ``num_tokens`` starting now runs on one thread (``starts``: it
+        starts a request, and is no nested step)."""
         if self.threads <= 1 or num_tokens * self.macs_per_token >= SMALL_STEP_MACS:
             return False
-        return self._last_single or time.monotonic() - self._last_end > IDLE_GAP_S
+        return starts or self._last_single or time.monotonic() - self._last_end > IDLE_GAP_S
 
-    def count(self, num_tokens: int) -> int:
+    def count(self, num_tokens: int, starts: bool = False) -> int:
         """Threads for a step of ``num_tokens`` starting now."""
-        if self.single(num_tokens):
+        if self.single(num_tokens, starts):
             return 1
         if self.host is not None:
             self._host_threads = self.host.threads(self.threads, self._host_threads)
@@ -82,8 +94,8 @@ class StepThreads:
         return self.threads
 
     @contextmanager
-    def for_step(self, num_tokens: int) -> Iterator[None]:
-        threads = self.count(num_tokens)
+    def for_step(self, num_tokens: int, *, starts: bool = False) -> Iterator[None]:
+        threads = self.count(num_tokens, starts)
         outer = torch.get_num_threads()  # a nested step (step preemption) gives back its own
         if threads != outer:
             torch.set_num_threads(threads)

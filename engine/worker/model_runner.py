@@ -136,7 +136,7 @@ class ModelRunner:
         inputs = self.prepare_inputs(out)
         if self.preemption_hook is not None and not self._in_hook:
             inputs.attention.checkpoint = self._checkpoint
-        with self.step_threads.for_step(out.total_num_scheduled_tokens):
+        with self.step_threads.for_step(out.total_num_scheduled_tokens, starts=self._starts(out)):
             hidden = self.run_model(inputs)
             return self.sample(inputs, hidden)
 
@@ -146,13 +146,17 @@ class ModelRunner:
         (engine/async_steps.py); tokens its requests still wait for come from ``in_flight``,
         on the device. Not for steps that verify draft tokens."""
         inputs = self.prepare_inputs(out, in_flight)
-        with self.step_threads.for_step(out.total_num_scheduled_tokens):
+        with self.step_threads.for_step(out.total_num_scheduled_tokens, starts=self._starts(out)):
             hidden = self.run_model(inputs)
             prompt_logprobs = self._all_prompt_logprobs(inputs, hidden)
             draw = None
             if inputs.sample_requests:
                 draw = self.sampler.draw(*self._logits_and_batch(inputs, hidden, in_flight))
         return LaunchedStep(out, inputs.sample_requests, draw, prompt_logprobs)
+
+    def _starts(self, out: SchedulerOutput) -> bool:
+        """Whether the step starts a request and is not nested in a paused one (cpu_threads)."""
+        return bool(out.new_requests) and not self._in_hook
 
     def _checkpoint(self) -> None:
         hook = self.preemption_hook  # None once turned off, possibly by the hook itself

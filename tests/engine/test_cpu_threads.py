@@ -78,3 +78,21 @@ def test_small_steps_after_idle_run_on_one_thread_and_busy_steps_on_all(
         # engine's steps are unchanged).
         prompt = [3 + i % 500 for i in range(large)]
         assert serve(("large", prompt)) == [(large, 2), (1, 2), (1, 2)]
+
+
+def test_a_small_step_that_starts_a_request_runs_on_one_thread_right_after_a_large_one(
+    tiny_engine_path, monkeypatch
+):
+    # A newcomer's short prompt right after another tenant's large step: on the old rule it
+    # took both threads (no idle gap), and at a flood's onset, with both cores taken by the
+    # flood's client and Redis, its 16 tokens took 50-130 ms.
+    monkeypatch.setattr(cpu_threads, "IDLE_GAP_S", 0.25)
+    with engine_on_two_threads(tiny_engine_path, fixed=True) as (engine, seen):
+        large = SMALL_STEP_MACS // engine.runner.step_threads.macs_per_token + 1
+        params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+        engine.add_request("large", [3 + i % 500 for i in range(large)], params)
+        engine.step()
+        engine.step()  # the large request's first decode: small, but starts nothing
+        engine.add_request("small", list(range(600, 616)), params)
+        engine.step()  # the newcomer's prompt beside the large request's next decode
+    assert seen == [(large, 2), (1, 2), (17, 1)]
