@@ -114,6 +114,24 @@ class Result:
     note: str = ""
 
 
+# A Qwen3-family model small enough for a CPU: bench/host_step.py runs the workload on it (its
+# vocabulary covers the workload's token ids), the tests run every harness on it.
+TINY_QWEN3_SHAPE = {
+    "architecture": "qwen3",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 10240,
+    "max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+
+
 def nano_vllm_workload(
     num_seqs: int = 256,
     max_input_len: int = 1024,

@@ -31,35 +31,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-TINY_QWEN3 = {
-    "architecture": "qwen3",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 10240,  # the workload's token ids go up to 10,000
-    "max_position_embeddings": 4096,
-    "rope_theta": 10000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-}
-
 
 def worker(repo: Path, checkpoint: Path, num_seqs: int) -> dict:
     """One round in this process, importing the engine from ``repo``."""
     sys.path.insert(0, str(repo))
     import torch
 
-    from bench.gpu_throughput import nano_vllm_workload, write_checkpoint
+    from bench.gpu_throughput import TINY_QWEN3_SHAPE, nano_vllm_workload, write_checkpoint
     from engine import LLM, SamplingParams
     from engine.sample.sampler import Sampler
     from engine.worker.model_runner import ModelRunner
 
     torch.set_num_threads(1)
     if not checkpoint.exists():
-        write_checkpoint(TINY_QWEN3, checkpoint, device="cpu")
+        write_checkpoint(TINY_QWEN3_SHAPE, checkpoint, device="cpu")
     device_seconds = [0.0]
     steps = [0]
 

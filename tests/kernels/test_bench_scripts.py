@@ -76,27 +76,12 @@ def test_roofline_counts_weights_per_step_and_live_kv(throughput):
     assert got == pytest.approx(expected, rel=1e-12)
 
 
-TINY = {
-    "architecture": "qwen3",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 1024,
-    "max_position_embeddings": 4096,
-    "rope_theta": 10000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-}
-
-
 @pytest.mark.slow
 def test_every_system_produces_exactly_the_requested_tokens_on_cpu(throughput, tmp_path):
     """The benchmark's three harnesses, run on CPU with a tiny model of the same family."""
     workload = throughput.nano_vllm_workload(3, 24, 8, min_len=4, max_token_id=1000)
-    path = throughput.write_checkpoint(TINY, tmp_path / "tiny", device="cpu")
+    shape = {**throughput.TINY_QWEN3_SHAPE, "vocab_size": 1024}  # the workload above: ids <= 1000
+    path = throughput.write_checkpoint(shape, tmp_path / "tiny", device="cpu")
     expected = workload.num_output_tokens
     assert throughput.run_engine(path, workload, device="cpu")[0] == expected
     assert throughput.run_generate_batch(path, workload, device="cpu")[0] == expected

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.spec_decode.ngram import NgramIndex
 from engine.spec_decode.suffix_cache import SuffixAutomaton, SuffixCache
 
@@ -98,16 +100,22 @@ def test_suffix_cache_memory_is_bounded_per_scope_and_in_total():
     assert cache.propose("d", [5, 6], 2, 32)[1] == [7, 8]
 
 
-def test_a_full_scope_adds_each_output_token_once(monkeypatch):
-    """Past its bound, a scope drops old outputs without rebuilding from the rest: that rebuild
-    at every finished request made a busy tenant's flood several times slower."""
-    extended = []
+@pytest.fixture
+def extended(monkeypatch) -> list[int]:
+    """Every token added to any suffix automaton from now on."""
+    tokens: list[int] = []
     original = SuffixAutomaton._extend
     monkeypatch.setattr(
         SuffixAutomaton,
         "_extend",
-        lambda self, token: extended.append(token) or original(self, token),
+        lambda self, token: tokens.append(token) or original(self, token),
     )
+    return tokens
+
+
+def test_a_full_scope_adds_each_output_token_once(extended):
+    """Past its bound, a scope drops old outputs without rebuilding from the rest: that rebuild
+    at every finished request made a busy tenant's flood several times slower."""
     cache = SuffixCache(max_tokens_per_scope=1000)
     outputs = [[10_000 * i + j for j in range(16)] for i in range(500)]  # 8x the bound
     for output in outputs:
@@ -118,16 +126,9 @@ def test_a_full_scope_adds_each_output_token_once(monkeypatch):
     assert cache.propose("busy", outputs[-1][:4], 3, 32) == (4, outputs[-1][4:7])
 
 
-def test_outputs_of_a_busy_spell_are_built_only_as_far_as_the_scope_holds(monkeypatch):
+def test_outputs_of_a_busy_spell_are_built_only_as_far_as_the_scope_holds(extended):
     """With no lookups (a busy engine proposes no drafts) outputs wait in the scope's queue,
     and only the newest that fit its bound are ever added to the automata."""
-    extended = []
-    original = SuffixAutomaton._extend
-    monkeypatch.setattr(
-        SuffixAutomaton,
-        "_extend",
-        lambda self, token: extended.append(token) or original(self, token),
-    )
     cache = SuffixCache(max_tokens_per_scope=1000)
     cache.add("busy", list(range(50_000, 50_016)))
     assert cache.propose("busy", [50_000, 50_001, 50_002, 50_003], 2, 32) == (4, [50_004, 50_005])
