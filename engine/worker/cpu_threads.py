@@ -15,7 +15,7 @@ model is over the limit: one stream keeps both cores.
 
 A small step that starts a request (a newcomer's prompt) runs on one thread even right after
 another step: its first token is what it computes. A tenant's one request that reached the
-engine just as another tenant's flood did, a few milliseconds after the flood before it had
+engine with another tenant's flood, a few milliseconds after that tenant's previous flood had
 ended, ran its 16 tokens on both threads while the flood's client and Redis took both cores:
 50-130 ms for a step of about 2 ms. bench/tenant_fairness.py on the AVX512 EPYC, nine runs
 each way alternated (2026-11-28): the tenant's p99 time to first token under the flood was
