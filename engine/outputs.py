@@ -186,9 +186,9 @@ class RequestOutput:
 
 def take_delta(request: Request) -> RequestOutputDelta:
     """What ``request`` has to report since its last delta (new tokens and logprobs, prompt
-    logprobs once, whether it finished), marking it delivered. Every running request takes
-    one a step: positional arguments, and the timings only on the last delta (the one
-    ``to_message`` reads them from)."""
+    logprobs once, whether it finished), marking it delivered. The engine's timings go on the
+    last delta only, the one ``to_message`` reads them from: every running request takes a
+    delta every step."""
     num_delivered = request.num_delivered_tokens
     new_tokens = request.output_token_ids[num_delivered:]
     num_delivered += len(new_tokens)
@@ -204,19 +204,19 @@ def take_delta(request: Request) -> RequestOutputDelta:
     finish_reason = request.status.finish_reason
     finished = finish_reason is not None
     return RequestOutputDelta(
-        request.external_id,
-        request.index,
-        new_tokens,
-        new_logprobs,
-        prompt_logprobs,
-        finished,
-        finish_reason,
-        request.stop_reason,
-        request.num_prompt_tokens,
-        max(request.num_cached_tokens, 0),
-        request.timestamps.copy() if finished else None,
-        request.error,
-        num_delivered - request.num_resumed_tokens,
-        spec.num_draft_tokens if spec is not None else 0,
-        spec.num_accepted_tokens if spec is not None else 0,
+        request_id=request.external_id,
+        index=request.index,
+        new_token_ids=new_tokens,
+        new_logprobs=new_logprobs,
+        prompt_logprobs=prompt_logprobs,
+        finished=finished,
+        finish_reason=finish_reason,
+        stop_reason=request.stop_reason,
+        num_prompt_tokens=request.num_prompt_tokens,
+        num_cached_tokens=max(request.num_cached_tokens, 0),
+        timestamps=request.timestamps.copy() if finished else None,
+        error=request.error,
+        num_sent_tokens=num_delivered - request.num_resumed_tokens,
+        num_draft_tokens=spec.num_draft_tokens if spec is not None else 0,
+        num_accepted_tokens=spec.num_accepted_tokens if spec is not None else 0,
     )

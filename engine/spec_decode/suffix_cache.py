@@ -145,7 +145,7 @@ class _Scope:
         self.num_pending += len(tokens)
         if self.num_tokens > self.max_tokens:
             self.older = None
-        if self.num_tokens > self.max_tokens:
+        if self.num_tokens > self.max_tokens:  # (counted again without the older generation)
             self.newer = _Generation()
         while self.num_pending > self.max_tokens:
             self.num_pending -= len(self.pending.popleft())
