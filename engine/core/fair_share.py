@@ -93,19 +93,23 @@ class VirtualTokenCounter:
     def __init__(self) -> None:
         self.counters: dict[str, float] = {}
         self.served: set[str] = set()  # tenants charged since they last came back from idle
+        # Each tenant's requests in the scheduler (waiting or running), kept as they arrive
+        # and leave: a flood's arrivals would each otherwise walk every unfinished request.
+        self.backlog: dict[str, int] = {}
         self.last_interactive_at: float | None = None  # monotonic time of the latest arrival
 
     def counter(self, tenant: str) -> float:
         return self.counters.get(tenant, 0.0)
 
-    def on_arrival(self, request: Request, unfinished: Iterable[Request]) -> None:
-        """Lift ``request``'s tenant if it returns from idle (no request of it among
-        ``unfinished``, the scheduler's waiting and running requests)."""
+    def on_arrival(self, request: Request) -> None:
+        """Count ``request`` in its tenant's backlog, and lift the tenant if it returns from
+        idle (none of its requests waiting or running)."""
         if request.service_class == INTERACTIVE:
             self.last_interactive_at = request.timestamps.queued
-        tenant = request.tenant
-        backlogged = {r.tenant for r in unfinished}
-        if tenant in backlogged:
+        tenant, backlog = request.tenant, self.backlog
+        backlogged = backlog.keys()  # before this request counts
+        if tenant in backlog:
+            backlog[tenant] += 1
             return
         self.served.discard(tenant)  # a new backlog of it begins
         floor = min((self.counter(t) for t in backlogged), default=None)
@@ -119,6 +123,15 @@ class VirtualTokenCounter:
             # as it would had it come a moment later.
             floor -= RETURN_EDGE_TOKENS
         self.counters[tenant] = max(self.counter(tenant), floor)
+        backlog[tenant] = 1
+
+    def on_leave(self, request: Request) -> None:
+        """``request`` left the scheduler (finished or aborted; a preempted one stays)."""
+        left = self.backlog[request.tenant] - 1
+        if left:
+            self.backlog[request.tenant] = left
+        else:
+            del self.backlog[request.tenant]
 
     def charge(self, request: Request, num_computed_after: int) -> None:
         """Charge the tokens ``request`` will have computed after this step that it was not

@@ -79,10 +79,8 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
         self.num_steps_inside = 0  # steps run inside a paused one (step_preemption.py)
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
+        self.prefix_cache_queries = self.prefix_cache_hits = 0
+        self.prompt_tokens_total = self.generation_tokens_total = 0
         self.lora = lora  # None when the model cannot serve adapters
         self._lora_holders: set[str] = set()  # ids of requests holding their adapter
         self.speculator = speculator  # None: speculative decoding is off
@@ -100,7 +98,7 @@ class Scheduler:
             self.speculator.attach(request)
         request.timestamps.queued = time.monotonic()
         if self.fair is not None:
-            self.fair.on_arrival(request, self.requests.values())
+            self.fair.on_arrival(request)
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
@@ -121,6 +119,8 @@ class Scheduler:
     def _free(self, request: Request) -> None:
         if self.speculator is not None:
             self.speculator.on_finished(request)
+        if self.fair is not None:
+            self.fair.on_leave(request)
         self._release_adapter(request)
         self.kv_cache.free(request)
         del self.requests[request.request_id]

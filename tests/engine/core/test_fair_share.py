@@ -100,13 +100,39 @@ def test_a_tenant_back_from_idle_is_lifted_and_cannot_starve_the_others():
 def test_a_returning_tenant_with_nobody_backlogged_starts_at_the_highest_counter():
     vtc = VirtualTokenCounter()
     vtc.counters = {"a": 50.0, "b": 900.0}
-    vtc.on_arrival(request("c"), [])
+    vtc.on_arrival(c := request("c"))
     assert vtc.counter("c") == 900.0
-    vtc.on_arrival(request("a"), [request("b")])  # b backlogged, not served yet: b's counter
+    vtc.on_leave(c)
+    vtc.on_arrival(b := request("b"))  # nobody backlogged: the highest counter, its own
+    vtc.on_arrival(a := request("a"))  # b backlogged, not served yet: b's counter
     assert vtc.counter("a") == 900.0
-    vtc.charge(b := request("b"), 1)  # b served since it came: a returning is lifted under it
-    vtc.on_arrival(request("d"), [b])
+    vtc.on_leave(a)
+    vtc.charge(b, 1)  # b served since it came: a returning is lifted under it
+    vtc.on_arrival(request("d"))
     assert vtc.counter("d") == 900.0 + 1 - 1
+
+
+def test_the_backlog_counts_follow_arrivals_finishes_aborts_and_preemptions():
+    """The counter tells a tenant back from idle by its count of unfinished requests, kept as
+    they come and go: a count left behind by any way out of the scheduler would leave that
+    tenant never lifted again (and one missing, lifted while it still has requests)."""
+    import random
+
+    rng = random.Random(7)
+    sched = fair_scheduler(num_blocks=20, max_num_seqs=6, max_model_len=64)  # preemptions
+    for _ in range(300):
+        if rng.random() < 0.5:
+            tenant = rng.choice("abcde")
+            sched.add_request(request(tenant, num_prompt=rng.randint(4, 40), max_tokens=6))
+        if sched.requests and rng.random() < 0.1:
+            victim = rng.choice(list(sched.requests))
+            sched.finish_requests([victim], RequestStatus.FINISHED_ABORTED)
+        run(sched, 1)
+        expected = Counter(r.tenant for r in sched.requests.values())
+        assert sched.fair.backlog == dict(expected)
+    assert sched.num_preemptions > 0  # the path the test is about was taken
+    run(sched, 400)
+    assert not sched.requests and sched.fair.backlog == {}
 
 
 def test_a_small_weight_tenant_is_not_starved_by_a_large_one():
