@@ -285,6 +285,12 @@ def main() -> None:
         "threads (default: token ids)",
     )
     parser.add_argument(
+        "--tenant-queued-per-engine",
+        type=int,
+        help="the API's TENANT_QUEUED_PER_ENGINE (default 64; 0: no bound, A's whole flood "
+        "goes into the stream at once, as before 2026-11-28)",
+    )
+    parser.add_argument(
         "--fair-only",
         action="store_true",
         help="run the fair policy alone (half the time; no fair/FIFO ratio)",
@@ -308,9 +314,11 @@ def main() -> None:
             options["cpu_threads"] = args.engine_threads
         options["fixed_cpu_threads"] = args.fixed_engine_threads
         options["nice"] = args.engine_nice
-        env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else None
+        env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else {}
+        if args.tenant_queued_per_engine is not None:
+            env["TENANT_QUEUED_PER_ENGINE"] = str(args.tenant_queued_per_engine)
         with served_platform(
-            workdir / policy, checkpoint, model_name=MODEL, engine_options=options, env=env
+            workdir / policy, checkpoint, model_name=MODEL, engine_options=options, env=env or None
         ) as platform:
             a_key = subprocess.run(
                 [sys.executable, "-c", FLOOD_TENANT_KEY],

@@ -108,6 +108,13 @@ def split_engine_member(member: str) -> tuple[str, str]:
     return model, engine_id
 
 
+def next_stream_id(entry_id: bytes | str) -> str:
+    """The smallest stream id after ``entry_id``: XTRIM MINID keeps ids >= it."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
+
+
 def new_engine_id() -> str:
     host = socket.gethostname().replace(":", "-")[:32]
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -98,10 +98,15 @@ class EngineCapacity:
         every reader reads them: controlplane/common/engine_statuses.py)."""
         return await aread_engine_statuses(self.redis, self.keys, model=model)
 
-    async def check(self, model: str, adapter: protocol.AdapterRef | None = None) -> None:
+    async def check(
+        self, model: str, adapter: protocol.AdapterRef | None = None, *, held_here: int = 0
+    ) -> None:
         """Raise EngineUnavailable or EngineOverloaded unless ``model`` can take a request now;
-        AdapterLoading when no live engine of it has loaded ``adapter`` (this version)."""
+        AdapterLoading when no live engine of it has loaded ``adapter`` (this version).
+        ``held_here``: this process's requests for ``model`` not sent yet, waiting for their
+        tenant's turn (tenant_backlog.py): they count as waiting too."""
         statuses, lag, stale = await self._snapshot(model, stale_ok=adapter is None)
+        lag += held_here
         if stale and self._refusal(model, adapter, statuses, lag) is not None:
             statuses, lag, _ = await self._snapshot(model)  # refused only on a fresh read
         if self.cold_starts is not None:

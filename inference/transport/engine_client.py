@@ -29,6 +29,7 @@ from inference.transport.failover import Failover
 from inference.transport.output_continuity import LOST_MESSAGE, OutputContinuity
 from inference.transport.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
 from inference.transport.prefix_router import PrefixRouter
+from inference.transport.tenant_backlog import PER_ENGINE, TenantBacklog
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class EngineClient:
         frontend_id: str | None = None,
         wake_timeout_s: float | None = None,
         prefix_routing: bool = True,
+        tenant_queued_per_engine: int = PER_ENGINE,
     ):
         # redis-py's asyncio pool raises once its 100 connections are busy; a blocking pool
         # makes a burst of requests wait their turn instead (the URL's max_connections wins).
@@ -89,6 +91,7 @@ class EngineClient:
             self.redis, self.keys, max_waiting=max_waiting, wake_timeout_s=wake_timeout_s
         )
         self.router = PrefixRouter(self.redis, self.keys) if prefix_routing else None
+        self.backlog = TenantBacklog(tenant_queued_per_engine)
         self.frontend_id = frontend_id or protocol.new_frontend_id()
         self._queues: dict[str, asyncio.Queue[protocol.RequestDelta]] = {}
         self._reader: asyncio.Task | None = None
@@ -105,8 +108,7 @@ class EngineClient:
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        key = id(loop)
-        entry = cls._instances.get(key)
+        entry = cls._instances.get(key := id(loop))
         if entry is None or entry[0] is not loop:
             client = cls(
                 settings.REDIS_URL,
@@ -115,6 +117,7 @@ class EngineClient:
                 max_waiting=int(settings.ENGINE_MAX_WAITING),
                 wake_timeout_s=float(settings.FLEET_WAKE_TIMEOUT_S),
                 prefix_routing=bool(getattr(settings, "PREFIX_ROUTING", True)),
+                tenant_queued_per_engine=int(getattr(settings, "TENANT_QUEUED_PER_ENGINE", 64)),
             )
             cls._instances[key] = (loop, client)
             return client
@@ -147,17 +150,19 @@ class EngineClient:
         request_id = message.request_id
         if request_id in self._queues:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        await self.capacity.check(model, message.adapter)
+        await self.capacity.check(model, message.adapter, held_here=self.backlog.held(model))
         message = msgspec.structs.replace(
             message, frontend_id=self.frontend_id, arrival_time=time.time()
         )
         sampling = message.sampling
         outputs = RequestOutputProcessor(request, tokenizer, token_texts=self._texts_for(tokenizer))
         queue: asyncio.Queue[protocol.RequestDelta] = asyncio.Queue()
-        self.route(request_id, queue)
         engine_finished: set[int] = set()
         failover = Failover(self, model, message)
         continuity = OutputContinuity()
+        key, engines = (model, message.tenant, message.service_class), self.capacity.routable
+        place = await self.backlog.enter(key, len(await engines(model)), on_wait=leave_lane)
+        self.route(request_id, queue)  # nothing between this and the try's cleanup can fail
         try:
             if self.router is None:
                 await self.submit(model, [message])
@@ -180,6 +185,7 @@ class EngineClient:
                 if delta is None:  # from an engine request replaced by a resumed one
                     continue
                 got_output = True
+                place.leave()  # started (or failed): the tenant's next request may go
                 if delta.error:
                     lost = [delta.request_id]
                     if delta.engine_lost and await failover.resume(lost, outputs, queue):
@@ -195,6 +201,7 @@ class EngineClient:
                 if chunk is not None:
                     yield chunk
         finally:
+            place.leave()
             for engine_request_id in failover.engine_request_ids:
                 self.unroute(engine_request_id)
                 if len(engine_finished) < sampling.n:
@@ -321,7 +328,7 @@ class EngineClient:
                     last_id = entry_id
                     self._dispatch(fields.get(FIELD))
             try:
-                await self.redis.xtrim(key, minid=_next_stream_id(last_id))
+                await self.redis.xtrim(key, minid=protocol.next_stream_id(last_id))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -340,10 +347,3 @@ class EngineClient:
             queue = self._queues.get(delta.request_id)
             if queue is not None:
                 queue.put_nowait(delta)
-
-
-def _next_stream_id(entry_id: bytes | str) -> str:
-    """The smallest stream id after ``entry_id``: XTRIM MINID keeps ids >= it."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, seq = text.partition("-")
-    return f"{ms}-{int(seq or 0) + 1}"

@@ -1,0 +1,168 @@
+"""A tenant's burst waits in the API process past its fill of the engines' queues
+(inference/transport/tenant_backlog.py): another tenant's request is never behind all of it in
+the model's stream, nothing of the burst is lost, and what waits counts towards overload."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from engine import protocol
+from engine.text.tokenizer import ChatTokenizer
+from inference.transport.engine_capacity import ADMISSION_STALE_S
+from inference.transport.engine_client import (
+    EngineClient,
+    EngineOverloaded,
+    EngineRequest,
+    SamplingOptions,
+)
+from inference.transport.tenant_backlog import TenantBacklog
+from tests.inference.test_engine_client import (
+    MODEL,
+    ScriptedEngine,
+    announce,
+    collect,
+    one_token_per_step,
+)
+
+KEY_A = (MODEL, "tA", "interactive")
+
+
+def no_lane() -> None:
+    """What the engine client's ``on_wait`` does outside a request: nothing to let go."""
+
+
+async def test_past_its_fill_a_tenant_waits_in_order_and_goes_as_earlier_ones_leave():
+    backlog = TenantBacklog(per_engine=2)
+    first = [await backlog.enter(KEY_A, 1, on_wait=no_lane) for _ in range(2)]
+    waiting = [asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane)) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert not any(t.done() for t in waiting) and backlog.held(MODEL) == 3
+    first[1].leave()
+    first[1].leave()  # idempotent: one place handed on, not two
+    await asyncio.sleep(0)
+    assert [t.done() for t in waiting] == [True, False, False]  # in order of waiting
+    assert backlog.held(MODEL) == 2
+    first[0].leave()
+    waiting[0].result().leave()
+    await asyncio.sleep(0)
+    assert all(t.done() for t in waiting) and backlog.held(MODEL) == 0
+    for task in waiting[1:]:
+        task.result().leave()
+    assert backlog.sent(KEY_A) == 0
+
+
+async def test_other_tenants_and_classes_never_wait_behind_a_tenants_fill():
+    backlog = TenantBacklog(per_engine=1)
+    await backlog.enter(KEY_A, 1, on_wait=no_lane)
+    held = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
+    await asyncio.sleep(0)
+    assert not held.done()
+    for key in (
+        (MODEL, "tB", "interactive"),
+        (MODEL, "tA", "batch"),
+        ("other", "tA", "interactive"),
+    ):
+        await asyncio.wait_for(backlog.enter(key, 1, on_wait=no_lane), 1)
+    held.cancel()
+
+
+async def test_the_fill_grows_with_the_engines_of_the_model():
+    backlog = TenantBacklog(per_engine=2)
+    places = [await backlog.enter(KEY_A, 3, on_wait=no_lane) for _ in range(6)]
+    lane_let_go = []
+    seventh = asyncio.create_task(backlog.enter(KEY_A, 3, on_wait=lambda: lane_let_go.append(1)))
+    await asyncio.sleep(0)
+    assert not seventh.done() and lane_let_go == [1]  # it waits, and let its lane go first
+    places[0].leave()
+    await asyncio.wait_for(seventh, 1)
+
+
+async def test_a_cancelled_waiter_takes_no_place_and_passes_on_one_handed_to_it():
+    backlog = TenantBacklog(per_engine=1)
+    place = await backlog.enter(KEY_A, 1, on_wait=no_lane)
+    gone = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
+    handed = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
+    last = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
+    await asyncio.sleep(0)
+    gone.cancel()  # waiting: it leaves the line
+    await asyncio.sleep(0)
+    place.leave()  # the place goes to ``handed``, which is cancelled before it resumes
+    handed.cancel()
+    await asyncio.wait_for(last, 1)  # so it went on to the next in line
+    assert gone.cancelled() and handed.cancelled() and backlog.held(MODEL) == 0
+    last.result().leave()
+    assert backlog.sent(KEY_A) == 0
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_llama):
+    return ChatTokenizer(tiny_llama)
+
+
+@pytest.fixture
+async def gated_client(redis_client, redis_server):
+    client = EngineClient(
+        redis_server.url,
+        prefix=f"t{time.monotonic_ns()}",
+        silence_timeout=5.0,
+        max_waiting=1000,
+        tenant_queued_per_engine=4,
+    )
+    yield client
+    await client.close()
+
+
+def build(tenant: str) -> EngineRequest:
+    return EngineRequest.build(
+        model=MODEL, prompt_token_ids=[5, 6], sampling=SamplingOptions(), tenant=tenant
+    )
+
+
+async def test_another_tenants_request_is_not_behind_a_whole_burst_in_the_stream(
+    gated_client, tokenizer
+):
+    await announce(gated_client)
+    ids = tokenizer.encode("ok")
+    async with ScriptedEngine(gated_client, lambda r: one_token_per_step(r, ids)) as engine:
+        burst = [asyncio.create_task(collect(gated_client.generate(build("tA"), tokenizer)))]
+        burst += [
+            asyncio.create_task(collect(gated_client.generate(build("tA"), tokenizer)))
+            for _ in range(29)
+        ]
+        deadline = time.monotonic() + 5
+        # The burst is in: 4 sent, the rest here (without the bound: all sent, none held).
+        while gated_client.backlog.held(MODEL) < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        b = await collect(gated_client.generate(build("tB"), tokenizer))
+        results = await asyncio.gather(*burst)
+    assert "".join(c.text for c in b) == "ok"
+    order = [r.tenant for r in engine.requests]
+    # The engine reads in stream order: B's request came after at most A's four in flight and
+    # those sent as they started meanwhile, not after all thirty (no bound: 31st).
+    assert order.index("tB") < 12, order
+    assert len(order) == 31 and all("".join(c.text for c in r) == "ok" for r in results)
+    assert gated_client.backlog.held(MODEL) == 0
+
+
+async def test_requests_waiting_here_count_towards_overload(gated_client, tokenizer):
+    gated_client.max_waiting = 10
+    await announce(gated_client)  # an engine that never reads: all stays waiting
+    stream = gated_client.keys.requests(MODEL)
+    await gated_client.redis.xgroup_create(stream, protocol.ENGINE_GROUP, id="0", mkstream=True)
+    burst = [
+        asyncio.create_task(collect(gated_client.generate(build("tA"), tokenizer)))
+        for _ in range(10)
+    ]
+    while gated_client.backlog.held(MODEL) < 6:
+        await asyncio.sleep(0.001)
+    # Past the age at which an admission snapshot still admits: read afresh, the stream's 4.
+    await asyncio.sleep(ADMISSION_STALE_S + 0.1)
+    with pytest.raises(EngineOverloaded, match="10 requests are waiting"):
+        await asyncio.wait_for(collect(gated_client.generate(build("tB"), tokenizer)), 5)
+    for task in burst:
+        task.cancel()
+    await asyncio.gather(*burst, return_exceptions=True)
+    assert gated_client.backlog.held(MODEL) == 0
