@@ -27,8 +27,11 @@ through here: they have started.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Hashable
+
+logger = logging.getLogger(__name__)
 
 # Per live engine of the model: see the module docstring for why 64.
 PER_ENGINE = 64
@@ -66,6 +69,15 @@ class TenantBacklog:
             return Place(self, key)
         on_wait()
         waiter = asyncio.get_running_loop().create_future()
+        if key not in self._waiters:  # once per burst, not once per request held
+            logger.info(
+                "tenant %s (%s) has %d requests waiting for the engines of %s: its next ones "
+                "wait in this process until those start",
+                key[1] or "-",
+                key[2],
+                self.sent(key),
+                key[0],
+            )
         self._waiters.setdefault(key, deque()).append(waiter)
         model = key[0]
         self._held_per_model[model] = self.held(model) + 1

@@ -34,12 +34,16 @@ def no_lane() -> None:
     """What the engine client's ``on_wait`` does outside a request: nothing to let go."""
 
 
-async def test_past_its_fill_a_tenant_waits_in_order_and_goes_as_earlier_ones_leave():
+async def test_past_its_fill_a_tenant_waits_in_order_and_goes_as_earlier_ones_leave(caplog):
+    caplog.set_level("INFO", logger="inference.transport.tenant_backlog")
     backlog = TenantBacklog(per_engine=2)
     first = [await backlog.enter(KEY_A, 1, on_wait=no_lane) for _ in range(2)]
     waiting = [asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane)) for _ in range(3)]
     await asyncio.sleep(0)
     assert not any(t.done() for t in waiting) and backlog.held(MODEL) == 3
+    # The operator's log says so once for the burst, not once for each request held.
+    [record] = [r.getMessage() for r in caplog.records]
+    assert "tenant tA (interactive) has 2 requests waiting for the engines of" in record
     first[1].leave()
     first[1].leave()  # idempotent: one place handed on, not two
     await asyncio.sleep(0)
