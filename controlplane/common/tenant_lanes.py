@@ -28,9 +28,10 @@ only a queue, so a request put in the wrong one is at worst served in arrival or
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Hashable
 from contextvars import ContextVar
+
+from controlplane.common.keyed_places import KeyedPlaces
 
 _current: ContextVar[LaneSlot | None] = ContextVar("tenant_lane_slot", default=None)
 
@@ -59,14 +60,6 @@ class LaneSlot:
         lanes._hand_on(self._key)
 
 
-class _Lane:
-    __slots__ = ("active", "waiting")
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.waiting: deque[asyncio.Future] = deque()
-
-
 class TenantLanes:
     """``width`` requests of a lane at a time; the rest wait in arrival order."""
 
@@ -74,42 +67,21 @@ class TenantLanes:
         if width < 1:
             raise ValueError("a lane is at least 1 request wide")
         self.width, self.lease_s = width, lease_s
-        self._lanes: dict[Hashable, _Lane] = {}  # only the event loop's thread touches it
+        self._places = KeyedPlaces()
 
     async def enter(self, key: Hashable) -> LaneSlot:
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = _Lane()
-        if lane.active < self.width and not lane.waiting:
-            lane.active += 1
-        else:
-            turn = asyncio.get_running_loop().create_future()
-            lane.waiting.append(turn)
-            try:
-                await turn
-            except asyncio.CancelledError:
-                if turn.done() and not turn.cancelled():  # handed a place just as it left
-                    self._hand_on(key)
-                raise
+        if not self._places.try_take(key, self.width):
+            await self._places.wait(key)
         slot = LaneSlot(self, key, self.lease_s)
         _current.set(slot)
         return slot
 
     def _hand_on(self, key: Hashable) -> None:
         """A place in ``key``'s lane came free: to the first one still waiting, or back."""
-        lane = self._lanes[key]
-        while lane.waiting:
-            turn = lane.waiting.popleft()
-            if not turn.done():
-                turn.set_result(None)
-                return
-        lane.active -= 1
-        if lane.active == 0:
-            del self._lanes[key]
+        self._places.release(key)
 
     def queued(self, key: Hashable) -> int:
-        lane = self._lanes.get(key)
-        return len(lane.waiting) if lane is not None else 0
+        return self._places.in_line(key)
 
 
 def lane_by_address(scope: dict) -> Hashable:

@@ -26,10 +26,10 @@ through here: they have started.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable, Hashable
+
+from controlplane.common.keyed_places import KeyedPlaces
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +38,12 @@ PER_ENGINE = 64
 
 
 class TenantBacklog:
-    """Counts of requests sent and not started, per key (model, tenant, class), and the
-    requests waiting for a place under their key's limit."""
+    """Places per key (model, tenant, class) for requests sent and not started, and the
+    requests waiting for one."""
 
     def __init__(self, per_engine: int = PER_ENGINE):
         self.per_engine = per_engine  # 0: no bound
-        self._sent: dict[Hashable, int] = {}
-        self._waiters: dict[Hashable, deque[asyncio.Future]] = {}
+        self._places = KeyedPlaces()
         self._held_per_model: dict[str, int] = {}
 
     def held(self, model: str) -> int:
@@ -53,7 +52,7 @@ class TenantBacklog:
 
     def sent(self, key: tuple[str, str, str]) -> int:
         """Requests of ``key`` sent and not started (or handed a place and about to be sent)."""
-        return self._sent.get(key, 0)
+        return self._places.taken(key)
 
     async def enter(
         self, key: tuple[str, str, str], num_engines: int, *, on_wait: Callable[[], None]
@@ -63,74 +62,38 @@ class TenantBacklog:
         those leaves, in order of waiting, after calling ``on_wait`` (the engine client lets
         the request's tenant lane go: waiting here costs the process's event loop nothing, so
         the tenant's next requests may do their own work meanwhile)."""
-        limit = self.per_engine * max(1, num_engines)
-        if self.per_engine <= 0 or (key not in self._waiters and self._sent.get(key, 0) < limit):
-            self._sent[key] = self._sent.get(key, 0) + 1
-            return Place(self, key)
+        limit = self.per_engine * max(1, num_engines) if self.per_engine > 0 else 1 << 62
+        if self._places.try_take(key, limit):
+            return Place(self._places, key)
         on_wait()
-        waiter = asyncio.get_running_loop().create_future()
-        if key not in self._waiters:  # once per burst, not once per request held
+        model, tenant, service_class = key
+        if not self._places.in_line(key):  # once per burst, not once per request held
             logger.info(
                 "tenant %s (%s) has %d requests waiting for the engines of %s: its next ones "
                 "wait in this process until those start",
-                key[1] or "-",
-                key[2],
+                tenant or "-",
+                service_class,
                 self.sent(key),
-                key[0],
+                model,
             )
-        self._waiters.setdefault(key, deque()).append(waiter)
-        model = key[0]
         self._held_per_model[model] = self.held(model) + 1
         try:
-            await waiter  # the place is handed over with the result: counted as sent already
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():  # handed a place as it was cancelled
-                self._leave(key)
-            else:
-                self._drop_waiter(key, waiter)
-            raise
+            await self._places.wait(key)
         finally:
             self._held_per_model[model] -= 1
-        return Place(self, key)
-
-    def _leave(self, key: Hashable) -> None:
-        """One request of ``key`` started, ended or failed: its place goes to the next waiter."""
-        waiters = self._waiters.get(key)
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the count stays: the place changes hands
-                if not waiters:
-                    del self._waiters[key]
-                return
-        self._waiters.pop(key, None)
-        left = self._sent[key] - 1
-        if left:
-            self._sent[key] = left
-        else:
-            del self._sent[key]
-
-    def _drop_waiter(self, key: Hashable, waiter: asyncio.Future) -> None:
-        waiters = self._waiters.get(key)
-        if waiters is not None:
-            try:
-                waiters.remove(waiter)
-            except ValueError:
-                pass
-            if not waiters:
-                del self._waiters[key]
+        return Place(self._places, key)
 
 
 class Place:
     """One request's place under its key; ``leave`` is idempotent."""
 
-    __slots__ = ("_backlog", "_key")
+    __slots__ = ("_key", "_places")
 
-    def __init__(self, backlog: TenantBacklog, key: Hashable):
-        self._backlog: TenantBacklog | None = backlog
+    def __init__(self, places: KeyedPlaces, key: Hashable):
+        self._places: KeyedPlaces | None = places
         self._key = key
 
     def leave(self) -> None:
-        if self._backlog is not None:
-            backlog, self._backlog = self._backlog, None
-            backlog._leave(self._key)
+        if self._places is not None:
+            places, self._places = self._places, None
+            places.release(self._key)
