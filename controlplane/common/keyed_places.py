@@ -21,7 +21,7 @@ class KeyedPlaces:
         self._taken: dict[Hashable, int] = {}
         self._lines: dict[Hashable, deque[asyncio.Future]] = {}
 
-    def try_take(self, key: Hashable, limit: int) -> bool:
+    def try_take(self, key: Hashable, limit: float) -> bool:
         """Take a place under ``key`` if nobody is in its line and fewer than ``limit`` are
         taken."""
         if key in self._lines or self._taken.get(key, 0) >= limit:

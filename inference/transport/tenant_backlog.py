@@ -27,6 +27,7 @@ through here: they have started.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Hashable
 
 from controlplane.common.keyed_places import KeyedPlaces
@@ -62,7 +63,7 @@ class TenantBacklog:
         those leaves, in order of waiting, after calling ``on_wait`` (the engine client lets
         the request's tenant lane go: waiting here costs the process's event loop nothing, so
         the tenant's next requests may do their own work meanwhile)."""
-        limit = self.per_engine * max(1, num_engines) if self.per_engine > 0 else 1 << 62
+        limit = self.per_engine * max(1, num_engines) if self.per_engine > 0 else math.inf
         if self._places.try_take(key, limit):
             return Place(self._places, key)
         on_wait()
