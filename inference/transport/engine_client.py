@@ -160,8 +160,8 @@ class EngineClient:
         engine_finished: set[int] = set()
         failover = Failover(self, model, message)
         continuity = OutputContinuity()
-        key, engines = (model, message.tenant, message.service_class), self.capacity.routable
-        place = await self.backlog.enter(key, len(await engines(model)), on_wait=leave_lane)
+        engines = len(await self.capacity.routable(model))
+        place = await self.backlog.enter(model, message, engines, on_wait=leave_lane)
         self.route(request_id, queue)  # nothing between this and the try's cleanup can fail
         try:
             if self.router is None:

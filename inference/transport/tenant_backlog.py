@@ -1,5 +1,5 @@
 """How many of one tenant's requests an API process lets wait for the engines at once; the rest
-wait here, in order, and go as earlier ones start.
+wait here, in order (of their ``priority``, then of arrival), and go as earlier ones start.
 
 Why: under the fair policy an engine reads past its own queue (its look-ahead,
 ``--fair-lookahead``, 256 by default: docs/architecture.md, "Seeing past one tenant's
@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Hashable
 
 from controlplane.common.keyed_places import KeyedPlaces
+from engine import protocol
 
 logger = logging.getLogger(__name__)
 
@@ -56,30 +57,36 @@ class TenantBacklog:
         return self._places.taken(key)
 
     async def enter(
-        self, key: tuple[str, str, str], num_engines: int, *, on_wait: Callable[[], None]
+        self,
+        model: str,
+        message: protocol.GenerateRequest,
+        num_engines: int,
+        *,
+        on_wait: Callable[[], None],
     ) -> Place:
-        """A place for one request under ``key`` (model, tenant, class): at once while fewer
+        """A place for ``message`` under its key (model, tenant, class): at once while fewer
         than the limit are sent and not started and nobody waits for one; else when one of
-        those leaves, in order of waiting, after calling ``on_wait`` (the engine client lets
-        the request's tenant lane go: waiting here costs the process's event loop nothing, so
-        the tenant's next requests may do their own work meanwhile)."""
+        those leaves, in order of its ``priority`` then of waiting (as the engine orders a
+        tenant's requests), after calling ``on_wait`` (the engine client lets the request's
+        tenant lane go: waiting here costs the process's event loop nothing, so the tenant's
+        next requests may do their own work meanwhile)."""
+        key = (model, message.tenant, message.service_class)
         limit = self.per_engine * max(1, num_engines) if self.per_engine > 0 else math.inf
         if self._places.try_take(key, limit):
             return Place(self._places, key)
         on_wait()
-        model, tenant, service_class = key
         if not self._places.in_line(key):  # once per burst, not once per request held
             logger.info(
                 "tenant %s (%s) has %d requests waiting for the engines of %s: its next ones "
                 "wait in this process until those start",
-                tenant or "-",
-                service_class,
+                message.tenant or "-",
+                message.service_class,
                 self.sent(key),
                 model,
             )
         self._held_per_model[model] = self.held(model) + 1
         try:
-            await self._places.wait(key)
+            await self._places.wait(key, message.priority)
         finally:
             self._held_per_model[model] -= 1
         return Place(self._places, key)

@@ -34,11 +34,26 @@ def no_lane() -> None:
     """What the engine client's ``on_wait`` does outside a request: nothing to let go."""
 
 
+def message(tenant="tA", service_class="interactive", priority=0) -> protocol.GenerateRequest:
+    return EngineRequest.build(
+        model=MODEL,
+        prompt_token_ids=[5],
+        tenant=tenant,
+        service_class=service_class,
+        priority=priority,
+    ).message
+
+
+def enter(backlog: TenantBacklog, num_engines=1, model=MODEL, **fields):
+    """``backlog.enter`` for a request of tenant A unless ``fields`` say otherwise."""
+    return backlog.enter(model, message(**fields), num_engines, on_wait=no_lane)
+
+
 async def test_past_its_fill_a_tenant_waits_in_order_and_goes_as_earlier_ones_leave(caplog):
     caplog.set_level("INFO", logger="inference.transport.tenant_backlog")
     backlog = TenantBacklog(per_engine=2)
-    first = [await backlog.enter(KEY_A, 1, on_wait=no_lane) for _ in range(2)]
-    waiting = [asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane)) for _ in range(3)]
+    first = [await enter(backlog) for _ in range(2)]
+    waiting = [asyncio.create_task(enter(backlog)) for _ in range(3)]
     await asyncio.sleep(0)
     assert not any(t.done() for t in waiting) and backlog.held(MODEL) == 3
     # The operator's log says so once for the burst, not once for each request held.
@@ -60,24 +75,42 @@ async def test_past_its_fill_a_tenant_waits_in_order_and_goes_as_earlier_ones_le
 
 async def test_other_tenants_and_classes_never_wait_behind_a_tenants_fill():
     backlog = TenantBacklog(per_engine=1)
-    await backlog.enter(KEY_A, 1, on_wait=no_lane)
-    held = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
+    await enter(backlog)
+    held = asyncio.create_task(enter(backlog))
     await asyncio.sleep(0)
     assert not held.done()
-    for key in (
-        (MODEL, "tB", "interactive"),
-        (MODEL, "tA", "batch"),
-        ("other", "tA", "interactive"),
-    ):
-        await asyncio.wait_for(backlog.enter(key, 1, on_wait=no_lane), 1)
+    for others in ({"tenant": "tB"}, {"service_class": "batch"}, {"model": "other"}):
+        await asyncio.wait_for(enter(backlog, **others), 1)
     held.cancel()
+
+
+async def test_a_tenants_waiting_requests_go_in_order_of_priority_then_of_arrival():
+    """As the engine's scheduler orders one tenant's requests: a later urgent request of a
+    tenant is not held behind that tenant's earlier ordinary ones."""
+    backlog = TenantBacklog(per_engine=1)
+    place = await enter(backlog)
+    order: list[str] = []
+
+    async def request(name: str, priority: int) -> None:
+        (await enter(backlog, priority=priority)).leave()
+        order.append(name)
+
+    tasks = []
+    for name, priority in (("plain-1", 0), ("plain-2", 0), ("urgent", -5), ("low", 9)):
+        tasks.append(asyncio.create_task(request(name, priority)))
+        await asyncio.sleep(0)
+    place.leave()
+    await asyncio.wait_for(asyncio.gather(*tasks), 1)
+    assert order == ["urgent", "plain-1", "plain-2", "low"]
 
 
 async def test_the_fill_grows_with_the_engines_of_the_model():
     backlog = TenantBacklog(per_engine=2)
-    places = [await backlog.enter(KEY_A, 3, on_wait=no_lane) for _ in range(6)]
+    places = [await enter(backlog, 3) for _ in range(6)]
     lane_let_go = []
-    seventh = asyncio.create_task(backlog.enter(KEY_A, 3, on_wait=lambda: lane_let_go.append(1)))
+    seventh = asyncio.create_task(
+        backlog.enter(MODEL, message(), 3, on_wait=lambda: lane_let_go.append(1))
+    )
     await asyncio.sleep(0)
     assert not seventh.done() and lane_let_go == [1]  # it waits, and let its lane go first
     places[0].leave()
@@ -86,10 +119,10 @@ async def test_the_fill_grows_with_the_engines_of_the_model():
 
 async def test_a_cancelled_waiter_takes_no_place_and_passes_on_one_handed_to_it():
     backlog = TenantBacklog(per_engine=1)
-    place = await backlog.enter(KEY_A, 1, on_wait=no_lane)
-    gone = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
-    handed = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
-    last = asyncio.create_task(backlog.enter(KEY_A, 1, on_wait=no_lane))
+    place = await enter(backlog)
+    gone = asyncio.create_task(enter(backlog))
+    handed = asyncio.create_task(enter(backlog))
+    last = asyncio.create_task(enter(backlog))
     await asyncio.sleep(0)
     gone.cancel()  # waiting: it leaves the line
     await asyncio.sleep(0)
