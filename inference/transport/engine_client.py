@@ -117,7 +117,7 @@ class EngineClient:
                 max_waiting=int(settings.ENGINE_MAX_WAITING),
                 wake_timeout_s=float(settings.FLEET_WAKE_TIMEOUT_S),
                 prefix_routing=bool(getattr(settings, "PREFIX_ROUTING", True)),
-                tenant_queued_per_engine=int(getattr(settings, "TENANT_QUEUED_PER_ENGINE", 64)),
+                tenant_queued_per_engine=int(settings.TENANT_QUEUED_PER_ENGINE),
             )
             cls._instances[key] = (loop, client)
             return client
