@@ -47,6 +47,13 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     # Tokens per KV block when prefix caching is on (0: off): how the router hashes a prompt
     # to ask this engine's prefix index (engine/direct_routing.py).
     block_size: int = 0
+    # "fcfs", "priority" or "fair" ("": a record from before the field): a frontend holds a
+    # tenant's burst back in front of fair engines only (inference/transport/tenant_backlog.py).
+    scheduling_policy: str = ""
+
+    @property
+    def schedules_fairly(self) -> bool:
+        return self.scheduling_policy in ("fair", "")
 
     @property
     def spec_decode_acceptance_rate(self) -> float:

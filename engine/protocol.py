@@ -58,6 +58,12 @@ class Keys:
         """Stream of OutputBatch for one frontend process; trimmed by its reader."""
         return f"{self.prefix}:outputs:{frontend_id}"
 
+    def frontends(self, model: str) -> str:
+        """Sorted set: frontend id -> the time (Unix seconds) it last read the model's engines
+        to send a request; how many API processes share a tenant's room in the engines'
+        queues (inference/transport/tenant_backlog.py). Written and read by frontends only."""
+        return f"{self.prefix}:frontends:{model}"
+
     def control(self, model: str) -> str:
         """Broadcast stream of control commands (adapters, drain) every engine of a model reads."""
         return f"{self.prefix}:control:{model}"

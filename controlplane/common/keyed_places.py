@@ -4,7 +4,10 @@ tenant_backlog.py in front of the engines).
 
 A place that comes free goes straight to the first one in its key's line, so a newcomer
 never overtakes someone waiting; a key with nobody in line and fewer places taken than its
-limit lets a newcomer in at once. The line is in order of rank (lower first), then of arrival:
+limit lets a newcomer in at once. The limit is the one the key's latest ``try_take`` gave: the
+tenant backlog's shrinks as more API processes send to a model (and grows as they stop), so a
+place that comes free is handed on only while fewer than it are taken, and a larger one lets
+that many more in from the line at once. The line is in order of rank (lower first), then of arrival:
 a request's ``priority`` orders its tenant's requests here as the engine's scheduler orders
 them. Waiting costs the event loop nothing (a future each), and a waiter cancelled as its
 place was handed to it passes the place on. Only the event loop's thread touches it.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 from collections.abc import Hashable
 
 Turn = tuple[float, int, asyncio.Future]  # (rank, arrival, the waiter's future)
@@ -23,12 +27,15 @@ Turn = tuple[float, int, asyncio.Future]  # (rank, arrival, the waiter's future)
 class KeyedPlaces:
     def __init__(self) -> None:
         self._taken: dict[Hashable, int] = {}
+        self._limits: dict[Hashable, float] = {}  # the latest try_take's, while any is taken
         self._lines: dict[Hashable, list[Turn]] = {}  # heaps
         self._arrivals = itertools.count()
 
     def try_take(self, key: Hashable, limit: float) -> bool:
         """Take a place under ``key`` if nobody is in its line and fewer than ``limit`` are
-        taken."""
+        taken (after handing places to those in line, when ``limit`` grew)."""
+        self._limits[key] = limit
+        self._fill(key)
         if key in self._lines or self._taken.get(key, 0) >= limit:
             return False
         self._taken[key] = self._taken.get(key, 0) + 1
@@ -49,21 +56,30 @@ class KeyedPlaces:
             raise
 
     def release(self, key: Hashable) -> None:
-        """A place under ``key`` came free: to the first one in its line, else given back."""
+        """A place under ``key`` came free: to the first one in its line while fewer than the
+        limit are taken, else given back."""
+        self._taken[key] -= 1
+        self._fill(key)
+        self._forget_idle(key)
+
+    def _fill(self, key: Hashable) -> None:
+        """Hand places to those first in ``key``'s line while fewer than its limit are taken."""
         line = self._lines.get(key)
-        while line:
+        if line is None:
+            return
+        limit = self._limits.get(key, math.inf)
+        while line and self._taken.get(key, 0) < limit:
             future = heapq.heappop(line)[2]
-            if not future.done():
-                future.set_result(None)  # the place changes hands: the count stays
-                if not line:
-                    del self._lines[key]
-                return
-        self._lines.pop(key, None)
-        left = self._taken[key] - 1
-        if left:
-            self._taken[key] = left
-        else:
-            del self._taken[key]
+            if not future.done():  # a cancelled waiter left the heap lazily
+                future.set_result(None)
+                self._taken[key] = self._taken.get(key, 0) + 1
+        if not line:
+            del self._lines[key]
+
+    def _forget_idle(self, key: Hashable) -> None:
+        if not self._taken.get(key) and key not in self._lines:
+            self._taken.pop(key, None)
+            self._limits.pop(key, None)
 
     def taken(self, key: Hashable) -> int:
         return self._taken.get(key, 0)

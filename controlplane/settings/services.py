@@ -51,10 +51,11 @@ ENGINE_MAX_WAITING = env.int("ENGINE_MAX_WAITING", 1024)
 # more, a request whose prompt prefix one of them holds cached goes to that one when it is
 # clearly better than the shared stream. Off: every request goes through the shared stream.
 PREFIX_ROUTING = env.bool("PREFIX_ROUTING", True)
-# Per model, tenant and service class, each API process keeps at most this many requests per
-# live engine sent and not started; the next wait in the API process, in order, so that one
-# tenant's burst is never deeper in a model's stream than the engines read ahead (their fair
-# look-ahead: inference/transport/tenant_backlog.py). 0: no bound.
+# Per model, tenant and service class, the API processes (and batch workers) sending to a model
+# of fair engines keep at most this many requests per engine sent and not started, each its
+# share (at least 8); the next wait in the API process, in order, so that one tenant's burst is
+# never deeper in a model's stream than the engines read ahead (their fair look-ahead:
+# inference/transport/tenant_backlog.py). 0: no bound.
 TENANT_QUEUED_PER_ENGINE = env.int("TENANT_QUEUED_PER_ENGINE", 64)
 # Load on demand: how long a request for a scale-to-zero model with no live engine waits for
 # one to start (seconds; 0 turns load on demand off: such requests get 503 at once, and

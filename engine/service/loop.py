@@ -1,10 +1,9 @@
 """EngineService: the engine-core loop that connects an LLMEngine to Redis streams.
 
-Each iteration has three named phases, none of which waits on Redis: ``drain_inputs()`` (the
-Inbox the reader threads fill), ``step()`` (one engine step) and ``publish()`` (ONE PublishJob
-for the writer thread). While Redis takes no outputs the loop stops stepping past the writer's
-bound, and after OUTAGE_FAIL_S ends the started requests with an error event, delivered when
-Redis is back, rather than generating for clients that gave up."""
+Each iteration has three phases, none of which waits on Redis: ``drain_inputs()`` (the Inbox
+the reader threads fill), ``step()`` (one engine step) and ``publish()`` (one PublishJob for the
+writer thread). While Redis takes no outputs the loop stops stepping past the writer's bound;
+after OUTAGE_FAIL_S it ends the started requests with an error event, sent when Redis is back."""
 
 from __future__ import annotations
 
@@ -151,6 +150,7 @@ class EngineService:
             draining=self.draining,
             num_steps=self.num_steps,
             block_size=self.engine.config.block_size if self.prefix_index is not None else 0,
+            scheduling_policy=self.engine.config.scheduling_policy,
         )
         status.num_waiting += self.inbox.num_requests
         publish_status(self.redis, self.keys, status, self.settings.status_ttl)

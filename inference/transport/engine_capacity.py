@@ -44,6 +44,12 @@ ADMISSION_CACHE_S = 0.25
 # how old an engine's own record may already be when it is read.
 ADMISSION_STALE_S = 1.0
 
+# A frontend (an API process, the Batch API's worker) counts as sending to a model this long
+# after it last read the model's engines to send a request: those share a tenant's room in the
+# engines' queues (tenant_backlog.py). Longer than a snapshot's life, so a process sending
+# steadily never drops out; wall-clock scores, so hosts' clocks may differ by a few seconds.
+FRONTEND_WINDOW_S = 10.0
+
 # KEYS: a stream; ARGV: an entry id, the most worth counting. How many entries follow that id
 # (counted in Redis: nothing but the number crosses the network).
 COUNT_AFTER_SCRIPT = """
@@ -77,8 +83,10 @@ class EngineCapacity:
         *,
         max_waiting: int,
         wake_timeout_s: float | None = None,
+        frontend_id: str | None = None,
     ):
         self.redis = redis
+        self.frontend_id = frontend_id  # None: this client is not counted among the senders
         self.keys = keys
         self.max_waiting = max_waiting
         # Last use and load on demand (cold_start.py), when the process's client turns them on
@@ -89,6 +97,8 @@ class EngineCapacity:
         self._snapshots: dict[str, tuple[float, list[EngineStatus], int]] = {}
         # Per model, the status keys of its registered engines at the last read.
         self._status_keys: dict[str, list[str]] = {}
+        # Per model, the frontends sending to it at the last read (this one included).
+        self._frontends: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._background_reads: dict[str, asyncio.Task] = {}
         self._count_after = redis.register_script(COUNT_AFTER_SCRIPT)
@@ -149,6 +159,11 @@ class EngineCapacity:
                 retry_after=round(retry_after, 1),
             )
         return None
+
+    def frontends(self, model: str) -> int:
+        """How many frontends were sending requests to ``model`` at the last read, this one
+        included (at least 1)."""
+        return max(1, self._frontends.get(model, 1))
 
     async def routable(self, model: str) -> list[EngineStatus]:
         """The live, non-draining engines of ``model``, from the admission snapshot (a stale
@@ -221,19 +236,24 @@ class EngineCapacity:
         the engines set, the records of the engines registered at the last read and the
         stream's consumer groups; a second reads the records only when the set has changed
         (an engine registered or withdrew). Three sequential round trips cost an idle API
-        process 1.6 ms of a request's time to first token."""
+        process 1.6 ms of a request's time to first token. The same round trip marks this
+        frontend as sending to ``model`` and counts those that are."""
         known = self._status_keys.get(model, [])
         stream = self.keys.requests(model)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.smembers(self.keys.engines())
             pipe.xinfo_groups(stream)
+            if self.frontend_id is not None:
+                self._count_frontends(pipe, model)
             if known:
                 pipe.mget(known)
             # Not raised: XINFO answers an error while the stream does not exist yet.
             replies = await pipe.execute(raise_on_error=False)
-        members, groups, records = replies[0], replies[1], replies[2] if known else []
+        members, groups, records = replies[0], replies[1], replies[-1] if known else []
         if isinstance(members, Exception):
             raise members
+        if self.frontend_id is not None and isinstance(replies[5], int):
+            self._frontends[model] = replies[5]
         status_keys = registered_status_keys(members, self.keys, model)
         if status_keys != known:
             records = await self.redis.mget(status_keys) if status_keys else []
@@ -244,6 +264,16 @@ class EngineCapacity:
         if not statuses or isinstance(groups, Exception):  # no stream yet: nothing waits
             return statuses, 0
         return statuses, await self._stream_lag(stream, groups)
+
+    def _count_frontends(self, pipe, model: str) -> None:
+        """Four commands (replies 2 to 5 of ``_read``'s pipeline; the count last): this
+        frontend's mark, the marks older than FRONTEND_WINDOW_S dropped, the count, and a TTL
+        so that a model nobody sends to any more leaves no key behind."""
+        key, now = self.keys.frontends(model), time.time()
+        pipe.zadd(key, {self.frontend_id: now})
+        pipe.zremrangebyscore(key, "-inf", now - FRONTEND_WINDOW_S)
+        pipe.expire(key, int(10 * FRONTEND_WINDOW_S))
+        pipe.zcard(key)
 
     async def _stream_lag(self, stream: str, groups: list[dict]) -> int:
         """Entries in the request stream no engine has read yet, from its consumer groups."""

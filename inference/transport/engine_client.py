@@ -3,7 +3,7 @@
 One client per process (per event loop): it submits EngineRequests to a model's request
 stream (refusing fast when no engine is live or too much work waits), and a single reader task
 reads this frontend's output stream and fans each delta out to the queue of the request it
-belongs to. Per-sample output processing (detokenization, stop strings) is
+belongs to (output_fanout.py). Per-sample output processing (detokenization, stop strings) is
 output_processor.py's. Imports nothing heavy, so API processes never load torch.
 """
 
@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 import msgspec
 import redis.asyncio as aioredis
 
-from controlplane.common.redis_pools import async_blocking_pool, async_client
+from controlplane.common.cancellation import raise_if_cancelled
+from controlplane.common.redis_pools import async_blocking_pool
 from controlplane.common.tenant_lanes import leave_lane
 from engine import protocol
 from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
@@ -27,6 +28,7 @@ from inference.transport.engine_capacity import EngineCapacity, EngineOverloaded
 from inference.transport.engine_request import EngineRequest
 from inference.transport.failover import Failover
 from inference.transport.output_continuity import LOST_MESSAGE, OutputContinuity
+from inference.transport.output_fanout import OutputFanOut
 from inference.transport.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
 from inference.transport.prefix_router import PrefixRouter
 from inference.transport.tenant_backlog import PER_ENGINE, TenantBacklog
@@ -48,8 +50,6 @@ ABORT_MARKER_TTL_S = 600
 # others, or preempted on an overloaded engine. A dead engine's started requests do not wait
 # for this: a survivor reports them lost within seconds (engine_lost) and they resume at once.
 QUEUED_PATIENCE = 10
-# How long the output reader blocks in one XREAD.
-READ_BLOCK_MS = 250
 
 
 class EngineError(Exception):
@@ -83,19 +83,19 @@ class EngineClient:
         self.redis = aioredis.Redis(
             connection_pool=async_blocking_pool(redis_url, max_connections=512, timeout=10)
         )
-        # The reader's blocking XREAD gets a connection of its own, never one commands wait for.
-        self._reader_redis = async_client(redis_url, max_connections=2)
         self.keys = Keys(prefix)
         self.silence_timeout = silence_timeout
+        self.frontend_id = frontend_id or protocol.new_frontend_id()
         self.capacity = EngineCapacity(
-            self.redis, self.keys, max_waiting=max_waiting, wake_timeout_s=wake_timeout_s
+            self.redis,
+            self.keys,
+            max_waiting=max_waiting,
+            wake_timeout_s=wake_timeout_s,
+            frontend_id=self.frontend_id,
         )
         self.router = PrefixRouter(self.redis, self.keys) if prefix_routing else None
         self.backlog = TenantBacklog(tenant_queued_per_engine)
-        self.frontend_id = frontend_id or protocol.new_frontend_id()
-        self._queues: dict[str, asyncio.Queue[protocol.RequestDelta]] = {}
-        self._reader: asyncio.Task | None = None
-        self._closing = False
+        self.outputs = OutputFanOut(redis_url, self.redis, self.keys, self.frontend_id)
         self._background: set[asyncio.Task] = set()
         self._token_texts: dict[int, TokenTexts] = {}
 
@@ -148,7 +148,7 @@ class EngineClient:
         if not prompt_token_ids or set(map(type, prompt_token_ids)) != {int}:
             raise ValueError("prompt_token_ids must be a non-empty list of token ids")
         request_id = message.request_id
-        if request_id in self._queues:
+        if self.outputs.routed(request_id):
             raise ValueError(f"request id {request_id!r} is already in flight")
         await self.capacity.check(model, message.adapter, held_here=self.backlog.held(model))
         message = msgspec.structs.replace(
@@ -160,10 +160,15 @@ class EngineClient:
         engine_finished: set[int] = set()
         failover = Failover(self, model, message)
         continuity = OutputContinuity()
-        engines = len(await self.capacity.routable(model))
-        place = await self.backlog.enter(model, message, engines, on_wait=leave_lane)
-        self.route(request_id, queue)  # nothing between this and the try's cleanup can fail
+        fair_engines = sum(s.schedules_fairly for s in await self.capacity.routable(model))
+        frontends = self.capacity.frontends(model)
+        raise_if_cancelled()  # redis-py may have dropped it (cancellation.py): wait for nothing
+        place = await self.backlog.enter(
+            model, message, fair_engines, frontends, on_wait=leave_lane
+        )
+        self.outputs.route(request_id, queue)  # nothing between this and the try's cleanup can fail
         try:
+            raise_if_cancelled()
             if self.router is None:
                 await self.submit(model, [message])
             else:
@@ -203,7 +208,7 @@ class EngineClient:
         finally:
             place.leave()
             for engine_request_id in failover.engine_request_ids:
-                self.unroute(engine_request_id)
+                self.outputs.unroute(engine_request_id)
                 if len(engine_finished) < sampling.n:
                     self.abort_soon(engine_request_id)
 
@@ -213,15 +218,6 @@ class EngineClient:
             for message in messages:
                 pipe.xadd(self.keys.requests(model), {FIELD: protocol.encode(message)})
             await pipe.execute()
-
-    def route(self, request_id: str, queue: asyncio.Queue) -> None:
-        """Deliver the deltas of engine request ``request_id`` to ``queue`` from now on."""
-        self._queues[request_id] = queue
-        self._ensure_reader()
-
-    def unroute(self, request_id: str) -> None:
-        """Stop delivering ``request_id``'s deltas (those still arriving are dropped)."""
-        self._queues.pop(request_id, None)
 
     async def abort(self, request_id: str) -> None:
         """Abort a request wherever it is: still in a stream, claimed, or running."""
@@ -247,15 +243,7 @@ class EngineClient:
         if self._background:
             await asyncio.wait(self._background, timeout=5)
         await self.capacity.aclose()
-        if self._reader is not None:
-            # redis-py lets a blocked XREAD outlive its cancellation; the reader checks this
-            # flag between reads instead, so it ends within one READ_BLOCK_MS.
-            self._closing = True
-            await asyncio.wait({self._reader}, timeout=READ_BLOCK_MS / 1000 + 1)
-            if not self._reader.done():
-                self._reader.cancel()
-            self._reader = None
-        await self._reader_redis.aclose()
+        await self.outputs.close()
         await self.redis.aclose()
 
     # ------------------------------------------------------------------ internals
@@ -271,6 +259,7 @@ class EngineClient:
     ) -> protocol.RequestDelta:
         waited = 0
         while True:
+            raise_if_cancelled()  # dropped by redis-py as this request was sent or resumed
             try:
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
                 # cancellation that arrives as the queue delivers, and then no abort is sent.
@@ -299,51 +288,3 @@ class EngineClient:
             await self.abort(request_id)
         except Exception:
             logger.warning("could not send abort for %s", request_id, exc_info=True)
-
-    def _ensure_reader(self) -> None:
-        if self._reader is None or self._reader.done():
-            self._reader = asyncio.get_running_loop().create_task(
-                self._read_outputs(), name=f"engine-outputs-{self.frontend_id}"
-            )
-
-    async def _read_outputs(self) -> None:
-        """The one reader of this frontend's output stream; trims what it has read."""
-        key = self.keys.outputs(self.frontend_id)
-        last_id = b"0-0"
-        while not self._closing:
-            try:
-                response = await self._reader_redis.xread(
-                    {key: last_id}, count=512, block=READ_BLOCK_MS
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.warning("reading %s failed; retrying", key, exc_info=True)
-                await asyncio.sleep(0.5)
-                continue
-            if not response:
-                continue
-            for _stream, entries in response:
-                for entry_id, fields in entries:
-                    last_id = entry_id
-                    self._dispatch(fields.get(FIELD))
-            try:
-                await self.redis.xtrim(key, minid=protocol.next_stream_id(last_id))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.debug("trim of %s failed", key, exc_info=True)
-
-    def _dispatch(self, data: bytes | None) -> None:
-        if data is None:
-            logger.warning("output entry without %r field ignored", FIELD)
-            return
-        try:
-            batch = protocol.decode_outputs(data)
-        except Exception:
-            logger.warning("unreadable output entry ignored", exc_info=True)
-            return
-        for delta in batch.deltas:
-            queue = self._queues.get(delta.request_id)
-            if queue is not None:
-                queue.put_nowait(delta)

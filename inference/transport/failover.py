@@ -140,7 +140,7 @@ class Failover:
         self.resumes += 1
         requests = []
         for lost_id in lost_ids:
-            self.client.unroute(lost_id)
+            self.client.outputs.unroute(lost_id)
             # The lost request may still run on an engine that only went silent.
             self.client.abort_soon(lost_id)
             for index in self.routes.pop(lost_id):
@@ -152,7 +152,7 @@ class Failover:
                     requests.append((index, request))
         for index, request in requests:
             self.routes[request.request_id] = [index]
-            self.client.route(request.request_id, queue)
+            self.client.outputs.route(request.request_id, queue)
         await self.client.submit(self.model, [request for _index, request in requests])
         logger.warning(
             "request %s: engine lost, resumed %d sample(s) (resume %d of %d)",

@@ -9,12 +9,19 @@ stream until the engines had read that far: 800 requests of 1,000 tokens from te
 tenant B's short ones for up to 4.6 s, 526 times B's idle time to first token
 (bench/tenant_flood_api.py --flood 800, 2026-11-28).
 
-So each API process (each engine client: the Batch API's worker has its own) keeps, per model,
-tenant and service class, at most ``per_engine`` requests times the model's live engines in
-Redis and the engines' queues: sent, with no output yet. The next one waits here until one of
-those starts (its first output), ends or fails. With up to four API processes that is within
-the engines' look-ahead (64 x 4 per engine against 256 + the engine's own queue), so a request
-of another tenant is never further back in the stream than the engines read.
+So, in front of engines of the fair policy (FIFO ones get every request in arrival order, as
+their operator chose), per model, tenant and service class, the frontends sending to the model
+(the API processes, the Batch API's worker: each engine client) keep at most ``per_engine``
+requests times the model's fair engines in Redis and the engines' queues, sent with no output yet: each
+takes its share, ``per_engine`` divided by the frontends that sent to the model in the last
+FRONTEND_WINDOW_S (counted in Redis on admission's round trip: engine_capacity.py), and at least
+MIN_SHARE. The next one waits here until one of those starts (its first output), ends or fails.
+64 per engine is within the engines' look-ahead (256 + the engine's own queue) with room for
+four tenants' bursts at once, so a request of another tenant is never further back in the
+stream than the engines read; with the MIN_SHARE floor that holds up to 32 frontends, past
+which the engines' ``--fair-lookahead`` should grow with them. A frontend that starts sending
+is counted by the others within a snapshot's life (at most a second): until then their share
+may exceed the bound by one share, still within the look-ahead.
 
 It costs the tenant nothing while it is alone: its requests still reach every engine faster
 than the engines start them (each engine reads at most its queue bound plus the look-ahead,
@@ -35,8 +42,11 @@ from engine import protocol
 
 logger = logging.getLogger(__name__)
 
-# Per live engine of the model: see the module docstring for why 64.
+# Per live engine of the model, across the frontends: see the module docstring for why 64.
 PER_ENGINE = 64
+# Each frontend's share is at least this (per engine), however many frontends send: a burst
+# through one of many still keeps the engines' queues fed while its earlier requests start.
+MIN_SHARE = 8
 
 
 class TenantBacklog:
@@ -52,6 +62,11 @@ class TenantBacklog:
         """Requests for ``model`` waiting here now."""
         return self._held_per_model.get(model, 0)
 
+    def share(self, num_frontends: int) -> int:
+        """This frontend's places per engine when ``num_frontends`` send to the model."""
+        even = -(-self.per_engine // max(1, num_frontends))  # rounded up
+        return min(self.per_engine, max(MIN_SHARE, even))
+
     def sent(self, key: tuple[str, str, str]) -> int:
         """Requests of ``key`` sent and not started (or handed a place and about to be sent)."""
         return self._places.taken(key)
@@ -60,18 +75,24 @@ class TenantBacklog:
         self,
         model: str,
         message: protocol.GenerateRequest,
-        num_engines: int,
+        fair_engines: int,
+        num_frontends: int = 1,
         *,
         on_wait: Callable[[], None],
     ) -> Place:
         """A place for ``message`` under its key (model, tenant, class): at once while fewer
-        than the limit are sent and not started and nobody waits for one; else when one of
+        than this frontend's limit (its share of the bound, with ``num_frontends`` sending to
+        the model, times ``fair_engines``, the model's live engines that schedule by the fair
+        policy: in front of FIFO engines nothing is held back, as the operator chose first
+        come, first served) are sent and not started and nobody waits for one;
+        else when one of
         those leaves, in order of its ``priority`` then of waiting (as the engine orders a
         tenant's requests), after calling ``on_wait`` (the engine client lets the request's
         tenant lane go: waiting here costs the process's event loop nothing, so the tenant's
         next requests may do their own work meanwhile)."""
         key = (model, message.tenant, message.service_class)
-        limit = self.per_engine * max(1, num_engines) if self.per_engine > 0 else math.inf
+        bounded = self.per_engine > 0 and fair_engines > 0
+        limit = self.share(num_frontends) * fair_engines if bounded else math.inf
         if self._places.try_take(key, limit):
             return Place(self._places, key)
         on_wait()

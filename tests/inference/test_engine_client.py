@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import pytest
@@ -393,6 +394,40 @@ async def test_closing_the_stream_aborts_in_engine(client, tokenizer):
     assert await client.redis.exists(client.keys.aborted("closed")) == 1
     entries = await client.redis.xrange(client.keys.aborts())
     assert [protocol.decode_control(f[FIELD]).request_id for _, f in entries] == ["closed"]
+
+
+async def test_a_client_that_leaves_while_its_request_is_sent_never_waits_on_the_engine(
+    client, tokenizer
+):
+    """Cancelled at any moment of admission and sending (redis-py's commands drop about one
+    cancellation in ten there on Python 3.11: controlplane/common/cancellation.py), a
+    generation ends at once as cancelled, and whatever reached the stream is aborted; it never
+    goes on to wait for output nobody will read."""
+    client.max_waiting = 10_000
+    await announce(client)  # an engine that never reads: a request that was sent stays there
+    stream = client.keys.requests(MODEL)
+    await client.redis.xgroup_create(stream, protocol.ENGINE_GROUP, id="0", mkstream=True)
+    rng = random.Random(7)
+    sent_ids = []
+    for trial in range(150):
+        request = EngineRequest.build(
+            model=MODEL, prompt_token_ids=[5], sampling=SamplingOptions(), request_id=f"r{trial}"
+        )
+        task = asyncio.create_task(collect(client.generate(request, tokenizer)))
+        await asyncio.sleep(rng.random() * 0.002)  # admission and XADD take about a millisecond
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=1.0)
+        assert done, f"trial {trial}: the generation went on after its client left"
+        assert task.cancelled()
+        sent_ids.append(request.request_id)
+    await asyncio.sleep(0.2)  # the aborts go in tasks of their own
+    entries = await client.redis.xrange(stream)
+    in_stream = {protocol.decode_request(f[FIELD]).request_id for _, f in entries}
+    aborted = {
+        protocol.decode_control(f[FIELD]).request_id
+        for _, f in await client.redis.xrange(client.keys.aborts())
+    }
+    assert in_stream <= aborted and 0 < len(in_stream) < len(sent_ids)
 
 
 async def test_parallel_samples_finish_independently(client, tokenizer):

@@ -11,6 +11,7 @@ import pytest
 
 from engine import protocol
 from engine.text.tokenizer import ChatTokenizer
+from inference.transport import engine_capacity
 from inference.transport.engine_capacity import ADMISSION_STALE_S
 from inference.transport.engine_client import (
     EngineClient,
@@ -18,7 +19,7 @@ from inference.transport.engine_client import (
     EngineRequest,
     SamplingOptions,
 )
-from inference.transport.tenant_backlog import TenantBacklog
+from inference.transport.tenant_backlog import MIN_SHARE, TenantBacklog
 from tests.inference.test_engine_client import (
     MODEL,
     ScriptedEngine,
@@ -44,9 +45,9 @@ def message(tenant="tA", service_class="interactive", priority=0) -> protocol.Ge
     ).message
 
 
-def enter(backlog: TenantBacklog, num_engines=1, model=MODEL, **fields):
+def enter(backlog: TenantBacklog, num_engines=1, model=MODEL, num_frontends=1, **fields):
     """``backlog.enter`` for a request of tenant A unless ``fields`` say otherwise."""
-    return backlog.enter(model, message(**fields), num_engines, on_wait=no_lane)
+    return backlog.enter(model, message(**fields), num_engines, num_frontends, on_wait=no_lane)
 
 
 async def test_past_its_fill_a_tenant_waits_in_order_and_goes_as_earlier_ones_leave(caplog):
@@ -115,6 +116,49 @@ async def test_the_fill_grows_with_the_engines_of_the_model():
     assert not seventh.done() and lane_let_go == [1]  # it waits, and let its lane go first
     places[0].leave()
     await asyncio.wait_for(seventh, 1)
+
+
+async def test_nothing_is_held_in_front_of_engines_that_serve_first_come_first_served():
+    """The operator chose FIFO: each request goes to the stream as it comes."""
+    backlog = TenantBacklog(per_engine=1)
+    for _ in range(10):
+        await asyncio.wait_for(enter(backlog, 0), 1)  # no engine of the fair policy
+    assert backlog.held(MODEL) == 0
+    fifo = protocol.EngineStatus(engine_id="e", model=MODEL, scheduling_policy="fcfs")
+    fair = protocol.EngineStatus(engine_id="e", model=MODEL, scheduling_policy="fair")
+    assert not fifo.schedules_fairly and fair.schedules_fairly
+
+
+def test_the_bound_is_shared_by_the_frontends_sending_to_the_model():
+    backlog = TenantBacklog(per_engine=64)
+    assert [backlog.share(n) for n in (1, 2, 3, 4, 8)] == [64, 32, 22, 16, 8]
+    # However many send, each keeps the engines' queues fed while its requests start.
+    assert backlog.share(100) == MIN_SHARE
+    # An operator's bound below the floor is kept as it is, not raised to it.
+    assert TenantBacklog(per_engine=4).share(3) == 4
+
+
+async def test_a_smaller_share_holds_hand_ons_until_fewer_are_sent_and_a_larger_lets_more_in():
+    backlog = TenantBacklog(per_engine=16)
+    alone = [await enter(backlog) for _ in range(16)]
+    # A second frontend started sending: this one's share is 8, so the next request waits...
+    late = asyncio.create_task(enter(backlog, num_frontends=2))
+    await asyncio.sleep(0)
+    for place in alone[:8]:
+        place.leave()
+    await asyncio.sleep(0)
+    assert not late.done()  # ...while 8 or more are still sent: no place handed on
+    alone[8].leave()
+    await asyncio.wait_for(late, 1)  # 7 sent: the place goes to it
+    held = [asyncio.create_task(enter(backlog, num_frontends=2)) for _ in range(4)]
+    await asyncio.sleep(0)
+    assert backlog.held(MODEL) == 4
+    # The other frontend stopped: the share is 16 again, and the next arrival lets those
+    # in line in first, as many as the larger share has room for.
+    newcomer = asyncio.create_task(enter(backlog, num_frontends=1))
+    await asyncio.wait_for(asyncio.gather(*held), 1)
+    await asyncio.wait_for(newcomer, 1)
+    assert backlog.sent(KEY_A) == 7 + 1 + 4 + 1
 
 
 async def test_a_cancelled_waiter_takes_no_place_and_passes_on_one_handed_to_it():
@@ -203,3 +247,61 @@ async def test_requests_waiting_here_count_towards_overload(gated_client, tokeni
         task.cancel()
     await asyncio.gather(*burst, return_exceptions=True)
     assert gated_client.backlog.held(MODEL) == 0
+
+
+async def test_api_processes_sending_to_a_model_share_a_tenants_room_in_its_stream(
+    redis_server, tokenizer, monkeypatch
+):
+    """Two engine clients (two API processes) count each other through Redis; a burst through
+    both leaves the tenant's bound in the stream, not twice it; when one stops sending, the
+    other's share grows back."""
+    monkeypatch.setattr(engine_capacity, "FRONTEND_WINDOW_S", 2.0)
+    prefix = f"t{time.monotonic_ns()}"
+    clients = [
+        EngineClient(redis_server.url, prefix=prefix, max_waiting=1000, tenant_queued_per_engine=16)
+        for _ in range(2)
+    ]
+    stream = clients[0].keys.requests(MODEL)
+    bursts: list[asyncio.Task] = []
+    try:
+        await announce(clients[0])  # an engine that never reads: everything sent stays there
+        await clients[0].redis.xgroup_create(stream, protocol.ENGINE_GROUP, id="0", mkstream=True)
+        for client in clients:
+            await client.capacity.routable(MODEL)
+        await asyncio.sleep(ADMISSION_STALE_S + 0.05)
+        await clients[0].capacity.routable(MODEL)  # read afresh: it sees the second one
+        assert [c.capacity.frontends(MODEL) for c in clients] == [2, 2]
+
+        for client in clients:
+            bursts += [
+                asyncio.create_task(collect(client.generate(build("tA"), tokenizer)))
+                for _ in range(20)
+            ]
+        deadline = time.monotonic() + 5
+        while await clients[0].redis.xlen(stream) < 16 or any(
+            c.backlog.held(MODEL) < 12 for c in clients
+        ):
+            assert time.monotonic() < deadline, [c.backlog.held(MODEL) for c in clients]
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.1)
+        assert await clients[0].redis.xlen(stream) == 16  # 8 each, not 16 each
+        assert [c.backlog.held(MODEL) for c in clients] == [12, 12]
+
+        for task in bursts[20:]:  # the second process's clients leave; it sends nothing more
+            task.cancel()
+        await asyncio.sleep(2.2)  # past the window, and the snapshot's life
+        await clients[0].capacity.routable(MODEL)
+        assert clients[0].capacity.frontends(MODEL) == 1
+        # Its next request lets its held ones in first, up to the whole bound.
+        bursts.append(asyncio.create_task(collect(clients[0].generate(build("tA"), tokenizer))))
+        deadline = time.monotonic() + 5
+        while clients[0].backlog.sent((MODEL, "tA", "interactive")) < 16:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.001)
+        assert clients[0].backlog.held(MODEL) == 5
+    finally:
+        for task in bursts:
+            task.cancel()
+        await asyncio.gather(*bursts, return_exceptions=True)
+        for client in clients:
+            await client.close()
