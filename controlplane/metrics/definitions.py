@@ -233,6 +233,8 @@ E2E_REQUEST_LATENCY = MetricSpec(
 REQUEST_QUEUE_TIME = MetricSpec(
     "vllm:request_queue_time_seconds",
     "histogram",
+    # vLLM's help text; ours also counts the wait in the API process for the tenant's turn
+    # (inference/transport/tenant_backlog.py), the part of a flood's queue an engine never sees.
     "Histogram of time spent in WAITING phase for request.",
     REQUEST_LABELS,
     field="queue",

@@ -26,7 +26,8 @@ class TenantMetrics:
     # Estimated from the TTFT histogram as Prometheus's histogram_quantile does.
     ttft_p50_s: float | None
     ttft_p95_s: float | None
-    # Time waiting in an engine before being scheduled, from vllm:request_queue_time_seconds.
+    # Time waiting before being scheduled, in the API process for the tenant's turn and in an
+    # engine, from vllm:request_queue_time_seconds.
     queue_p50_s: float | None = None
     queue_p95_s: float | None = None
 

@@ -163,9 +163,11 @@ class EngineClient:
         fair_engines = sum(s.schedules_fairly for s in await self.capacity.routable(model))
         frontends = self.capacity.frontends(model)
         raise_if_cancelled()  # redis-py may have dropped it (cancellation.py): wait for nothing
+        held_from = time.monotonic()
         place = await self.backlog.enter(
             model, message, fair_engines, frontends, on_wait=leave_lane
         )
+        outputs.held_s = time.monotonic() - held_from
         self.outputs.route(request_id, queue)  # nothing between this and the try's cleanup can fail
         try:
             raise_if_cancelled()

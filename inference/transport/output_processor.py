@@ -45,7 +45,8 @@ class GenerationChunk:
     completion_tokens: int  # cumulative for this index
     cached_tokens: int
     prompt_logprobs: list[TokenLogprob | None] | None = None
-    # Engine-side intervals, on the final chunk of a sample (None when the engine sent none).
+    # Engine-side intervals, on the final chunk of a sample (None when the engine sent none);
+    # the queue time includes the wait in the API process for the tenant's turn.
     queue_time: float | None = None
     prefill_time: float | None = None
     decode_time: float | None = None
@@ -126,7 +127,7 @@ class _SampleOutput:
             completion_tokens=self.processor.num_tokens,
             cached_tokens=req.num_cached_tokens,
             prompt_logprobs=prompt_logprobs,
-            queue_time=delta.queue_time,
+            queue_time=None if delta.queue_time is None else delta.queue_time + req.held_s,
             prefill_time=delta.prefill_time,
             decode_time=delta.decode_time,
             draft_tokens=delta.num_draft_tokens,
@@ -158,6 +159,9 @@ class RequestOutputProcessor:
         self.token_texts = token_texts or TokenTexts(tokenizer)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_cached_tokens = 0
+        # Seconds the request waited in this process for its tenant's turn (tenant_backlog.py):
+        # part of its queue time, which the engine counts from when it read the request.
+        self.held_s = 0.0
         self.samples = [_SampleOutput(i, self) for i in range(sampling.n)]
 
     @property

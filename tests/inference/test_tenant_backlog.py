@@ -305,3 +305,36 @@ async def test_api_processes_sending_to_a_model_share_a_tenants_room_in_its_stre
         await asyncio.gather(*bursts, return_exceptions=True)
         for client in clients:
             await client.close()
+
+
+async def test_the_wait_here_counts_in_the_requests_queue_time(redis_server, tokenizer):
+    """The engine counts queue time from when it read a request; a request held here for its
+    tenant's turn waited too, and its reported queue time (the dashboard's per-tenant queue
+    wait, vllm:request_queue_time_seconds) says so."""
+    client = EngineClient(
+        redis_server.url, prefix=f"t{time.monotonic_ns()}", tenant_queued_per_engine=1
+    )
+    [token] = tokenizer.encode("a")[:1]
+
+    def answer_after_a_pause(request):
+        final = protocol.RequestDelta(
+            request_id=request.request_id,
+            new_token_ids=[token],
+            finish_reason="length",
+            num_prompt_tokens=2,
+            queue_time=0.05,  # what the engine measured
+        )
+        return [0.3, [final]]
+
+    try:
+        await announce(client)
+        async with ScriptedEngine(client, answer_after_a_pause):
+            first, second = await asyncio.gather(
+                collect(client.generate(build("tA"), tokenizer)),
+                collect(client.generate(build("tA"), tokenizer)),
+            )
+    finally:
+        await client.close()
+    queue_times = sorted(chunks[-1].queue_time for chunks in (first, second))
+    assert queue_times[0] < 0.1  # sent at once: the engine's own measure
+    assert queue_times[1] >= 0.05 + 0.25  # held here while the first one ran
