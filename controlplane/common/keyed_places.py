@@ -2,15 +2,15 @@
 queues share (controlplane/common/tenant_lanes.py at the door, inference/transport/
 tenant_backlog.py in front of the engines).
 
-A place that comes free goes straight to the first one in its key's line, so a newcomer
-never overtakes someone waiting; a key with nobody in line and fewer places taken than its
-limit lets a newcomer in at once. The limit is the one the key's latest ``try_take`` gave: the
-tenant backlog's shrinks as more API processes send to a model (and grows as they stop), so a
-place that comes free is handed on only while fewer than it are taken, and a larger one lets
-that many more in from the line at once. The line is in order of rank (lower first), then of arrival:
-a request's ``priority`` orders its tenant's requests here as the engine's scheduler orders
-them. Waiting costs the event loop nothing (a future each), and a waiter cancelled as its
-place was handed to it passes the place on. Only the event loop's thread touches it.
+A place that comes free goes straight to the first one in its key's line, so a newcomer never
+overtakes someone waiting; a key with nobody in line and fewer places taken than its limit lets
+a newcomer in at once. The limit is the one the key's latest ``try_take`` gave: the tenant
+backlog's shrinks as more API processes send to a model (and grows as they stop), so a place
+that comes free is handed on only while fewer than it are taken, and a larger one lets that many
+more in from the line at once. The line is in order of rank (lower first), then of arrival: a
+request's ``priority`` orders its tenant's requests here as the engine's scheduler orders them.
+Waiting costs the event loop nothing (a future each), and a waiter cancelled as its place was
+handed to it passes the place on. Only the event loop's thread touches it.
 """
 
 from __future__ import annotations

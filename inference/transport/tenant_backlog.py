@@ -12,16 +12,16 @@ tenant B's short ones for up to 4.6 s, 526 times B's idle time to first token
 So, in front of engines of the fair policy (FIFO ones get every request in arrival order, as
 their operator chose), per model, tenant and service class, the frontends sending to the model
 (the API processes, the Batch API's worker: each engine client) keep at most ``per_engine``
-requests times the model's fair engines in Redis and the engines' queues, sent with no output yet: each
-takes its share, ``per_engine`` divided by the frontends that sent to the model in the last
-FRONTEND_WINDOW_S (counted in Redis on admission's round trip: engine_capacity.py), and at least
-MIN_SHARE. The next one waits here until one of those starts (its first output), ends or fails.
-64 per engine is within the engines' look-ahead (256 + the engine's own queue) with room for
-four tenants' bursts at once, so a request of another tenant is never further back in the
-stream than the engines read; with the MIN_SHARE floor that holds up to 32 frontends, past
-which the engines' ``--fair-lookahead`` should grow with them. A frontend that starts sending
-is counted by the others within a snapshot's life (at most a second): until then their share
-may exceed the bound by one share, still within the look-ahead.
+requests times the model's fair engines in Redis and the engines' queues, sent with no output
+yet: each takes its share, ``per_engine`` divided by the frontends that sent to the model in the
+last FRONTEND_WINDOW_S (counted in Redis on admission's round trip: engine_capacity.py), and at
+least MIN_SHARE. The next one waits here until one of those starts (its first output), ends or
+fails. 64 per engine is within the engines' look-ahead (256 + the engine's own queue) with room
+for four tenants' bursts at once, so a request of another tenant is never further back in the
+stream than the engines read; with the MIN_SHARE floor that holds up to 32 frontends, past which
+the engines' ``--fair-lookahead`` should grow with them. A frontend that starts sending is
+counted by the others within a snapshot's life (at most a second): until then their share may
+exceed the bound by one share, still within the look-ahead.
 
 It costs the tenant nothing while it is alone: its requests still reach every engine faster
 than the engines start them (each engine reads at most its queue bound plus the look-ahead,
