@@ -154,8 +154,9 @@ class ServiceSettings:
     """Where to read and write, and how the service paces itself. ``max_queued``: the
     backpressure bound (EngineService.room); None: a quarter of ``max_num_seqs``, at least 16.
     ``fair_lookahead``: under the fair policy and with ``max_queued`` None, how many requests
-    more the reader may take, so the scheduler sees past one tenant's backlog in the stream
-    (they are claimed like any other: pending under this engine, recovered if it dies).
+    more the reader may take at least, so the scheduler sees past one tenant's backlog in the
+    stream (they are claimed like any other: pending under this engine, recovered if it dies);
+    more with many frontends sending (engine/service/read_ahead.py).
     """
 
     model_name: str

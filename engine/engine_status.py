@@ -50,6 +50,9 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     # "fcfs", "priority" or "fair" ("": a record from before the field): a frontend holds a
     # tenant's burst back in front of fair engines only (inference/transport/tenant_backlog.py).
     scheduling_policy: str = ""
+    # The most requests the engine keeps read and not yet scheduled: its backpressure bound,
+    # look-ahead included, which grows with the frontends sending (engine/service/read_ahead.py).
+    queue_bound: int = 0
 
     @property
     def schedules_fairly(self) -> bool:

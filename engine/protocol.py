@@ -27,6 +27,17 @@ FIELD = b"m"
 # lost while holding it (engine/service/recovery.py counts the rest from its deliveries).
 LOST_FIELD = b"lost"
 
+# A frontend (an API process, the Batch API's worker) counts as sending to a model this long
+# after it last read the model's engines to send a request (Keys.frontends). Longer than its
+# admission snapshot's life, so a process sending steadily never drops out; wall-clock scores,
+# so hosts' clocks may differ by a few seconds.
+FRONTEND_WINDOW_S = 10.0
+# Each frontend keeps up to this many of a tenant's unstarted requests per engine, however many
+# frontends share the tenant's bound (inference/transport/tenant_backlog.py); the engines' read
+# ahead grows with the frontends past the point where this floor takes over
+# (engine/service/read_ahead.py).
+MIN_TENANT_SHARE = 8
+
 
 def redis_prefix() -> str:
     return os.environ.get("PLATFORM_REDIS_PREFIX", "llmp")
@@ -61,7 +72,9 @@ class Keys:
     def frontends(self, model: str) -> str:
         """Sorted set: frontend id -> the time (Unix seconds) it last read the model's engines
         to send a request; how many API processes share a tenant's room in the engines'
-        queues (inference/transport/tenant_backlog.py). Written and read by frontends only."""
+        queues (inference/transport/tenant_backlog.py). Written by frontends, which drop
+        marks older than FRONTEND_WINDOW_S as they write; engines read its size to size their
+        read-ahead (engine/service/read_ahead.py)."""
         return f"{self.prefix}:frontends:{model}"
 
     def control(self, model: str) -> str:

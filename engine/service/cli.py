@@ -41,7 +41,8 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
         "--fair-lookahead",
         type=int,
         help="fair policy, default --max-queued: requests read beyond that bound, so the "
-        "scheduler sees other tenants behind one tenant's backlog (default 256)",
+        "scheduler sees other tenants behind one tenant's backlog (default 256; grows to 32 per "
+        "API process sending to the model past eight of them)",
     )
     parser.add_argument(
         "--no-prefix-routing",

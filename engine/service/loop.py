@@ -28,12 +28,12 @@ from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
 from engine.service.intake_order import intake_order
 from engine.service.prefix_index import PrefixIndexPublisher
+from engine.service.read_ahead import ReadAhead
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
 from engine.service.step_preemption import between_layers, first_steps
 
 if TYPE_CHECKING:
-    from engine.config import EngineConfig
     from engine.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
@@ -55,14 +55,6 @@ class ActiveRequest:
     started: bool = False
 
 
-def default_max_queued(config: EngineConfig, settings: ServiceSettings) -> int:
-    """The backpressure bound when ``--max-queued`` is not given: a quarter of the batch (at
-    least 16), and under the fair policy ``fair_lookahead`` more, so the scheduler sees other
-    tenants' requests behind one tenant's backlog in the stream."""
-    bound = max(16, config.max_num_seqs // 4)
-    return bound + settings.fair_lookahead if config.scheduling_policy == "fair" else bound
-
-
 class EngineService:
     """Runs ``engine`` for one served model until drained or stopped. Redis is reached only
     from its threads: the two readers, the writer and the heartbeat."""
@@ -79,7 +71,7 @@ class EngineService:
         self.adapters = AdapterRegistry(engine, model)
         self.recent_aborts: dict[str, float] = {}  # request id -> time.monotonic()
         self.num_steps = 0
-        self.max_queued = settings.max_queued or default_max_queued(engine.config, settings)
+        self.read_ahead = ReadAhead(engine.config, settings, self.keys)  # the reader's bound
         self.draining = False
         self._stop_requested = threading.Event()
         self._drain_requested, self._drain_deadline = False, 0.0
@@ -121,11 +113,13 @@ class EngineService:
         return inputs.RegistrySnapshot(records, read_at)
 
     def beat(self) -> None:
-        """The heartbeat's tick: status record, dead engines, prefix index, adapters when due."""
+        """The heartbeat's tick: status record, dead engines, prefix index, read-ahead bound,
+        adapters when due."""
         try:
             self.publish_status()
         except redis.RedisError as exc:
             logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
+        self.read_ahead.refresh(self.redis)
         self.reaper.check()
         if self.prefix_index is not None:
             self.prefix_index.publish(self.redis)
@@ -151,13 +145,17 @@ class EngineService:
             num_steps=self.num_steps,
             block_size=self.engine.config.block_size if self.prefix_index is not None else 0,
             scheduling_policy=self.engine.config.scheduling_policy,
+            queue_bound=self.read_ahead.bound,
         )
-        status.num_waiting += self.inbox.num_requests
+        status.num_waiting += self.inbox.num_uncounted
         publish_status(self.redis, self.keys, status, self.settings.status_ttl)
 
     def room(self) -> int:
         """How many requests the reader may take now (backpressure: the rest wait for others)."""
-        return self.max_queued - self.stats.num_waiting - self.inbox.num_requests
+        # The inbox before the stats: the loop replaces the stats before it settles the inbox,
+        # so a request taken meanwhile may count twice here, never not at all.
+        uncounted = self.inbox.num_uncounted
+        return self.read_ahead.bound - self.stats.num_waiting - uncounted
 
     def run(self) -> None:
         """Serve until SIGTERM/SIGINT or a Drain command, then drain and withdraw."""
@@ -243,6 +241,7 @@ class EngineService:
                     del self.active[delta.request_id]
                     self.job.done.append(active.entry_id)
         self.stats = self.engine.stats()
+        self.inbox.settle()  # after the stats (see ``room``)
         if self.job:
             self.job.step = self.num_steps
             self.writer.submit(self.job)

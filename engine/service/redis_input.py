@@ -57,13 +57,15 @@ Event = NewRequest | RegistrySnapshot | protocol.ControlMessage
 
 
 class Inbox:
-    """The queue from the Redis threads to the loop; counts the new requests in it, which
-    backpressure needs."""
+    """The queue from the Redis threads to the loop; counts the new requests in it, and those
+    taken out since the engine's stats were last read (``settle``), which backpressure needs:
+    a request taken is in neither the queue nor the stats until the step after it ends."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.num_requests = 0
+        self.num_taken = 0  # new requests taken out since the last ``settle``
         self._later: list[Event] = []  # taken by take_new_requests, for the next take_all
         self._deferred: list[NewRequest] = []  # taken and put back (``defer``): first out
 
@@ -79,6 +81,7 @@ class Inbox:
         if events:
             with self._lock:
                 self.num_requests += len(events)
+                self.num_taken -= len(events)
             self._deferred = events + self._deferred
 
     def take_all(self, timeout: float = 0.0) -> list[Event]:
@@ -88,8 +91,7 @@ class Inbox:
             self._later, self._deferred = [], []
         else:
             events = take_all(self._queue, timeout)
-        with self._lock:
-            self.num_requests -= sum(isinstance(e, NewRequest) for e in events)
+        self._took(sum(isinstance(e, NewRequest) for e in events))
         return events
 
     def take_new_requests(self) -> list[NewRequest]:
@@ -98,9 +100,25 @@ class Inbox:
         new, self._deferred = self._deferred, []
         for event in take_all(self._queue, 0.0):
             (new if isinstance(event, NewRequest) else self._later).append(event)
-        with self._lock:
-            self.num_requests -= len(new)
+        self._took(len(new))
         return new
+
+    def _took(self, n: int) -> None:
+        with self._lock:
+            self.num_requests -= n
+            self.num_taken += n
+
+    def settle(self) -> None:
+        """The loop read the engine's stats after adding every request taken so far: they
+        count those now."""
+        with self._lock:
+            self.num_taken = 0
+
+    @property
+    def num_uncounted(self) -> int:
+        """New requests the engine's last stats do not count: queued here, or taken since."""
+        with self._lock:  # both at one moment: a request moving between them counts once
+            return self.num_requests + self.num_taken
 
 
 def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:

@@ -44,11 +44,9 @@ ADMISSION_CACHE_S = 0.25
 # how old an engine's own record may already be when it is read.
 ADMISSION_STALE_S = 1.0
 
-# A frontend (an API process, the Batch API's worker) counts as sending to a model this long
-# after it last read the model's engines to send a request: those share a tenant's room in the
-# engines' queues (tenant_backlog.py). Longer than a snapshot's life, so a process sending
-# steadily never drops out; wall-clock scores, so hosts' clocks may differ by a few seconds.
-FRONTEND_WINDOW_S = 10.0
+# How long a frontend counts as sending to a model: those share a tenant's room in the engines'
+# queues (tenant_backlog.py), and the engines read further ahead as they grow in number.
+FRONTEND_WINDOW_S = protocol.FRONTEND_WINDOW_S
 
 # KEYS: a stream; ARGV: an entry id, the most worth counting. How many entries follow that id
 # (counted in Redis: nothing but the number crosses the network).

@@ -18,8 +18,9 @@ last FRONTEND_WINDOW_S (counted in Redis on admission's round trip: engine_capac
 least MIN_SHARE. The next one waits here until one of those starts (its first output), ends or
 fails. 64 per engine is within the engines' look-ahead (256 + the engine's own queue) with room
 for four tenants' bursts at once, so a request of another tenant is never further back in the
-stream than the engines read; with the MIN_SHARE floor that holds up to 32 frontends, past which
-the engines' ``--fair-lookahead`` should grow with them. A frontend that starts sending is
+stream than the engines read. Past eight frontends the MIN_SHARE floor takes over, and the
+engines read further ahead to match, with room for four tenants' bursts of MIN_SHARE per
+frontend (engine/service/read_ahead.py). A frontend that starts sending is
 counted by the others within a snapshot's life (at most a second): until then their share may
 exceed the bound by one share, still within the look-ahead.
 
@@ -46,7 +47,7 @@ logger = logging.getLogger(__name__)
 PER_ENGINE = 64
 # Each frontend's share is at least this (per engine), however many frontends send: a burst
 # through one of many still keeps the engines' queues fed while its earlier requests start.
-MIN_SHARE = 8
+MIN_SHARE = protocol.MIN_TENANT_SHARE
 
 
 class TenantBacklog:

@@ -109,3 +109,47 @@ def test_a_returning_tenant_runs_inside_the_floods_steps(engine, redis_server):
     wait_for(counted, 10, f"the status to count a step inside ({num_b} requests of B's)")
     wait_for(lambda: set(flood) <= finished(), 120, "A's flood to finish")
     client.close()
+
+
+def test_with_many_frontends_the_engine_reads_past_a_deeper_burst(engine, redis_server):
+    """40 API processes keep a tenant's burst up to 8 x 40 per engine deep in the stream, past
+    the default look-ahead (256): the engine, which counts them in Keys.frontends, reads far
+    enough to see tenant B's request behind 400 of A's. With the look-ahead fixed at 256 it
+    read B only after about 130 of A's had finished."""
+    client = redis.Redis.from_url(redis_server.url)
+    keys, frontend = Keys(PREFIX), f"many-{uuid.uuid4().hex[:6]}"
+    client.zadd(keys.frontends(MODEL), {f"api-{i}": time.time() for i in range(40)})
+    grown = 16 + 4 * 8 * 40  # a quarter of the batch (at least 16), then 32 per frontend
+    wait_for(lambda: engine.status().queue_bound == grown, 10, "the read-ahead to grow")
+
+    burst = [f"deep-a-{i}" for i in range(400)]
+    pipe = client.pipeline()
+    for rid in burst:  # two at a time, 40 steps each
+        pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, rid, "tA", 40)})
+    pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, "deep-b", "tB", 4)})
+    pipe.execute()
+
+    def finish_order():
+        batches = [
+            protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))
+        ]
+        done = [d.request_id for b in batches for d in b.deltas if d.finish_reason]
+        return done if "deep-b" in done else None
+
+    try:
+        done = wait_for(finish_order, 120, "tenant B's request to finish")
+        assert done.index("deep-b") <= 4, done
+    finally:  # leave the module's engine idle and at its usual bound for the next test
+        client.delete(keys.frontends(MODEL))
+        pipe = client.pipeline()
+        for rid in burst:
+            abort = protocol.AbortRequest(request_id=rid)
+            pipe.xadd(keys.aborts(), {FIELD: protocol.encode(abort)})
+        pipe.execute()
+        wait_for(
+            lambda: (s := engine.status()) and s.num_running + s.num_waiting == 0,
+            60,
+            "the aborted burst to leave the engine",
+        )
+        wait_for(lambda: engine.status().queue_bound == 16 + 256, 10, "the bound to shrink")
+        client.close()

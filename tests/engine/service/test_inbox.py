@@ -51,3 +51,17 @@ def test_deferred_requests_come_back_first_and_count_as_queued():
     events = inbox.take_all(timeout=5.0)
     assert len(events) == 2 and events[0] is abort and events[1].request.request_id == "c"
     assert inbox.num_requests == 0
+
+
+def test_requests_taken_stay_counted_until_the_loop_settles():
+    inbox = Inbox()
+    for rid in ("a", "b", "c"):
+        inbox.put(_new(rid))
+    taken = inbox.take_all()
+    assert (inbox.num_requests, inbox.num_uncounted) == (0, 3)
+    inbox.defer(taken[2:])  # back in the queue: counted once, not twice
+    assert (inbox.num_requests, inbox.num_uncounted) == (1, 3)
+    inbox.settle()  # the engine's stats now count "a" and "b"
+    assert (inbox.num_requests, inbox.num_uncounted) == (1, 1)
+    inbox.take_new_requests()
+    assert inbox.num_uncounted == 1

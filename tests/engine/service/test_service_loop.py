@@ -218,3 +218,18 @@ def test_a_fresh_request_aborted_before_pickup_never_runs_without_its_marker(ser
         service.stop()
         service.shutdown()
     r.close()
+
+
+def test_requests_taken_into_the_engine_count_against_the_bound_until_the_stats_do(service):
+    """Backpressure: between taking requests from the inbox and the stats of the step after,
+    the reader counted them nowhere and read up to its bound again, holding twice what this
+    engine could schedule soon (unstarted requests other replicas could have taken)."""
+    assert service.read_ahead.bound == 16  # fcfs, max_num_seqs 2: the floor of 16
+    for i in range(16):
+        service.inbox.put(new_request(f"r{i}"))
+    assert service.room() == 0
+    assert len(service.drain_inputs()) == 16  # in the engine, not yet in its stats
+    assert service.room() == 0
+    service.publish(service.step())  # two run, fourteen wait: the stats count them now
+    assert service.stats.num_waiting == 14
+    assert service.room() == 2
