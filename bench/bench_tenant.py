@@ -1,5 +1,6 @@
 """The Django snippet the API benches run (``python -c``, in the bench's environment) to
-register a checkpoint as a served model and print a fresh key of a "bench" tenant."""
+register a checkpoint as a served model and, unless told not to, print a fresh key of a "bench"
+tenant."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ import django
 django.setup()
 from controlplane.deployments.models import ServedModel
 from controlplane.tenants.services import api_key_create, tenant_create
-name, path, max_model_len = sys.argv[-3:]
+name, path, max_model_len, with_key = sys.argv[-4:]
 ServedModel.objects.update_or_create(name=name, defaults={"path": path,
     "architecture": "LlamaForCausalLM", "max_model_len": int(max_model_len)})
-print(api_key_create(tenant=tenant_create(name="bench")).secret)
+if with_key == "1":
+    print(api_key_create(tenant=tenant_create(name="bench")).secret)
 """
 
 
-def register_command(python: str, name: str, checkpoint, max_model_len: int) -> list[str]:
-    """The command line that registers ``checkpoint`` as ``name``; its last output line is the
-    key."""
-    return [python, "-c", REGISTER_MODEL_AND_KEY, name, str(checkpoint), str(max_model_len)]
+def register_command(
+    python: str, name: str, checkpoint, max_model_len: int, *, key: bool = True
+) -> list[str]:
+    """The command line that registers ``checkpoint`` as ``name``; with ``key``, its last
+    output line is the key."""
+    return [
+        python, "-c", REGISTER_MODEL_AND_KEY, name, str(checkpoint), str(max_model_len), str(int(key))
+    ]  # fmt: skip

@@ -39,6 +39,7 @@ def served_platform(
     log_dir: Path | None = None,
     log_prefix: str = "",
     engine_options: dict | None = None,
+    extra_models: dict[str, dict] | None = None,
     extra_children: dict[str, list[str]] | None = None,
     daphne_wrapper: list[str] = (),
     api_redis_query: str = "",
@@ -49,7 +50,9 @@ def served_platform(
     ``env``: settings for every process (LOG_LEVEL is WARNING unless given). Logs go to
     ``log_dir`` (default ``workdir``) as ``<log_prefix><name>.log``. ``daphne_wrapper`` runs
     in front of Daphne's command (a profiler); ``api_redis_query`` is appended to the API's
-    Redis URL only (``max_connections=300``)."""
+    Redis URL only (``max_connections=300``). ``extra_models``: more names for the same
+    checkpoint, each served by an engine of its own with those options (``engine-<name>``);
+    the platform is ready once each has loaded."""
     log_dir = log_dir or workdir
     stack = Stack(
         workdir,
@@ -61,6 +64,13 @@ def served_platform(
     with stack:
         stack.start_redis()
         stack.migrate()
+        for name in extra_models or {}:
+            subprocess.run(
+                register_command(sys.executable, name, checkpoint, max_model_len, key=False),
+                cwd=REPO,
+                env=stack.env,
+                check=True,
+            )
         key = subprocess.run(
             register_command(sys.executable, model_name, checkpoint, max_model_len),
             cwd=REPO,
@@ -77,6 +87,15 @@ def served_platform(
             log=log_dir / f"{log_prefix}engine.log",
             **(engine_options or {}),
         )
+        for name, options in (extra_models or {}).items():
+            stack.start_engine(
+                checkpoint,
+                name,
+                name=f"engine-{name}",
+                wait=False,
+                log=log_dir / f"{log_prefix}engine-{name}.log",
+                **options,
+            )
         for name, command in (extra_children or {}).items():
             stack.start(name, command, log=log_dir / f"{log_prefix}{name}.log")
         port = free_port()
@@ -95,4 +114,10 @@ def served_platform(
             timeout=ready_timeout,
             what=f"the platform serving {model_name} (/ready)",
         )
+        for name in extra_models or {}:
+            stack.wait_until(
+                lambda name=name: stack.engine_live(name),
+                timeout=ready_timeout,
+                what=f"the engine serving {name}",
+            )
         yield ServedBench(stack, base_url, key, engine, daphne)

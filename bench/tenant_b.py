@@ -23,10 +23,11 @@ class TenantB:
         self.process = context.Process(target=main, args=(*args, child, self.stop))
         self.process.start()
 
-    def start(self, count: int, interval: float) -> None:
-        """``count`` requests, one every ``interval`` s, or until ``collect``."""
+    def start(self, count: int, interval: float, *more) -> None:
+        """``count`` requests, one every ``interval`` s, or until ``collect``; ``more`` goes
+        with the command (the model, for a bench that serves several)."""
         self.stop.clear()
-        self.conn.send((count, interval))
+        self.conn.send((count, interval, *more))
 
     async def collect(self, *, stop: bool = True) -> list:
         """B's TTFTs since ``start``, stopping it first."""
@@ -34,8 +35,8 @@ class TenantB:
             self.stop.set()
         return await asyncio.to_thread(self.conn.recv)
 
-    async def trickle(self, count: int, interval: float) -> list:
-        self.start(count, interval)
+    async def trickle(self, count: int, interval: float, *more) -> list:
+        self.start(count, interval, *more)
         return await self.collect(stop=False)
 
     def close(self) -> None:

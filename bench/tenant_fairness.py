@@ -2,13 +2,18 @@
 
 Real processes: a private Redis and one ``python -m engine`` (``--max-num-seqs 8``) on a tiny
 random-weight llama, driven through the engine's Redis interface (``EngineClient``, as an API
-process does). For each policy (``fair``, then ``fcfs``, a fresh engine each):
+process does). Two engines serve the checkpoint under two names: MODEL by a ``fair`` engine,
+FIFO_MODEL by an ``fcfs`` one. For each policy:
 
 1. B idle: tenant B sends one short request every ``--interval`` s; its TTFTs. B's client
    runs in a process of its own, as a second API process would.
 2. A alone: tenant A sends ``--flood`` requests of ``--prompt`` tokens at once; A's throughput.
 3. A's flood again with B sending as in 1 meanwhile: B's TTFTs, A's and total throughput.
-   Steps 2 and 3 alternate ``--rounds`` times; B's TTFTs are pooled over the rounds.
+   Steps 2 and 3 alternate ``--rounds`` times; B's TTFTs are pooled over the rounds. Each
+   round runs both policies, in an order that alternates from round to round, so that whatever
+   else the shared machine does at the time falls on both alike (a fresh engine per policy, run
+   one after the other, read fair / FIFO throughput 0.87-1.20 on one machine in an hour,
+   2026-11-28). The idle engine waits on Redis and takes next to no CPU.
 4. Weights: two tenants of weight 1 and 3 each send a backlog at once; the output tokens each
    received while both were still backlogged (fair policy only; FIFO has no weights).
 
@@ -36,14 +41,16 @@ sys.path.insert(0, str(REPO))
 from bench.peers import percentile  # noqa: E402
 from bench.tenant_b import TenantB, add_flood_arguments, flood_checks  # noqa: E402
 
-MODEL = "fair-bench"
+MODEL = "fair-bench"  # served by the fair engine
+FIFO_MODEL = "fair-bench-fcfs"  # the same checkpoint, served by the fcfs engine
+POLICY_MODELS = {"fair": MODEL, "fcfs": FIFO_MODEL}
 
 
 class Driver:
-    """Sends requests of one tenant and records when their tokens arrive."""
+    """Sends requests to ``model`` and records when their tokens arrive."""
 
-    def __init__(self, client, tokenizer, vocab: int, seed: int):
-        self.client, self.tokenizer, self.vocab = client, tokenizer, vocab
+    def __init__(self, client, tokenizer, vocab: int, seed: int, model: str = MODEL):
+        self.client, self.tokenizer, self.vocab, self.model = client, tokenizer, vocab, model
         self.rng = random.Random(seed)
         # (seconds queued in the engine, seconds from scheduled to first token) per request
         self.engine_times: list[tuple[float, float]] = []
@@ -60,7 +67,7 @@ class Driver:
         from inference.transport.engine_client import EngineRequest, SamplingOptions
 
         request = EngineRequest.build(
-            model=MODEL,
+            model=self.model,
             prompt_token_ids=self.prompt(prompt) if isinstance(prompt, int) else prompt,
             sampling=SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
             tenant=tenant,
@@ -134,41 +141,59 @@ def _tenant_b_main(url, prefix, model_path, vocab, conn, stop) -> None:
 
     async def serve() -> None:
         client = EngineClient(url, prefix=prefix, silence_timeout=600.0, max_waiting=10**6)
-        driver = Driver(client, ChatTokenizer(model_path), vocab, seed=1)
+        tokenizer = ChatTokenizer(model_path)
+        drivers = {
+            m: Driver(client, tokenizer, vocab, seed=1, model=m) for m in POLICY_MODELS.values()
+        }
         while (command := await asyncio.to_thread(conn.recv)) is not None:
-            count, interval = command
-            conn.send(await driver.trickle("tB", count, interval, stop))
+            count, interval, model = command
+            conn.send(await drivers[model].trickle("tB", count, interval, stop))
         await client.close()
 
     asyncio.run(serve())
 
 
-async def scenario(url: str, prefix: str, model_path: str, vocab: int, args, policy: str) -> dict:
+async def scenario(url: str, prefix: str, model_path: str, vocab: int, args) -> dict[str, dict]:
     from engine.text.tokenizer import ChatTokenizer
     from inference.transport.engine_client import EngineClient
 
     client = EngineClient(url, prefix=prefix, silence_timeout=600.0, max_waiting=10**6)
-    driver = Driver(client, ChatTokenizer(model_path), vocab, seed=0)
+    tokenizer = ChatTokenizer(model_path)
+    # One driver of A per policy, on the same seed: each round floods both with the same prompts.
+    drivers = {
+        p: Driver(client, tokenizer, vocab, seed=0, model=m) for p, m in POLICY_MODELS.items()
+    }
     tenant_b = TenantB(_tenant_b_main, url, prefix, model_path, vocab)
-    await tenant_b.trickle(3, 0.1)  # warm-up
-    result: dict = {"policy": policy}
-    result["b_idle"] = await tenant_b.trickle(args.idle_samples, args.interval)
+    results: dict[str, dict] = {}
+    for policy, model in POLICY_MODELS.items():
+        await tenant_b.trickle(3, 0.1, model)  # warm-up
+        idle = await tenant_b.trickle(args.idle_samples, args.interval, model)
+        results[policy] = {
+            "policy": policy,
+            "b_idle": idle,
+            "b_flood": [],
+            "alone": [],
+            "with_b": [],
+        }
     # Rounds alternate A alone and A with B, so a slow spell of a shared machine falls on
     # both; B's samples under the flood are pooled (a p99 of two or three is only their max).
-    alone, with_b, result["b_flood"] = [], [], []
-    for _ in range(args.rounds):
-        alone.append(await driver.flood("tA", args.flood, args.prompt, args.output))
-        tenant_b.start(10**6, args.interval)
-        with_b.append(await driver.flood("tA", args.flood, args.prompt, args.output))
-        result["b_flood"] += await tenant_b.collect()
+    for round_index in range(args.rounds):
+        order = list(POLICY_MODELS) if round_index % 2 == 0 else list(POLICY_MODELS)[::-1]
+        for policy in order:
+            result, driver = results[policy], drivers[policy]
+            result["alone"].append(await driver.flood("tA", args.flood, args.prompt, args.output))
+            tenant_b.start(10**6, args.interval, POLICY_MODELS[policy])
+            result["with_b"].append(await driver.flood("tA", args.flood, args.prompt, args.output))
+            result["b_flood"] += await tenant_b.collect()
     tenant_b.close()
-    # (seconds, tokens) over all rounds
-    result["a_alone"] = tuple(map(sum, zip(*alone, strict=True)))
-    result["a_with_b"] = tuple(map(sum, zip(*with_b, strict=True)))
-    if policy == "fair":
-        result["weights"] = await weighted_share(driver, args.weighted, args.weighted_output)
+    for result in results.values():  # (seconds, tokens) over all rounds
+        result["a_alone"] = tuple(map(sum, zip(*result.pop("alone"), strict=True)))
+        result["a_with_b"] = tuple(map(sum, zip(*result.pop("with_b"), strict=True)))
+    results["fair"]["weights"] = await weighted_share(
+        drivers["fair"], args.weighted, args.weighted_output
+    )
     await client.close()
-    return result
+    return results
 
 
 def report(fair: dict, fifo: dict) -> list[str]:
@@ -263,20 +288,19 @@ def main() -> None:
     vocab = ModelConfig.from_pretrained(model_path).vocab_size
     machine = machine_line()
     print(machine)
-    results = {}
     cap = args.fair_step_tokens
     step_cap = {} if cap is None else {"fair_step_tokens": cap}
     for option in args.engine_option:
         name, has_value, value = option.partition("=")
         step_cap[name.replace("-", "_")] = value if has_value else True  # a bare flag
-    for policy in ("fair", "fcfs"):
-        prefix = f"fairbench{policy}"
-        stack = Stack(workdir / policy, redis_prefix=prefix)
-        url = stack.start_redis()
-        try:
+    prefix = "fairbench"
+    stack = Stack(workdir / "stack", redis_prefix=prefix)
+    url = stack.start_redis()
+    try:
+        for policy, model in POLICY_MODELS.items():
             stack.start_engine(
                 model_path,
-                MODEL,
+                model,
                 name=f"engine-{policy}",
                 device="cpu",
                 dtype="float32",
@@ -284,10 +308,9 @@ def main() -> None:
                 scheduling_policy=policy,
                 **step_cap,
             )
-            results[policy] = asyncio.run(scenario(url, prefix, model_path, vocab, args, policy))
-        finally:
-            stack.stop()
-        print(f"{policy} done", flush=True)
+        results = asyncio.run(scenario(url, prefix, model_path, vocab, args))
+    finally:
+        stack.stop()
     lines = report(results["fair"], results["fcfs"])
     for policy, r in results.items():  # what a p99 of a few dozen samples is made of
         slowest = sorted((t[0] * 1000 for t in r["b_flood"]), reverse=True)[:5]

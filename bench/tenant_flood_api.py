@@ -12,9 +12,13 @@ on a tiny random-weight llama, Daphne), two tenants with keys of their own, and 
   text of about as many tokens, which the API's planning threads tokenize, as a chat flood's
   would be).
 
-For each policy (``fair``, then ``fcfs``, a fresh platform each; ``--fair-only`` skips
-``fcfs``): B idle; then ``--rounds`` rounds alternating A alone and A with B (B's TTFTs pooled
-over the rounds). Prints the issue's ratios, B's slowest requests under the flood (with when
+The platform serves the checkpoint under two names, each by an engine of its own: MODEL by a
+``fair`` engine, FIFO_MODEL by an ``fcfs`` one (``--fair-only``: MODEL alone). B's idle TTFTs
+are taken on each; then ``--rounds`` rounds, each running per policy A alone and A with B (B's
+TTFTs pooled over the rounds), the policies' order alternating from round to round, so that
+whatever else the shared machine does at the time falls on both alike (one platform per policy,
+run one after the other, read fair / FIFO throughput 0.94 and 1.03 on the same machine within
+an hour; 2026-11-28). The idle engine waits on Redis and takes next to no CPU. Prints the issue's ratios, B's slowest requests under the flood (with when
 each was sent into it) and the CPU A's client took per flood: it shares the platform's cores
 here, as no real client would, and ``--a-client raw`` (httpx sending bodies encoded before the
 flood, instead of the openai SDK) takes less. ``--record`` appends them to docs/benchmarks.md.
@@ -42,7 +46,9 @@ sys.path.insert(0, str(REPO))
 from bench.peers import percentile  # noqa: E402
 from bench.tenant_b import TenantB, add_flood_arguments, flood_checks  # noqa: E402
 
-MODEL = "flood-bench"
+MODEL = "flood-bench"  # served by the fair engine
+FIFO_MODEL = "flood-bench-fcfs"  # the same checkpoint, served by the fcfs engine
+POLICY_MODELS = {"fair": MODEL, "fcfs": FIFO_MODEL}
 B_PROMPT, B_OUTPUT = 16, 4
 
 # Run with ``python -c`` in the platform's environment: a second tenant and its key.
@@ -60,22 +66,22 @@ def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
 
 
 def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
-    """Tenant B's process: per command (count, interval), streams that many requests, one per
-    interval or until ``stop``, and sends back (when sent, TTFT) for each (``time.monotonic``,
+    """Tenant B's process: per command (count, interval, model), streams that many requests to
+    the model, one per interval or until ``stop``, and sends back (when sent, TTFT) for each (``time.monotonic``,
     the same clock in every process)."""
     import openai
 
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
     rng = random.Random(1)
     while (command := conn.recv()) is not None:
-        count, interval = command
+        count, interval, model = command
         ttfts = []
         for _ in range(count):
             if stop.is_set():
                 break
             began = time.monotonic()
             stream = client.completions.create(
-                model=MODEL,
+                model=model,
                 prompt=random_prompt(rng, B_PROMPT, vocab),
                 max_tokens=B_OUTPUT,
                 temperature=0.0,
@@ -97,9 +103,10 @@ def _tenant_b_main(base_url: str, key: str, vocab: int, conn, stop) -> None:
 
 
 async def flood(
-    clients: list, rng: random.Random, args, vocab: int, on_start=lambda: None
+    clients: list, rng: random.Random, args, vocab: int, model: str, on_start=lambda: None
 ) -> tuple[float, int]:
-    """A's requests at once, spread over ``clients``: (seconds, prompt + output tokens).
+    """A's requests to ``model`` at once, spread over ``clients``: (seconds, prompt + output
+    tokens).
     ``on_start()`` is called as the first is sent, once the prompts are made."""
     prompts = [random_prompt(rng, args.prompt, vocab) for _ in range(args.flood)]
     if args.a_text:  # words for the API to tokenize (about 4 tokens each: "w123")
@@ -109,7 +116,7 @@ async def flood(
     if args.a_client == "raw":  # bodies encoded before the flood, sent by httpx alone
         bodies = [
             json.dumps(
-                {"model": MODEL, "prompt": p, "max_tokens": args.output, "temperature": 0.0,
+                {"model": model, "prompt": p, "max_tokens": args.output, "temperature": 0.0,
                  "ignore_eos": True}
             ).encode()
             for p in prompts
@@ -121,7 +128,7 @@ async def flood(
     else:
         calls = [
             clients[i % len(clients)].completions.create(
-                model=MODEL,
+                model=model,
                 # The ids go in extra_body, which replaces this placeholder in the JSON body:
                 # the SDK's request transform walks every id of a token-id prompt in Python,
                 # about 35 ms of CPU for 1,000 ids, and A's client then used a core of the two
@@ -156,7 +163,11 @@ def _tokens(response) -> int:
 A_CLIENTS = 16
 
 
-async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, policy: str) -> dict:
+async def scenario(
+    base_url: str, b_key: str, a_key: str, vocab: int, args, policies: tuple[str, ...]
+) -> dict[str, dict]:
+    """Per policy: B's TTFTs idle and under A's floods (with when each was sent into its
+    flood), A's (seconds, tokens) alone and with B, and A's client CPU per flood."""
     import httpx
     import openai
 
@@ -180,30 +191,42 @@ async def scenario(base_url: str, b_key: str, a_key: str, vocab: int, args, poli
         ]
     rng = random.Random(0)
     tenant_b = TenantB(_tenant_b_main, base_url, b_key, vocab)
-    await tenant_b.trickle(3, 0.1)  # warm-up
-    idle = await tenant_b.trickle(args.idle_samples, 0.25)
-    result: dict = {"policy": policy, "b_idle": [ttft for _, ttft in idle]}
-    alone, with_b, result["b_flood"], result["b_flood_sent"] = [], [], [], []
-    result["a_client_cpu"] = []  # CPU seconds of this process (A's client) per flood
+    results: dict[str, dict] = {}
+    for policy in policies:
+        await tenant_b.trickle(3, 0.1, POLICY_MODELS[policy])  # warm-up
+        idle = await tenant_b.trickle(args.idle_samples, 0.25, POLICY_MODELS[policy])
+        results[policy] = {
+            "policy": policy,
+            "b_idle": [ttft for _, ttft in idle],
+            "b_flood": [],
+            "b_flood_sent": [],
+            "a_client_cpu": [],  # CPU seconds of this process (A's client) per flood
+            "alone": [],
+            "with_b": [],
+        }
     began: list[float] = []  # a flood's start (time.monotonic()), and this process's CPU then
 
-    def start_b() -> None:
+    def start_b(model: str) -> None:
         began[:] = time.monotonic(), time.process_time()
-        tenant_b.start(10**6, args.interval)
+        tenant_b.start(10**6, args.interval, model)
 
-    for _ in range(args.rounds):
-        alone.append(await flood(clients, rng, args, vocab))
-        with_b.append(await flood(clients, rng, args, vocab, start_b))
-        result["a_client_cpu"].append(time.process_time() - began[1])
-        for sent, ttft in await tenant_b.collect():
-            result["b_flood"].append(ttft)
-            result["b_flood_sent"].append(sent - began[0])
+    for round_index in range(args.rounds):
+        for policy in policies if round_index % 2 == 0 else policies[::-1]:
+            result, model = results[policy], POLICY_MODELS[policy]
+            result["alone"].append(await flood(clients, rng, args, vocab, model))
+            with_b = await flood(clients, rng, args, vocab, model, lambda m=model: start_b(m))
+            result["with_b"].append(with_b)
+            result["a_client_cpu"].append(time.process_time() - began[1])
+            for sent, ttft in await tenant_b.collect():
+                result["b_flood"].append(ttft)
+                result["b_flood_sent"].append(sent - began[0])
     tenant_b.close()
     for pool in pools:
         await pool.aclose()
-    result["a_alone"] = tuple(map(sum, zip(*alone, strict=True)))
-    result["a_with_b"] = tuple(map(sum, zip(*with_b, strict=True)))
-    return result
+    for result in results.values():
+        result["a_alone"] = tuple(map(sum, zip(*result.pop("alone"), strict=True)))
+        result["a_with_b"] = tuple(map(sum, zip(*result.pop("with_b"), strict=True)))
+    return results
 
 
 def report(fair: dict, fifo: dict | None) -> list[str]:
@@ -307,31 +330,34 @@ def main() -> None:
     vocab = ModelConfig.from_pretrained(str(checkpoint)).vocab_size
     machine = machine_line()
     print(machine, flush=True)
-    results = {}
-    for policy in ("fair",) if args.fair_only else ("fair", "fcfs"):
-        options = {"scheduling_policy": policy, "max_num_seqs": args.max_num_seqs}
-        if args.engine_threads:
-            options["cpu_threads"] = args.engine_threads
-        options["fixed_cpu_threads"] = args.fixed_engine_threads
-        options["nice"] = args.engine_nice
-        env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else {}
-        if args.tenant_queued_per_engine is not None:
-            env["TENANT_QUEUED_PER_ENGINE"] = str(args.tenant_queued_per_engine)
-        with served_platform(
-            workdir / policy, checkpoint, model_name=MODEL, engine_options=options, env=env or None
-        ) as platform:
-            a_key = subprocess.run(
-                [sys.executable, "-c", FLOOD_TENANT_KEY],
-                cwd=REPO,
-                env=platform.stack.env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.split()[-1]
-            results[policy] = asyncio.run(
-                scenario(platform.base_url, platform.key, a_key, vocab, args, policy)
-            )
-        print(f"{policy} done", flush=True)
+    policies = ("fair",) if args.fair_only else ("fair", "fcfs")
+    options = {"max_num_seqs": args.max_num_seqs, "nice": args.engine_nice}
+    if args.engine_threads:
+        options["cpu_threads"] = args.engine_threads
+    options["fixed_cpu_threads"] = args.fixed_engine_threads
+    env = {"GOMP_SPINCOUNT": str(args.gomp_spincount)} if args.gomp_spincount else {}
+    if args.tenant_queued_per_engine is not None:
+        env["TENANT_QUEUED_PER_ENGINE"] = str(args.tenant_queued_per_engine)
+    fifo = {FIFO_MODEL: {**options, "scheduling_policy": "fcfs"}}
+    with served_platform(
+        workdir,
+        checkpoint,
+        model_name=MODEL,
+        engine_options={**options, "scheduling_policy": "fair"},
+        extra_models=None if args.fair_only else fifo,
+        env=env or None,
+    ) as platform:
+        a_key = subprocess.run(
+            [sys.executable, "-c", FLOOD_TENANT_KEY],
+            cwd=REPO,
+            env=platform.stack.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()[-1]
+        results = asyncio.run(
+            scenario(platform.base_url, platform.key, a_key, vocab, args, policies)
+        )
     lines = report(results["fair"], results.get("fcfs"))
     print("\n".join(lines))
     if args.record:
