@@ -37,6 +37,8 @@ FRONTEND_WINDOW_S = 10.0
 # ahead grows with the frontends past the point where this floor takes over
 # (engine/service/read_ahead.py).
 MIN_TENANT_SHARE = 8
+# Entries Keys.idle keeps: only what engines read now matters.
+IDLE_STREAM_LEN = 1000
 
 
 def redis_prefix() -> str:
@@ -80,6 +82,11 @@ class Keys:
     def control(self, model: str) -> str:
         """Broadcast stream of control commands (adapters, drain) every engine of a model reads."""
         return f"{self.prefix}:control:{model}"
+
+    def idle(self, model: str) -> str:
+        """Broadcast stream of Idle, from the model's engines to its engines (hand-overs of
+        waiting requests: engine/service/hand_over.py); capped to its last IDLE_STREAM_LEN."""
+        return f"{self.prefix}:idle:{model}"
 
     def aborts(self) -> str:
         """Broadcast stream of AbortRequest, read by every engine of every model."""
@@ -247,7 +254,17 @@ class Drain(msgspec.Struct, tag="drain", kw_only=True):
     engine_id: str = ""
 
 
-ControlMessage = AbortRequest | LoadAdapter | UnloadAdapter | Drain
+class Idle(msgspec.Struct, tag="idle", kw_only=True):
+    """From an engine that has just run out of waiting requests with a batch slot free, to its
+    model's other engines: one holding waiting requests it has not started hands some over
+    (engine/service/hand_over.py)."""
+
+    engine_id: str
+    room: int  # requests it may take (its reader's bound less what it holds)
+    load: int  # its running + waiting requests
+
+
+ControlMessage = AbortRequest | LoadAdapter | UnloadAdapter | Drain | Idle
 
 
 # ---------------------------------------------------------------- outputs (engine -> API)

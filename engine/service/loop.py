@@ -7,7 +7,6 @@ after OUTAGE_FAIL_S it ends the started requests with an error event, sent when 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import signal
@@ -26,11 +25,13 @@ from engine.outputs import RequestOutputDelta, Throughput
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
+from engine.service.hand_over import Starvation, hand_over
 from engine.service.intake_order import intake_order
 from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.read_ahead import ReadAhead
 from engine.service.recovery import DeadEngineReaper
 from engine.service.redis_output import OutputWriter, PublishJob
+from engine.service.status_record import status_record
 from engine.service.step_preemption import between_layers, first_steps
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class EngineService:
         self.reader = inputs.RequestReader(connect(url), self)
         self.broadcast = inputs.BroadcastReader(connect(url), self)
         self.reaper = DeadEngineReaper(self.redis, self)
+        self.starvation = Starvation(me, engine.config.max_num_seqs)  # tells idle peers
         self.prefix_index = PrefixIndexPublisher.for_engine(engine, self.keys, settings)
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
@@ -131,24 +133,7 @@ class EngineService:
 
     def publish_status(self) -> None:
         """SET the status record (with a TTL, so that a crash leaves it to expire)."""
-        # Only the loop thread changes these; each is replaced whole, so safe to read here.
-        stats, adapters = self.stats, self.adapters.versions
-        status = protocol.EngineStatus(
-            **dataclasses.asdict(stats),  # EngineStats' fields have EngineStatus's names
-            engine_id=self.settings.engine_id,
-            model=self.settings.model_name,
-            adapters=sorted(adapters),
-            adapter_checksums=dict(adapters),
-            tokens_per_s=round(self.throughput.rate(stats.generation_tokens_total), 2),
-            started_at=self.started_at,
-            draining=self.draining,
-            num_steps=self.num_steps,
-            block_size=self.engine.config.block_size if self.prefix_index is not None else 0,
-            scheduling_policy=self.engine.config.scheduling_policy,
-            queue_bound=self.read_ahead.bound,
-        )
-        status.num_waiting += self.inbox.num_uncounted
-        publish_status(self.redis, self.keys, status, self.settings.status_ttl)
+        publish_status(self.redis, self.keys, status_record(self), self.settings.status_ttl)
 
     def room(self) -> int:
         """How many requests the reader may take now (backpressure: the rest wait for others)."""
@@ -206,6 +191,8 @@ class EngineService:
                     self._end([event.request_id])
                 case protocol.AbortRequest():
                     self.recent_aborts[event.request_id] = time.monotonic()
+                case protocol.Idle():
+                    hand_over(self, event)
                 case inputs.RegistrySnapshot():
                     self.adapters.reconcile(self.adapters.readable(event.records), event.read_at)
                 case protocol.LoadAdapter():
@@ -242,6 +229,8 @@ class EngineService:
                     self.job.done.append(active.entry_id)
         self.stats = self.engine.stats()
         self.inbox.settle()  # after the stats (see ``room``)
+        if not self.draining:
+            self.job.idle = self.starvation.check(self.stats, self.inbox.num_requests, self.room())
         if self.job:
             self.job.step = self.num_steps
             self.writer.submit(self.job)

@@ -245,7 +245,8 @@ class RequestReader(Worker):
 
 
 class BroadcastReader(Worker):
-    """Reads the abort stream and this model's control stream; every engine sees every entry."""
+    """Reads the abort stream and this model's control and idle streams; every engine sees
+    every entry (of the idle stream, those written after it started)."""
 
     def __init__(self, client: redis.Redis, service: EngineService):
         super().__init__("engine-broadcast-reader", self.read)
@@ -254,7 +255,8 @@ class BroadcastReader(Worker):
         # aborted markers cover anything older.
         self.since = time.time() - CLOCK_MARGIN_S
         start = f"{int(self.since * 1000)}-0"
-        self.last = {keys.aborts(): start, keys.control(service.settings.model_name): start}
+        model = service.settings.model_name
+        self.last = {keys.aborts(): start, keys.control(model): start, keys.idle(model): "$"}
 
     def hears_aborts_of(self, request: protocol.GenerateRequest) -> bool:
         """Whether every abort of ``request`` reaches this engine through the abort stream and

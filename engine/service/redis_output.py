@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import redis
 
 from engine import protocol
-from engine.direct_routing import split_entries
+from engine.direct_routing import ROUTE_SCRIPT, split_entries
 from engine.protocol import ENGINE_GROUP, FIELD, Keys
 from engine.service.redis_input import take_all
 
@@ -47,6 +47,9 @@ class PublishJob:
     # Request stream entry ids to XACK (direct ones tagged: engine/direct_routing.py).
     done: list[str] = field(default_factory=list)
     requeue: list[protocol.GenerateRequest] = field(default_factory=list)
+    # (peer engine id, request): to the peer's direct stream while it lives (hand_over.py).
+    moves: list[tuple[str, protocol.GenerateRequest]] = field(default_factory=list)
+    idle: protocol.Idle | None = None  # for the model's control stream (hand_over.py)
     step: int = 0
 
     def add(self, frontend_id: str, delta: protocol.RequestDelta) -> None:
@@ -67,8 +70,15 @@ class PublishJob:
         self.requeue.append(request)
         self.done.append(entry_id)
 
+    def hand_over(self, peer: str, entry_id: str, request: protocol.GenerateRequest) -> None:
+        """Move the request to ``peer``, which can start it sooner (hand_over.py)."""
+        self.moves.append((peer, request))
+        self.done.append(entry_id)
+
     def __bool__(self) -> bool:
-        return bool(self.outputs or self.started or self.done or self.requeue)
+        return bool(
+            self.outputs or self.started or self.done or self.requeue or self.moves or self.idle
+        )
 
 
 class OutputWriter(threading.Thread):
@@ -76,7 +86,7 @@ class OutputWriter(threading.Thread):
 
     def __init__(self, client: redis.Redis, keys: Keys, model: str, engine_id: str):
         super().__init__(name="engine-output-writer", daemon=True)
-        self.client, self.keys, self.engine_id = client, keys, engine_id
+        self.client, self.keys, self.engine_id, self.model = client, keys, engine_id, model
         self.requests, self.started = keys.requests(model), keys.started(model, engine_id)
         self.direct = keys.direct_requests(model, engine_id)
         self.max_backlog = MAX_BACKLOG_JOBS
@@ -169,6 +179,17 @@ class OutputWriter(threading.Thread):
             pipe.hdel(self.started, *job.done)
         for request in job.requeue:
             pipe.xadd(self.requests, {FIELD: protocol.encode(request)})
+        if job.idle is not None:
+            fields, idle = {FIELD: protocol.encode(job.idle)}, self.keys.idle(self.model)
+            pipe.xadd(idle, fields, maxlen=protocol.IDLE_STREAM_LEN, approximate=True)
+        for peer, request in job.moves:  # to the peer while its status key exists, else shared
+            status, direct = (
+                self.keys.status(self.model, peer),
+                self.keys.direct_requests(self.model, peer),
+            )
+            pipe.eval(
+                ROUTE_SCRIPT, 3, status, direct, self.requests, FIELD, protocol.encode(request)
+            )
 
     def _write(self, jobs: list[PublishJob]) -> None:
         if not jobs:
