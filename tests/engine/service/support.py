@@ -144,3 +144,18 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
             return value
         time.sleep(interval)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def in_process_service(model_path, redis_url: str, model_name: str, **settings):
+    """An EngineService on a real LLMEngine (CPU, two sequences at a time) and a real Redis,
+    its threads not started: a test drives ``run_once`` itself."""
+    from engine.config import EngineConfig
+    from engine.llm_engine import LLMEngine
+    from engine.service import EngineService, ServiceSettings
+
+    engine = LLMEngine(EngineConfig(model=str(model_path), device="cpu", max_num_seqs=2))
+    prefix = settings.pop("prefix", f"svc{uuid.uuid4().hex[:6]}")
+    return EngineService(
+        engine,
+        ServiceSettings(model_name=model_name, redis_url=redis_url, prefix=prefix, **settings),
+    )

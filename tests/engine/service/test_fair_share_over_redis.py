@@ -39,24 +39,30 @@ def _request(frontend: str, rid: str, tenant: str, max_tokens: int) -> bytes:
     return protocol.encode(message)
 
 
+def _send_a_then_b(client, keys, frontend, backlog, a_tokens, b_id, b_tokens) -> None:
+    """Tenant A's ``backlog`` in the stream at once, then one request of tenant B."""
+    pipe = client.pipeline()
+    for rid in backlog:
+        pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, rid, "tA", a_tokens)})
+    pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, b_id, "tB", b_tokens)})
+    pipe.execute()
+
+
+def _finish_order(client, keys, frontend, until: str) -> list[str] | None:
+    """The requests finished so far, in order, once ``until`` is among them."""
+    batches = [protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))]
+    done = [d.request_id for b in batches for d in b.deltas if d.finish_reason]
+    return done if until in done else None
+
+
 def test_a_second_tenant_is_served_before_the_first_ones_backlog(engine, redis_server):
     client = redis.Redis.from_url(redis_server.url)
     keys, frontend = Keys(PREFIX), f"fair-{uuid.uuid4().hex[:6]}"
-    backlog = [f"a-{i}" for i in range(40)]
-    pipe = client.pipeline()
-    for rid in backlog:  # 40 x 24 tokens, two at a time: about 20 rounds of 24 steps
-        pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, rid, "tA", 24)})
-    pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, "b-0", "tB", 8)})
-    pipe.execute()
-
-    def finish_order():
-        batches = [
-            protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))
-        ]
-        done = [d.request_id for b in batches for d in b.deltas if d.finish_reason]
-        return done if "b-0" in done else None
-
-    done = wait_for(finish_order, 120, "tenant B's request to finish")
+    # 40 x 24 tokens, two at a time: about 20 rounds of 24 steps
+    _send_a_then_b(client, keys, frontend, [f"a-{i}" for i in range(40)], 24, "b-0", 8)
+    done = wait_for(
+        lambda: _finish_order(client, keys, frontend, "b-0"), 120, "tenant B's request to finish"
+    )
     num_a_before_b = done.index("b-0")
     # FCFS would finish all 40 first; the fair engine takes B at the next step it can.
     assert num_a_before_b <= 4, done
@@ -123,21 +129,13 @@ def test_with_many_frontends_the_engine_reads_past_a_deeper_burst(engine, redis_
     wait_for(lambda: engine.status().queue_bound == grown, 10, "the read-ahead to grow")
 
     burst = [f"deep-a-{i}" for i in range(400)]
-    pipe = client.pipeline()
-    for rid in burst:  # two at a time, 40 steps each
-        pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, rid, "tA", 40)})
-    pipe.xadd(keys.requests(MODEL), {FIELD: _request(frontend, "deep-b", "tB", 4)})
-    pipe.execute()
-
-    def finish_order():
-        batches = [
-            protocol.decode_outputs(f[FIELD]) for _, f in client.xrange(keys.outputs(frontend))
-        ]
-        done = [d.request_id for b in batches for d in b.deltas if d.finish_reason]
-        return done if "deep-b" in done else None
-
+    _send_a_then_b(client, keys, frontend, burst, 40, "deep-b", 4)  # two at a time
     try:
-        done = wait_for(finish_order, 120, "tenant B's request to finish")
+        done = wait_for(
+            lambda: _finish_order(client, keys, frontend, "deep-b"),
+            120,
+            "tenant B's request to finish",
+        )
         assert done.index("deep-b") <= 4, done
     finally:  # leave the module's engine idle and at its usual bound for the next test
         client.delete(keys.frontends(MODEL))

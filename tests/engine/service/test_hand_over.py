@@ -11,16 +11,14 @@ import pytest
 import redis
 
 from engine import protocol
-from engine.config import EngineConfig
 from engine.direct_routing import direct_entry
-from engine.llm_engine import LLMEngine
 from engine.outputs import EngineStats
 from engine.protocol import FIELD, Keys
-from engine.service import EngineService, ServiceSettings
+from engine.service import EngineService
 from engine.service import hand_over as hand_over_module
 from engine.service.hand_over import IDLE_EVERY_S, Starvation
 from engine.service.redis_input import NewRequest
-from tests.engine.service.support import EngineProcess, wait_for
+from tests.engine.service.support import EngineProcess, in_process_service, wait_for
 
 MODEL = "handover"
 
@@ -80,14 +78,7 @@ def test_a_busy_or_full_engine_says_nothing(monkeypatch, stats, unread, room):
 
 @pytest.fixture
 def service(tiny_llama, redis_server):
-    engine = LLMEngine(EngineConfig(model=str(tiny_llama), device="cpu", max_num_seqs=2))
-    settings = ServiceSettings(
-        model_name=MODEL,
-        redis_url=redis_server.url,
-        prefix=f"ho{uuid.uuid4().hex[:6]}",
-        engine_id="busy",
-    )
-    svc = EngineService(engine, settings)
+    svc = in_process_service(tiny_llama, redis_server.url, MODEL, engine_id="busy")
     yield svc
     svc.redis.close()
 

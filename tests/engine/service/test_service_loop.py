@@ -11,28 +11,20 @@ import pytest
 import redis
 
 from engine import protocol
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
 from engine.protocol import FIELD, Keys
-from engine.service import EngineService, ServiceSettings
+from engine.service import EngineService
 from engine.service.redis_input import CLOCK_MARGIN_S, RECENT_ABORT_S, NewRequest
 from inference.transport.engine_client import EngineClient
-from tests.engine.service.support import wait_for
+from tests.engine.service.support import in_process_service, wait_for
 
 MODEL = "inproc"
 
 
 @pytest.fixture
 def service(tiny_llama, redis_server):
-    engine = LLMEngine(EngineConfig(model=str(tiny_llama), device="cpu", max_num_seqs=2))
-    settings = ServiceSettings(
-        model_name=MODEL,
-        redis_url=redis_server.url,
-        prefix=f"loop{uuid.uuid4().hex[:6]}",
-        status_interval=0.2,
-        status_ttl=1.0,
+    svc = in_process_service(
+        tiny_llama, redis_server.url, MODEL, status_interval=0.2, status_ttl=1.0
     )
-    svc = EngineService(engine, settings)
     yield svc
     svc.redis.close()
 
