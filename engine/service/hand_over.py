@@ -3,19 +3,21 @@
 Why: every engine of a model reads the shared stream up to its bound, and under the fair policy
 that bound includes the look-ahead (272 requests by default: read_ahead.py). Whichever reader
 comes back first takes what the stream holds, so a burst splits unevenly: one tenant's 128
-requests over two fair engines (``--max-num-seqs 8``) split 104:24, 74:54 and 65:63 in three
-runs (FIFO engines, whose bound is 16: 64:64 each time), and the engine with 24 sat idle while
-the other worked through its queue; that burst took 1.64 s against 1.22 s split evenly
-(2026-11-28, Zen 4). The shared stream's work stealing ends where the look-ahead begins.
+requests over two fair engines (``--max-num-seqs 8``) split 99:29 to 70:58 over six bursts,
+the engine with fewer ran dry while the other worked through its queue, and a burst took 1.32 s
+against 1.16 s on two FIFO engines, whose bound of 16 splits it evenly (bench/replica_burst.py,
+2026-11-28, Zen 4). The shared stream's work stealing ended where the look-ahead began.
 
 What: an engine with no request waiting and a batch slot free (``Starvation``) says so on the
 model's idle stream (``protocol.Idle``: its load and the room its reader has), as it starts and
-then at most every IDLE_EVERY_S while it has worked since it last said so. Every other engine of the model reads it at once (the broadcast reader), and
-one holding waiting requests it has not started evens out its load (running + waiting) with the
-idle one by handing over half the difference, within that room. It picks those it would
-start last: the latest arrivals of the tenant with the most requests waiting here. Requests
-routed here (a direct stream: the API's prefix router, or an earlier hand-over) stay, so a
-request moves at most once and two engines never pass requests back and forth.
+then at most every IDLE_EVERY_S while it has worked since it last said so. Every other engine
+of the model reads it at once (the broadcast reader), and one holding waiting requests it has
+not started evens out its load (running + waiting) with the idle one by handing over half the
+difference, within that room. It picks those it would start last: the latest arrivals of the
+tenant with the most requests waiting here. Requests routed here (a direct stream: the API's
+prefix router, or an earlier hand-over) stay, so a request moves at most once and two engines
+never pass requests back and forth. With it the same bursts split 70:58 to 65:63 and took as
+long as on the FIFO engines (fair / FIFO 0.99).
 
 How, crash safety unchanged: the loop thread takes the requests out of its engine, and the
 output writer moves each in the transaction of its next write: the entry acknowledged and
