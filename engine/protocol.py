@@ -255,9 +255,10 @@ class Drain(msgspec.Struct, tag="drain", kw_only=True):
 
 
 class Idle(msgspec.Struct, tag="idle", kw_only=True):
-    """From an engine that has just run out of waiting requests with a batch slot free, to its
-    model's other engines: one holding waiting requests it has not started hands some over
-    (engine/service/hand_over.py)."""
+    """From an engine with nothing waiting and a batch slot free (as it starts, then at most
+    every 0.25 s while it has worked since), on Keys.idle, to its model's other engines: one
+    holding waiting requests it has not started hands some over (engine/service/hand_over.py).
+    The one control message an engine sends."""
 
     engine_id: str
     room: int  # requests it may take (its reader's bound less what it holds)

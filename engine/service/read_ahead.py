@@ -16,7 +16,8 @@ stale marks on every admission read, so the set's size is the number sending now
 
 A larger look-ahead changes nothing in how requests are held: whatever the engine reads is
 claimed through the consumer group like any other request (pending under this engine, recovered
-if it dies). What it costs: unstarted requests another replica could have taken.
+if it dies). What it costs: unstarted requests another replica could have taken (one that
+runs dry is handed some: hand_over.py).
 """
 
 from __future__ import annotations
