@@ -13,7 +13,9 @@ model's idle stream (``protocol.Idle``: its load and the room its reader has), a
 then at most every IDLE_EVERY_S while it has worked since it last said so. Every other engine
 of the model reads it at once (the broadcast reader), and one holding waiting requests it has
 not started evens out its load (running + waiting) with the idle one by handing over half the
-difference, within that room. It picks those it would start last: the latest arrivals of the
+difference, within that room, of the requests that wait for a batch slot here (not those its
+next step starts: under an explicit ``--max-queued`` an engine with slots free would otherwise
+pass on what it had just read). It picks those it would start last: the latest arrivals of the
 tenant with the most requests waiting here. Requests routed here (a direct stream: the API's
 prefix router, or an earlier hand-over) stay, so a request moves at most once and two engines
 never pass requests back and forth. With it the same bursts split 70:58 to 65:63 and took as
@@ -80,7 +82,9 @@ def hand_over(service: EngineService, idle: protocol.Idle) -> int:
         return 0
     stats = service.engine.stats()
     load = stats.num_running + stats.num_waiting
-    count = min(idle.room, (load - idle.load) // 2, stats.num_waiting)
+    # Only requests that wait for a batch slot: those the next step starts here stay.
+    queued = stats.num_waiting - max(0, service.engine.config.max_num_seqs - stats.num_running)
+    count = min(idle.room, (load - idle.load) // 2, queued)
     chosen = last_to_start(service, count) if count > 0 else []
     if not chosen:
         return 0
