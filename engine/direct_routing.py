@@ -35,12 +35,17 @@ def direct_entry(entry_id: str) -> str:
     return _DIRECT_TAG + entry_id
 
 
+def is_direct_entry(entry_id: str) -> bool:
+    """Whether ``entry_id`` (as the service keeps it) is of the engine's direct stream."""
+    return entry_id.startswith(_DIRECT_TAG)
+
+
 def split_entries(entry_ids: Iterable[str | bytes]) -> tuple[list[str], list[str]]:
     """(shared stream ids, direct stream ids untagged) of a mixed list of entry ids."""
     shared, direct = [], []
     for raw in entry_ids:
         entry_id = raw.decode() if isinstance(raw, bytes) else raw
-        if entry_id.startswith(_DIRECT_TAG):
+        if is_direct_entry(entry_id):
             direct.append(entry_id[len(_DIRECT_TAG) :])
         else:
             shared.append(entry_id)

@@ -37,7 +37,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from engine import protocol
-from engine.direct_routing import split_entries
+from engine.direct_routing import is_direct_entry
 
 if TYPE_CHECKING:
     from engine.outputs import EngineStats
@@ -53,8 +53,8 @@ IDLE_EVERY_S = 0.25
 class Starvation:
     """The loop's check after each step: whether to say it could take more."""
 
-    def __init__(self, engine_id: str, max_num_seqs: int):
-        self.engine_id, self.max_num_seqs = engine_id, max_num_seqs
+    def __init__(self, engine_id: str):
+        self.engine_id = engine_id
         self._work_at_message: int | None = None  # tokens computed when it last said so
         self._said_at = -IDLE_EVERY_S
 
@@ -64,7 +64,7 @@ class Starvation:
         message, at most every IDLE_EVERY_S. An engine idle for long has nothing new to say
         (its reader takes whatever reaches the stream); one that has just started has."""
         now, work = time.monotonic(), stats.prompt_tokens_total + stats.generation_tokens_total
-        starving = stats.num_waiting + unread == 0 and stats.num_running < self.max_num_seqs
+        starving = stats.num_waiting + unread == 0 and stats.num_running < stats.max_num_seqs
         if (
             not starving
             or room <= 0
@@ -83,7 +83,7 @@ def hand_over(service: EngineService, idle: protocol.Idle) -> int:
     stats = service.engine.stats()
     load = stats.num_running + stats.num_waiting
     # Only requests that wait for a batch slot: those the next step starts here stay.
-    queued = stats.num_waiting - max(0, service.engine.config.max_num_seqs - stats.num_running)
+    queued = stats.num_waiting - max(0, stats.max_num_seqs - stats.num_running)
     count = min(idle.room, (load - idle.load) // 2, queued)
     chosen = last_to_start(service, count) if count > 0 else []
     if not chosen:
@@ -101,8 +101,7 @@ def last_to_start(service: EngineService, count: int) -> list[str]:
     by_tenant: dict[str, list[str]] = defaultdict(list)
     waiting = {sample.external_id for sample in service.engine.scheduler.waiting}
     for request_id, active in service.active.items():  # in the order they were admitted
-        shared, _ = split_entries([active.entry_id])
-        if request_id in waiting and not active.started and shared:
+        if request_id in waiting and not active.started and not is_direct_entry(active.entry_id):
             by_tenant[active.request.tenant].append(request_id)
     chosen: list[str] = []
     while len(chosen) < count and by_tenant:

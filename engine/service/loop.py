@@ -86,7 +86,7 @@ class EngineService:
         self.reader = inputs.RequestReader(connect(url), self)
         self.broadcast = inputs.BroadcastReader(connect(url), self)
         self.reaper = DeadEngineReaper(self.redis, self)
-        self.starvation = Starvation(me, engine.config.max_num_seqs)  # tells idle peers
+        self.starvation = Starvation(me)  # tells idle peers
         self.prefix_index = PrefixIndexPublisher.for_engine(engine, self.keys, settings)
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)

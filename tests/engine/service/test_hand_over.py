@@ -49,7 +49,7 @@ class Clock:
 
 
 def test_an_engine_says_it_is_idle_as_it_starts_and_after_work_not_while_it_rests(monkeypatch):
-    clock, starvation = Clock(monkeypatch), Starvation("me", max_num_seqs=4)
+    clock, starvation = Clock(monkeypatch), Starvation("me")
     idle = starvation.check(_stats(), unread=0, room=100)
     assert idle == protocol.Idle(engine_id="me", room=100, load=0)
     clock.now += 0.01
@@ -73,7 +73,7 @@ def test_an_engine_says_it_is_idle_as_it_starts_and_after_work_not_while_it_rest
 )
 def test_a_busy_or_full_engine_says_nothing(monkeypatch, stats, unread, room):
     Clock(monkeypatch)
-    assert Starvation("me", max_num_seqs=4).check(stats, unread, room) is None
+    assert Starvation("me").check(stats, unread, room) is None
 
 
 @pytest.fixture
