@@ -25,6 +25,10 @@ class EngineStatus(msgspec.Struct, kw_only=True):
     prefix_cache_hits: int = 0
     num_preemptions: int = 0
     num_steps_inside: int = 0  # steps run between two layers of another (step_preemption.py)
+    # Requests this engine handed over to an idle peer of its model, and the times it said it
+    # was idle itself (engine/service/hand_over.py).
+    num_handed_over: int = 0
+    num_idle_announcements: int = 0
     started_at: float = 0.0
     updated_at: float = 0.0
     draining: bool = False

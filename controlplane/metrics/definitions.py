@@ -141,6 +141,18 @@ NUM_STEPS_INSIDE = MetricSpec(
     "Steps run between two layers of the step in flight, for a tenant back from idle.",
     ENGINE_LABELS,
 )
+HANDED_OVER = MetricSpec(
+    "platform:engine_requests_handed_over",
+    "counter",
+    "Waiting requests this engine handed over to an idle replica of its model.",
+    ENGINE_LABELS,
+)
+IDLE_ANNOUNCEMENTS = MetricSpec(
+    "platform:engine_idle_announcements",
+    "counter",
+    "Times this engine told the other replicas of its model it could take more requests.",
+    ENGINE_LABELS,
+)
 SPEC_DECODE_NUM_DRAFTS = MetricSpec(
     "vllm:spec_decode_num_drafts",
     "counter",
@@ -181,6 +193,8 @@ ENGINE_STATUS_FIELDS: tuple[tuple[MetricSpec, str], ...] = (
     (GENERATION_TOKENS, "generation_tokens_total"),
     (NUM_PREEMPTIONS, "num_preemptions"),
     (NUM_STEPS_INSIDE, "num_steps_inside"),
+    (HANDED_OVER, "num_handed_over"),
+    (IDLE_ANNOUNCEMENTS, "num_idle_announcements"),
     (SPEC_DECODE_NUM_DRAFTS, "spec_decode_num_drafts"),
     (SPEC_DECODE_NUM_DRAFT_TOKENS, "spec_decode_num_draft_tokens"),
     (SPEC_DECODE_NUM_ACCEPTED_TOKENS, "spec_decode_num_accepted_tokens"),

@@ -57,6 +57,9 @@ class Starvation:
         self.engine_id = engine_id
         self._work_at_message: int | None = None  # tokens computed when it last said so
         self._said_at = -IDLE_EVERY_S
+        # Totals for the status record (and /metrics), kept by the loop thread.
+        self.num_announced = 0
+        self.num_handed_over = 0  # requests given to idle peers (``hand_over``)
 
     def check(self, stats: EngineStats, unread: int, room: int) -> protocol.Idle | None:
         """The message to send now, if any: none waiting (``unread``: requests read and not yet
@@ -73,6 +76,7 @@ class Starvation:
         ):
             return None
         self._work_at_message, self._said_at = work, now
+        self.num_announced += 1
         return protocol.Idle(engine_id=self.engine_id, room=room, load=stats.num_running)
 
 
@@ -89,6 +93,7 @@ def hand_over(service: EngineService, idle: protocol.Idle) -> int:
     if not chosen:
         return 0
     service.engine.abort_request(chosen)
+    service.starvation.num_handed_over += len(chosen)
     for active in map(service.active.pop, chosen):
         service.job.hand_over(idle.engine_id, active.entry_id, active.request)
     logger.info("%d waiting requests handed over to idle engine %s", len(chosen), idle.engine_id)

@@ -28,6 +28,8 @@ def status_record(service: EngineService) -> protocol.EngineStatus:
         block_size=config.block_size if service.prefix_index is not None else 0,
         scheduling_policy=config.scheduling_policy,
         queue_bound=service.read_ahead.bound,
+        num_handed_over=service.starvation.num_handed_over,
+        num_idle_announcements=service.starvation.num_announced,
     )
     status.num_waiting += service.inbox.num_uncounted
     return status

@@ -22,7 +22,7 @@
       const row = body.insertRow();
       row.className = "empty";
       const td = cell(row, "No live engine. Start one with: python manage.py run_engine --model NAME");
-      td.colSpan = 10;
+      td.colSpan = 11;
       return;
     }
     for (const e of engines) {
@@ -49,6 +49,7 @@
       cell(row, (e.tokens_per_s || 0).toFixed(1), "num");
       cell(row, Math.round((e.prefix_cache_hit_rate || 0) * 100) + "%", "num");
       cell(row, String(e.num_preemptions), "num");
+      cell(row, String(e.num_handed_over || 0), "num");
       cell(row, (e.adapters || []).join(", ") || "–");
       cell(row, e.draining ? "draining" : "serving", e.draining ? "draining" : "");
     }

@@ -93,6 +93,10 @@ def test_dashboard_shows_full_names_and_one_colour_per_tenant(dashboard_data, wi
         # Engines are named by where they run, not by their id alone.
         where = page.inner_text("#engines tr.engine td.engine-where")
         assert "pid" in where
+        # Every engine cell sits under its heading, the replicas' hand-overs among them.
+        headings = page.locator("#engines thead th").all_inner_texts()
+        assert "handed over" in [h.lower() for h in headings]
+        assert page.locator("#engines tr.engine").first.locator("td").count() == len(headings)
 
         colours = _colours(page)
         minutes = colours["charts"]["chart-tenant-minutes"]

@@ -39,6 +39,8 @@ def test_each_live_engine_is_one_series_with_its_status_values(redis_client):
             prefix_cache_hits=640,
             num_preemptions=2,
             num_steps_inside=6,
+            num_handed_over=11,
+            num_idle_announcements=4,
             spec_decode_num_drafts=40,
             spec_decode_num_draft_tokens=200,
             spec_decode_num_accepted_tokens=150,
@@ -58,6 +60,8 @@ def test_each_live_engine_is_one_series_with_its_status_values(redis_client):
     assert s.value("vllm:generation_tokens_total", **a) == 345
     assert s.value("vllm:prefix_cache_queries_total", **a) == 1200
     assert s.value("vllm:prefix_cache_hits_total", **a) == 640
+    assert s.value("platform:engine_requests_handed_over_total", **a) == 11
+    assert s.value("platform:engine_idle_announcements_total", **a) == 4
     assert s.value("vllm:num_preemptions_total", **a) == 2
     assert s.value("platform:engine_steps_inside_total", **a) == 6
     assert s.value("vllm:spec_decode_num_drafts_total", **a) == 40

@@ -60,6 +60,7 @@ def test_an_engine_says_it_is_idle_as_it_starts_and_after_work_not_while_it_rest
     assert starvation.check(_stats(tokens=60), 0, 100) is None  # nothing done since: nothing new
     clock.now += 10
     assert starvation.check(_stats(tokens=61), 0, 100) is not None
+    assert starvation.num_announced == 3  # what its status record reports
 
 
 @pytest.mark.parametrize(
@@ -117,6 +118,7 @@ def test_the_latest_of_the_most_backlogged_tenant_go_and_routed_ones_stay(servic
     # Half the load difference (14 against 0), within what waits: tA's latest seven; tB's one
     # request and the routed one stay.
     assert _moves(service) == [("peer", f"a{i}") for i in range(11, 4, -1)]
+    assert service.starvation.num_handed_over == 7  # in its status record and /metrics
     assert service.engine.stats().num_waiting == 5
     assert {f"a{i}" for i in range(5, 12)}.isdisjoint(service.active)
 
@@ -167,7 +169,8 @@ def test_an_engine_started_later_takes_half_of_the_burst_the_first_one_read(
             30,
             "the first engine to read the whole burst",
         )
-        engines.append(engine("second"))
+        second = engine("second")
+        engines.append(second)
 
         def served_by() -> dict[str, set[str]]:
             by: dict[str, set[str]] = {"first": set(), "second": set()}
@@ -180,6 +183,14 @@ def test_an_engine_started_later_takes_half_of_the_burst_the_first_one_read(
         by = served_by()
         assert not by["first"] & by["second"], "a request ran on both engines"
         assert "handed over to idle engine second" in first.log_tail(20000)
+        # What an operator sees of it: the counters in the engines' status records.
+        wait_for(
+            lambda: first.status().num_handed_over >= len(by["second"]),
+            10,
+            "the first engine's record to count what it handed over",
+        )
+        assert second.status().num_idle_announcements >= 1
+        assert second.status().num_handed_over == 0
     finally:
         for proc in engines:
             proc.stop()
