@@ -226,6 +226,14 @@ class BatchRun:
             await sync_to_async(services.batch_record_results)(
                 batch_id=self.batch_id, results=results
             )
+        except asyncio.CancelledError:
+            # The run cancels its monitor once the last line has run, maybe while the
+            # monitor's write still waits for the database thread: that write is then dropped,
+            # and the batch would complete without its lines (CI saw 24 refused lines of 30
+            # missing from the error file). Kept for the run's final write; a write that did
+            # run is not repeated (each line's result is written once: batch_record_results).
+            self.results = results + self.results
+            raise
         except Exception:
             logger.exception("batch %s: could not write results; trying again", self.batch_id)
             self.results = results + self.results
