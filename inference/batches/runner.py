@@ -230,8 +230,9 @@ class BatchRun:
             # The run cancels its monitor once the last line has run, maybe while the
             # monitor's write still waits for the database thread: that write is then dropped,
             # and the batch would complete without its lines (CI saw 24 refused lines of 30
-            # missing from the error file). Kept for the run's final write; a write that did
-            # run is not repeated (each line's result is written once: batch_record_results).
+            # missing from the error file). Kept for the run's final write; should the write
+            # have run after all, sending it again changes nothing (batch_record_results keeps
+            # the result a line already has).
             self.results = results + self.results
             raise
         except Exception:
