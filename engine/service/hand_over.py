@@ -51,7 +51,8 @@ IDLE_EVERY_S = 0.25
 
 
 class Starvation:
-    """The loop's check after each step: whether to say it could take more."""
+    """The loop's check after each step: whether to say it could take more; and the
+    engine's hand-over totals (what it said, what it gave) for its status record."""
 
     def __init__(self, engine_id: str):
         self.engine_id = engine_id

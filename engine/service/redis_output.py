@@ -49,7 +49,7 @@ class PublishJob:
     requeue: list[protocol.GenerateRequest] = field(default_factory=list)
     # (peer engine id, request): to the peer's direct stream while it lives (hand_over.py).
     moves: list[tuple[str, protocol.GenerateRequest]] = field(default_factory=list)
-    idle: protocol.Idle | None = None  # for the model's control stream (hand_over.py)
+    idle: protocol.Idle | None = None  # for the model's idle stream (hand_over.py)
     step: int = 0
 
     def add(self, frontend_id: str, delta: protocol.RequestDelta) -> None:
@@ -182,7 +182,10 @@ class OutputWriter(threading.Thread):
         if job.idle is not None:
             fields, idle = {FIELD: protocol.encode(job.idle)}, self.keys.idle(self.model)
             pipe.xadd(idle, fields, maxlen=protocol.IDLE_STREAM_LEN, approximate=True)
-        for peer, request in job.moves:  # to the peer while its status key exists, else shared
+        # To the peer while its status key exists, else shared. EVAL with the script's text:
+        # a registered script inside MULTI costs a SCRIPT EXISTS round trip before the write,
+        # and moves are rare.
+        for peer, request in job.moves:
             status, direct = (
                 self.keys.status(self.model, peer),
                 self.keys.direct_requests(self.model, peer),
