@@ -5,9 +5,15 @@ monotonic clocks of different processes cannot be compared): TTFT, inter-token l
 e2e latency from the API process's own clock, queue, prefill and decode times from the
 engine's. A value the caller does not have is None and is simply not observed.
 
-The whole request goes to Redis as one Lua script call (one round trip, applied atomically:
-a scrape sees a request entirely or not at all). Metrics never break a request: Redis errors
-and bad values are logged and the observation is dropped.
+Requests go to Redis as Lua script calls, each applied atomically (a scrape sees a request
+entirely or not at all). A request that ends while this process's previous write is under
+way joins the next one, with every other request that ends meanwhile: one round trip and one
+script for all of them, their increments summed per label set and field. A request alone
+still costs one round trip, and ``record_request`` returns once the write holding its
+request has been applied, as before. Each script call was about 40 hash increments (120 us of
+Redis's one thread) and 90 arguments packed in the API's event loop; a flood ending eight
+requests a step paid that eight times a step. Metrics never break a request: Redis errors and
+bad values are logged and the observation is dropped.
 """
 
 from __future__ import annotations
@@ -32,33 +38,67 @@ REDIS_TIMEOUT_S = 2.0
 MAX_CONNECTIONS = 32
 POOL_WAIT_S = 10.0
 
-# KEYS: the series set, the label set's hash. ARGV: series member, number of integer
-# increments, then (field, amount) pairs: the integer ones first, then the float ones.
+# KEYS: the series set, then one label set's hash per series. ARGV, per series in that order:
+# its member, its number of integer increments, of float ones, then the (field, amount)
+# pairs, the integer ones first.
 _RECORD_LUA = """
-redis.call('SADD', KEYS[1], ARGV[1])
-local num_int = tonumber(ARGV[2])
-local i = 3
-for _ = 1, num_int do
-  redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-while i <= #ARGV do
-  redis.call('HINCRBYFLOAT', KEYS[2], ARGV[i], ARGV[i + 1])
-  i = i + 2
+local a = 1
+for k = 2, #KEYS do
+  redis.call('SADD', KEYS[1], ARGV[a])
+  local num_int, num_float = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  for _ = 1, num_int do
+    redis.call('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
+  for _ = 1, num_float do
+    redis.call('HINCRBYFLOAT', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
 end
 return 1
 """
 
-_scripts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# Writes under way, referenced until done (the event loop keeps only weak references).
-_in_flight: set[asyncio.Future] = set()
+Increments = dict[str, int | float]  # hash field -> amount
 
 
-def _record_script(url: str):
-    """The record script on a client of this event loop (asyncio clients must not cross loops)."""
-    loop = asyncio.get_running_loop()
-    entry = _scripts.get(loop)
-    if entry is None or entry[0] != url:
+class _Batch:
+    """The requests of one write: per series member, the sum of their increments."""
+
+    __slots__ = ("applied", "models", "series")
+
+    def __init__(self) -> None:
+        self.series: dict[str, Increments] = {}
+        self.models: set[str] = set()
+        # Resolved once the write has been applied or dropped.
+        self.applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def add(self, model: str, member: str, fields: list[tuple[str, int | float]]) -> None:
+        self.models.add(model)
+        sums = self.series.setdefault(member, {})
+        for name, amount in fields:
+            sums[name] = sums.get(name, 0) + amount
+
+    def script_input(self, keys: MetricKeys) -> tuple[list[str], list[str | int]]:
+        names, args = [keys.request_series], []
+        for member, sums in self.series.items():
+            # An int field stays an int; a float in a sum (a histogram's ``sum``) makes it one.
+            ints = [(name, n) for name, n in sums.items() if not isinstance(n, float)]
+            floats = [(name, x) for name, x in sums.items() if isinstance(x, float)]
+            names.append(keys.request_hash(member))
+            args += (member, len(ints), len(floats))
+            for name, amount in ints:
+                args += (name, amount)
+            for name, amount in floats:
+                args += (name, repr(amount))
+        return names, args
+
+
+class _Writer:
+    """This event loop's metrics writes: one under way at a time, the requests that end
+    meanwhile gathered into the next."""
+
+    def __init__(self, url: str, prefix: str) -> None:
         pool = async_blocking_pool(
             url,
             max_connections=MAX_CONNECTIONS,
@@ -66,10 +106,47 @@ def _record_script(url: str):
             socket_timeout=REDIS_TIMEOUT_S,
             socket_connect_timeout=REDIS_TIMEOUT_S,
         )
-        script = aioredis.Redis(connection_pool=pool).register_script(_RECORD_LUA)
-        entry = (url, script)
-        _scripts[loop] = entry
-    return entry[1]
+        self.url, self.keys = url, MetricKeys(prefix)
+        self.script = aioredis.Redis(connection_pool=pool).register_script(_RECORD_LUA)
+        self._next: _Batch | None = None
+        # The task writing batches until none is left; the loop keeps only weak references.
+        self._task: asyncio.Task | None = None
+
+    def add(self, model: str, member: str, fields: list[tuple[str, int | float]]) -> _Batch:
+        if self._next is None:
+            self._next = _Batch()
+        self._next.add(model, member, fields)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._write_all())
+        return self._next
+
+    async def _write_all(self) -> None:
+        try:
+            while (batch := self._next) is not None:
+                self._next = None
+                try:
+                    names, args = batch.script_input(self.keys)
+                    await self.script(keys=names, args=args)
+                except Exception:
+                    models = ", ".join(sorted(batch.models))
+                    logger.warning("request metrics for model %s dropped", models, exc_info=True)
+                finally:
+                    batch.applied.set_result(None)
+        finally:
+            self._task = None
+
+
+_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _writer() -> _Writer:
+    """The writer of this event loop (asyncio clients must not cross loops)."""
+    loop = asyncio.get_running_loop()
+    url, prefix = _settings()
+    writer = _writers.get(loop)
+    if writer is None or (writer.url, writer.keys.prefix) != (url, prefix):
+        writer = _writers[loop] = _Writer(url, prefix)
+    return writer
 
 
 def _settings() -> tuple[str, str]:
@@ -134,9 +211,10 @@ async def record_request(
     decode_time: float | None,
     cached_tokens: int = 0,
 ) -> None:
-    """Add one finished request to the shared request-level metrics (one Redis round trip).
+    """Add one finished request to the shared request-level metrics: one Redis round trip,
+    shared with the requests of this process that end while the previous write is under way.
 
-    Never raises: a metric is not worth failing or delaying a response over. The write is
+    Returns once the write holding the request has been applied (or dropped). Never raises: a metric is not worth failing or delaying a response over. The write is
     shielded: a request task cancelled meanwhile (the client closed the connection right
     after the last chunk, as SDKs do) still gets its request counted.
     """
@@ -156,22 +234,9 @@ async def record_request(
     except Exception:
         logger.warning("request metrics for model %s dropped", model, exc_info=True)
         return
-    task = asyncio.ensure_future(_write(model, tenant, fields))
-    _in_flight.add(task)
-    task.add_done_callback(_in_flight.discard)
-    await asyncio.shield(task)
-
-
-async def _write(model: str, tenant: str, fields: list[tuple[str, int | float]]) -> None:
     try:
-        url, prefix = _settings()
-        keys = MetricKeys(prefix)
-        member = series_member(model, tenant)
-        ints = [(name, n) for name, n in fields if not isinstance(n, float)]
-        floats = [(name, x) for name, x in fields if isinstance(x, float)]
-        args: list[str | int | float] = [member, len(ints)]
-        for name, amount in (*ints, *floats):
-            args += (name, repr(amount) if isinstance(amount, float) else amount)
-        await _record_script(url)(keys=[keys.request_series, keys.request_hash(member)], args=args)
+        batch = _writer().add(model, series_member(model, tenant), fields)
     except Exception:
         logger.warning("request metrics for model %s dropped", model, exc_info=True)
+        return
+    await asyncio.shield(batch.applied)

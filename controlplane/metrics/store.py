@@ -13,9 +13,10 @@ Layout, under ``{prefix}:metrics:``:
   - ``{histogram}|{le}``: observations that fell in that bucket and in no lower one (the
     collector makes them cumulative); ``{histogram}|count`` and ``{histogram}|sum``.
 
-All increments of one request are applied by one Lua script call (recorder.py): Redis runs
-it atomically, so concurrent processes neither lose nor double count, and a scrape sees a
-request either entirely or not at all.
+All increments of one request are applied by one Lua script call (recorder.py; requests of
+one process that end together share a call): Redis runs it atomically, so concurrent
+processes neither lose nor double count, and a scrape sees a request either entirely or not
+at all.
 """
 
 from __future__ import annotations

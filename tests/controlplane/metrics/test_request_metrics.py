@@ -90,6 +90,57 @@ async def test_labels_separate_models_tenants_and_finish_reasons(redis_client):
     assert len(s.series(success)) == 4
 
 
+def _script_calls(redis_client) -> int:
+    return redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
+async def test_requests_that_end_together_share_one_script_call_and_all_count(redis_client):
+    """A burst of requests ending in one engine step costs Redis one script, not one each."""
+    before = _script_calls(redis_client)
+    await asyncio.gather(
+        *[
+            _record(tenant=tenant, finished_reason=reason)
+            for _ in range(5)
+            for tenant in ("acme", "globex")
+            for reason in ("stop", "length")
+        ]
+    )
+    # One write; redis-py sends the script a second time when Redis did not have it cached.
+    assert _script_calls(redis_client) - before <= 2
+    s = scrape()
+    for tenant in ("acme", "globex"):
+        labels = {"model_name": MODEL, "tenant": tenant}
+        for reason in ("stop", "length"):
+            assert s.value("vllm:request_success_total", **labels, finished_reason=reason) == 5
+        assert s.value("vllm:request_prompt_tokens_sum", **labels) == 70
+        assert s.value("vllm:inter_token_latency_seconds_count", **labels) == 20
+        assert s.value("vllm:e2e_request_latency_seconds_sum", **labels) == pytest.approx(12.0)
+        assert s.buckets("vllm:time_to_first_token_seconds", **labels)["0.04"] == 10
+        assert s.value("platform:request_cached_prompt_tokens_total", **labels) == 40
+
+
+async def test_a_request_that_ends_during_a_write_returns_once_the_next_one_holds_it(
+    redis_client,
+):
+    first = asyncio.create_task(_record(tenant="acme"))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the first request's write is under way
+    await _record(tenant="globex")
+    labels = {"model_name": MODEL, "finished_reason": "stop"}
+    assert scrape().value("vllm:request_success_total", tenant="globex", **labels) == 1
+    await first
+    assert scrape().value("vllm:request_success_total", tenant="acme", **labels) == 1
+
+
+async def test_a_bad_request_among_good_ones_drops_alone(redis_client, caplog):
+    await asyncio.gather(_record(), _record(e2e_latency=float("nan")), _record())
+    assert "dropped" in caplog.text
+    labels = {"model_name": MODEL, "tenant": "acme"}
+    s = scrape()
+    assert s.value("vllm:request_success_total", **labels, finished_reason="stop") == 2
+    assert s.value("vllm:e2e_request_latency_seconds_count", **labels) == 2
+
+
 @pytest.mark.slow
 def test_two_processes_neither_lose_nor_double_count(redis_client, redis_server):
     """Two API processes record concurrently; every scrape renders the exact union."""
