@@ -127,6 +127,11 @@ class GenerateRequest(msgspec.Struct, tag="generate", kw_only=True):
     # (never its salt or name), ``weight`` its share, ``service_class`` "interactive" or "batch".
     weight: float = 1.0
     service_class: str = "interactive"
+    # False: the frontend reads the output only whole (a non-streaming request without stop
+    # strings). The engine sends the first delta at once, then holds the rest and sends it
+    # merged when the sample finishes, or after OutputHold.FLUSH_S (engine/service/
+    # output_hold.py): one output entry and one frontend wake-up where there was one a step.
+    stream_outputs: bool = True
 
 
 # ---------------------------------------------------------------- control (API -> engines)

@@ -27,6 +27,7 @@ from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
 from engine.service.hand_over import Starvation, hand_over
 from engine.service.intake_order import intake_order
+from engine.service.output_hold import OutputHold
 from engine.service.prefix_index import PrefixIndexPublisher
 from engine.service.read_ahead import ReadAhead
 from engine.service.recovery import DeadEngineReaper
@@ -69,6 +70,7 @@ class EngineService:
         self.inbox = inputs.Inbox()
         self.active: dict[str, ActiveRequest] = {}  # taken and not answered in full, by id
         self.job = PublishJob()  # what this iteration will publish
+        self.hold = OutputHold()  # later outputs of requests read whole (output_hold.py)
         self.adapters = AdapterRegistry(engine, model)
         self.recent_aborts: dict[str, float] = {}  # request id -> time.monotonic()
         self.num_steps = 0
@@ -217,16 +219,22 @@ class EngineService:
             active = self.active.get(delta.request_id)
             if active is None:  # aborted or failed here already
                 continue
+            frontend, message = active.request.frontend_id, delta.to_message()
             if not active.started:
                 active.started = True
-                record = protocol.StartedRecord(delta.request_id, active.request.frontend_id)
+                record = protocol.StartedRecord(delta.request_id, frontend)
                 self.job.started[active.entry_id] = record
-            self.job.add(active.request.frontend_id, delta.to_message())
+            elif not active.request.stream_outputs:  # read whole: merged until it ends
+                message = self.hold.take(frontend, message)
+            if message is not None:
+                self.job.add(frontend, message)
             if delta.finished:
                 active.open_indexes.discard(delta.index)
                 if not active.open_indexes:
                     del self.active[delta.request_id]
                     self.job.done.append(active.entry_id)
+        for frontend, message in self.hold.due():
+            self.job.add(frontend, message)
         self.stats = self.engine.stats()
         self.inbox.settle()  # after the stats (see ``room``)
         if not self.draining:
@@ -290,6 +298,7 @@ class EngineService:
     def _end(self, request_ids: list[str], *, error: str = "") -> None:
         """Abort the requests in the engine and answer each sample still open as aborted."""
         self.engine.abort_request(request_ids)
+        self.hold.discard(request_ids)
         for a in map(self.active.pop, request_ids):
             self.job.abort(a.entry_id, a.request, sorted(a.open_indexes), error=error)
 

@@ -66,6 +66,13 @@ class GenerationPlan:
         return len(self.prompts) * self.n
 
     @property
+    def reads_outputs_whole(self) -> bool:
+        """Nothing is sent before the end and no stop string is matched on the way: the
+        engines may hold the tokens after the first and send them together
+        (``GenerateRequest.stream_outputs``, engine/service/output_hold.py)."""
+        return not self.stream and not self.output.stop
+
+    @property
     def prompt_tokens(self) -> int:
         return sum(len(ids) for _text, ids in self.prompts)
 
@@ -92,6 +99,7 @@ class GenerationPlan:
                 output=self.output,
                 shared_prefix_salt=shared[index].salt if shared[index] else "",
                 shared_prefix_tokens=shared[index].num_tokens if shared[index] else 0,
+                stream_outputs=not self.reads_outputs_whole,
             )
             for index, (_text, token_ids) in enumerate(self.prompts)
         ]
@@ -109,6 +117,9 @@ class GenerationStats:
     # Gaps between consecutive token arrivals of each choice (vllm:inter_token_latency_seconds).
     inter_token_latencies: list[float] = field(default_factory=list)
     last_token_at: dict[int, float] = field(default_factory=dict)
+    # False for a request whose engines hold its tokens (GenerationPlan.reads_outputs_whole):
+    # they arrive together, and the gaps between arrivals are no inter-token latency.
+    observes_token_gaps: bool = True
     # Engine-side intervals (the engine's own clock); None until the engine reports them.
     queue_time: float | None = None
     prefill_time: float | None = None
@@ -128,7 +139,7 @@ class GenerationStats:
             if self.first_token_at is None:
                 self.first_token_at = now
             last = self.last_token_at.get(choice)
-            if last is not None:
+            if last is not None and self.observes_token_gaps:
                 self.inter_token_latencies.append(now - last)
             self.last_token_at[choice] = now
         self.completion_tokens[choice] = chunk.completion_tokens

@@ -128,7 +128,9 @@ class Generation:
         self.plan = plan
         self.tokenizer = tokenizer
         self.admission = admission
-        self.stats = GenerationStats(started=started)
+        self.stats = GenerationStats(
+            started=started, observes_token_gaps=not plan.reads_outputs_whole
+        )
         self.formatter = formatter_for(plan, self.stats)
         self._items: AsyncIterator[EngineItem] | None = None
         self._settled = False

@@ -53,6 +53,7 @@ class EngineRequest:
         output: OutputOptions | None = None,
         shared_prefix_salt: str = "",
         shared_prefix_tokens: int = 0,
+        stream_outputs: bool = True,
     ) -> EngineRequest:
         message = protocol.GenerateRequest(
             request_id=request_id or uuid.uuid4().hex,
@@ -67,6 +68,7 @@ class EngineRequest:
             priority=priority,
             shared_prefix_salt=shared_prefix_salt,
             shared_prefix_tokens=shared_prefix_tokens,
+            stream_outputs=stream_outputs,
         )
         return cls(model=model, message=message, output=output or OutputOptions())
 

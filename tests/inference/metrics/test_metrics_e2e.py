@@ -135,12 +135,10 @@ def test_metrics_endpoint_agrees_with_the_traffic_served(platform):
         assert delta(f"{histogram}_bucket", **tenant, le="+Inf") == num_requests, histogram
     assert delta("vllm:request_prompt_tokens_sum", **tenant) == prompt_tokens
     assert delta("vllm:request_generation_tokens_sum", **tenant) == completion_tokens
-    # One interval between successive token arrivals of a request (some may arrive together).
-    assert (
-        0
-        < delta("vllm:inter_token_latency_seconds_count", **tenant)
-        <= (completion_tokens - num_requests)
-    )
+    # One interval between successive token arrivals of a streamed request (some may arrive
+    # together); the three non-streaming requests' tokens after the first arrive as one delta
+    # (engine/service/output_hold.py) and add none: the two streams' 6 tokens give 5 at most.
+    assert 0 < delta("vllm:inter_token_latency_seconds_count", **tenant) <= 2 * (6 - 1)
     assert delta("vllm:e2e_request_latency_seconds_sum", **tenant) > delta(
         "vllm:time_to_first_token_seconds_sum", **tenant
     )
