@@ -214,9 +214,10 @@ async def record_request(
     """Add one finished request to the shared request-level metrics: one Redis round trip,
     shared with the requests of this process that end while the previous write is under way.
 
-    Returns once the write holding the request has been applied (or dropped). Never raises: a metric is not worth failing or delaying a response over. The write is
-    shielded: a request task cancelled meanwhile (the client closed the connection right
-    after the last chunk, as SDKs do) still gets its request counted.
+    Returns once the write holding the request has been applied (or dropped). Never raises:
+    a metric is not worth failing or delaying a response over. The write is shielded: a
+    request task cancelled meanwhile (the client closed the connection right after the last
+    chunk, as SDKs do) still gets its request counted.
     """
     try:
         fields = request_increments(
