@@ -232,10 +232,6 @@ async def record_request(
             decode_time=decode_time,
             cached_tokens=cached_tokens,
         )
-    except Exception:
-        logger.warning("request metrics for model %s dropped", model, exc_info=True)
-        return
-    try:
         batch = _writer().add(model, series_member(model, tenant), fields)
     except Exception:
         logger.warning("request metrics for model %s dropped", model, exc_info=True)

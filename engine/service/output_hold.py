@@ -54,9 +54,10 @@ class OutputHold:
         with what was held before it."""
         key = (delta.request_id, delta.index)
         held = self._held.pop(key, None)
-        since = self.clock()
         if held is not None:
             delta, since = merged(held[1], delta), held[2]
+        else:
+            since = self.clock()
         if delta.finish_reason is not None or delta.error:
             return delta
         self._held[key] = (frontend_id, delta, since)
