@@ -31,6 +31,7 @@ from inference.transport.output_continuity import LOST_MESSAGE, OutputContinuity
 from inference.transport.output_fanout import OutputFanOut
 from inference.transport.output_processor import GenerationChunk, RequestOutputProcessor, TokenTexts
 from inference.transport.prefix_router import PrefixRouter
+from inference.transport.silence_watch import SILENT, DeltaQueue, SilenceWatch
 from inference.transport.tenant_backlog import PER_ENGINE, TenantBacklog
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class EngineClient:
             connection_pool=async_blocking_pool(redis_url, max_connections=512, timeout=10)
         )
         self.keys = Keys(prefix)
-        self.silence_timeout = silence_timeout
+        self.silence = SilenceWatch(silence_timeout)
         self.frontend_id = frontend_id or protocol.new_frontend_id()
         self.capacity = EngineCapacity(
             self.redis,
@@ -124,6 +125,15 @@ class EngineClient:
         return entry[1]
 
     @property
+    def silence_timeout(self) -> float:
+        """Seconds without output after which a waiting request checks on its engine."""
+        return self.silence.timeout
+
+    @silence_timeout.setter
+    def silence_timeout(self, value: float) -> None:
+        self.silence.timeout = value
+
+    @property
     def max_waiting(self) -> int:
         return self.capacity.max_waiting
 
@@ -156,7 +166,6 @@ class EngineClient:
         )
         sampling = message.sampling
         outputs = RequestOutputProcessor(request, tokenizer, token_texts=self._texts_for(tokenizer))
-        queue: asyncio.Queue[protocol.RequestDelta] = asyncio.Queue()
         engine_finished: set[int] = set()
         failover = Failover(self, model, message)
         continuity = OutputContinuity()
@@ -168,6 +177,7 @@ class EngineClient:
             model, message, fair_engines, frontends, on_wait=leave_lane
         )
         outputs.held_s = time.monotonic() - held_from
+        queue = self.silence.queue()
         self.outputs.route(request_id, queue)  # nothing between this and the try's cleanup can fail
         try:
             raise_if_cancelled()
@@ -209,6 +219,7 @@ class EngineClient:
                     yield chunk
         finally:
             place.leave()
+            self.silence.forget(queue)
             for engine_request_id in failover.engine_request_ids:
                 self.outputs.unroute(engine_request_id)
                 if len(engine_finished) < sampling.n:
@@ -244,6 +255,7 @@ class EngineClient:
     async def close(self) -> None:
         if self._background:
             await asyncio.wait(self._background, timeout=5)
+        self.silence.close()
         await self.capacity.aclose()
         await self.outputs.close()
         await self.redis.aclose()
@@ -257,26 +269,23 @@ class EngineClient:
         return texts
 
     async def _next_delta(
-        self, queue: asyncio.Queue, model: str, request_id: str
+        self, queue: DeltaQueue, model: str, request_id: str
     ) -> protocol.RequestDelta:
         waited = 0
         while True:
             raise_if_cancelled()  # dropped by redis-py as this request was sent or resumed
-            try:
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
-                # cancellation that arrives as the queue delivers, and then no abort is sent.
-                async with asyncio.timeout(self.silence_timeout):
-                    return await queue.get()
-            except TimeoutError:
-                waited += 1
-                # Engines are alive: it waits behind others or was preempted. Resuming it now
-                # would only redo its work on the same busy engine.
-                if waited < QUEUED_PATIENCE and await self.live_engines(model):
-                    continue
-                raise EngineTimeout(
-                    f"the engine for model {model!r} sent nothing for request {request_id} "
-                    f"in {self.silence_timeout * waited:.0f}s"
-                ) from None
+            delta = await self.silence.next(queue)
+            if delta is not SILENT:
+                return delta
+            waited += 1
+            # Engines are alive: it waits behind others or was preempted. Resuming it now
+            # would only redo its work on the same busy engine.
+            if waited < QUEUED_PATIENCE and await self.live_engines(model):
+                continue
+            raise EngineTimeout(
+                f"the engine for model {model!r} sent nothing for request {request_id} "
+                f"in {self.silence_timeout * waited:.0f}s"
+            )
 
     def abort_soon(self, request_id: str) -> None:
         """``abort`` in a task of its own: the caller may be mid-cancellation, and the abort
