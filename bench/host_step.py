@@ -124,7 +124,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    from bench.peers import invocation, machine_line, median, record
+    from bench.peers import invocation, machine_line, median, record, tree_commit
 
     machine = machine_line()
     print(machine)
@@ -152,7 +152,7 @@ def main() -> None:
     ours = median([r["host_ms_per_step"] for r in results["this checkout"]])
     for name, repo in trees.items():
         values = [r["host_ms_per_step"] for r in results[name]]
-        label = f"{name} ({_commit(repo)})"
+        label = f"{name} ({tree_commit(repo)})"
         lines.append(
             f"| {label} | {', '.join(f'{v:.2f}' for v in values)} | {median(values):.2f} "
             f"| {median(values) / ours:.2f} |"
@@ -161,18 +161,6 @@ def main() -> None:
     if args.record:
         title = "Host time a step at 256 sequences, on a CPU (bench/host_step.py)"
         record(title, invocation(), machine, lines)
-
-
-def _commit(repo: Path) -> str:
-    result = subprocess.run(
-        ["git", "-C", str(repo), "log", "-1", "--format=%h"], capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return result.stdout.strip() + ("+changes" if dirty else "")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,19 @@ def invocation() -> str:
     return " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
 
 
+def tree_commit(repo: Path) -> str:
+    """The checkout's commit, short, with "+changes" when tracked files differ from it."""
+    result = subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%h"], capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return result.stdout.strip() + ("+changes" if dirty else "")
+
+
 def record(title: str, command: str, machine: str, lines: list[str]) -> None:
     """Append one run's section to docs/benchmarks.md (not with BENCH_NO_RECORD=1: trial runs)."""
     if os.environ.get("BENCH_NO_RECORD") == "1":

@@ -1,0 +1,179 @@
+"""What streaming costs the API process: its CPU per token sent to clients.
+
+One Daphne process serves every stream of a ``bin/serve`` host, on one event loop: each token
+of each stream passes through it (the engine's output read from Redis, detokenized, put in a
+chunk, written to the client's socket). Its CPU time per token therefore bounds the tokens per
+second one API process can stream, whatever the engine behind it can produce: on a GPU, with a
+small model and hundreds of streams, that bound comes before the engine's.
+
+The platform as the API benches start it (private Redis, SQLite, one engine on the tiny
+random-weight llama with ``--max-num-seqs`` = ``--streams``, Daphne), then ``--rounds`` rounds
+of ``--streams`` concurrent SSE completions of ``--tokens`` tokens each (``ignore_eos``),
+read by httpx (no SDK: the client shares these cores). Daphne's and the engine's CPU come
+from ``/proc``, over the rounds after a warm-up round.
+
+``--against DIR`` runs another checkout of the project (a ``git worktree`` of an older
+commit) in alternate runs, each in a fresh process with a platform of its own, and prints the
+ratio of the medians: the machine is shared and noisy, so a change is judged side by side.
+
+    .venv/bin/python bench/api_stream_cpu.py
+    .venv/bin/python bench/api_stream_cpu.py --against /tmp/base --runs 4 --record
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "stream-bench"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU of a process and its threads so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _streams(base_url: str, key: str, vocab: int, args, rounds: int) -> int:
+    """``rounds`` rounds of ``args.streams`` concurrent streams; the chunks read."""
+    import httpx
+
+    rng = random.Random(0)
+    limits = httpx.Limits(max_connections=args.streams + 4)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=600, limits=limits
+    ) as client:
+
+        async def one() -> int:
+            body = {
+                "model": MODEL,
+                "prompt": [rng.randrange(3, vocab) for _ in range(args.prompt)],
+                "max_tokens": args.tokens,
+                "stream": True,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
+            chunks = 0
+            async with client.stream("POST", "/v1/completions", json=body) as response:
+                if response.status_code != 200:
+                    raise SystemExit(f"HTTP {response.status_code}: {await response.aread()}")
+                async for line in response.aiter_lines():
+                    chunks += line.startswith("data: {")
+            return chunks
+
+        chunks = 0
+        for _ in range(rounds):
+            chunks += sum(await asyncio.gather(*[one() for _ in range(args.streams)]))
+        return chunks
+
+
+def worker(repo: Path, args) -> dict:
+    """One run in ``repo``'s checkout: its platform, a warm-up round, then the measured ones."""
+    sys.path.insert(0, str(repo))
+    from bench.served_platform import served_platform
+    from engine.model_config import ModelConfig
+    from engine.tooling.demo.checkpoint import make_checkpoint
+
+    workdir = Path(tempfile.mkdtemp(prefix="api-stream-cpu-"))
+    checkpoint = make_checkpoint(workdir / "llama-tiny", size="tiny")
+    vocab = ModelConfig.from_pretrained(str(checkpoint)).vocab_size
+    options = {"max_num_seqs": args.streams}
+    with served_platform(workdir, checkpoint, model_name=MODEL, engine_options=options) as p:
+        asyncio.run(_streams(p.base_url, p.key, vocab, args, 1))
+        daphne, engine = _cpu_seconds(p.daphne.pid), _cpu_seconds(p.engine.pid)
+        began = time.monotonic()
+        chunks = asyncio.run(_streams(p.base_url, p.key, vocab, args, args.rounds))
+        elapsed = time.monotonic() - began
+        daphne = _cpu_seconds(p.daphne.pid) - daphne
+        engine = _cpu_seconds(p.engine.pid) - engine
+    tokens = args.rounds * args.streams * args.tokens
+    return {
+        "api_us_per_token": daphne / tokens * 1e6,
+        "engine_us_per_token": engine / tokens * 1e6,
+        "chunks_per_token": chunks / tokens,
+        "tokens_per_s": tokens / elapsed,
+    }
+
+
+def run(repo: Path, argv: list[str]) -> dict:
+    result = subprocess.run(
+        [sys.executable, __file__, "--worker", str(repo), *argv],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        sys.exit(f"the run in {repo} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=64, help="concurrent streams")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per stream")
+    parser.add_argument("--rounds", type=int, default=6, help="measured rounds per run")
+    parser.add_argument("--runs", type=int, default=3, help="runs per checkout")
+    parser.add_argument("--against", type=Path, help="another checkout, run in alternation")
+    parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args)))
+        return
+
+    sys.path.insert(0, str(REPO))
+    from bench.peers import invocation, machine_line, median, record, tree_commit
+
+    machine = machine_line()
+    print(machine, flush=True)
+    argv = [f"--{name}={getattr(args, name)}" for name in ("streams", "tokens", "prompt", "rounds")]
+    trees = {"this checkout": REPO}
+    if args.against:
+        trees["--against"] = args.against.resolve()
+    results: dict[str, list[dict]] = {name: [] for name in trees}
+    for number in range(args.runs):
+        order = list(trees.items())
+        for name, repo in order if number % 2 == 0 else reversed(order):
+            result = run(repo, argv)
+            results[name].append(result)
+            print(
+                f"run {number + 1} {name}: API {result['api_us_per_token']:.1f} us a token, "
+                f"engine {result['engine_us_per_token']:.1f} us, "
+                f"{result['tokens_per_s']:.0f} tokens/s",
+                flush=True,
+            )
+    ours = median([r["api_us_per_token"] for r in results["this checkout"]])
+    lines = [
+        "| tree | API CPU a token (us), per run | median | ratio to this checkout | "
+        "one API process's ceiling | chunks a token |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, repo in trees.items():
+        values = [r["api_us_per_token"] for r in results[name]]
+        chunks = median([r["chunks_per_token"] for r in results[name]])
+        lines.append(
+            f"| {name} ({tree_commit(repo)}) | {', '.join(f'{v:.1f}' for v in values)} | "
+            f"{median(values):.1f} | {median(values) / ours:.2f} | "
+            f"{1e6 / median(values):,.0f} tokens/s | {chunks:.2f} |"
+        )
+    print("\n".join(lines))
+    if args.record:
+        title = "API CPU per streamed token (bench/api_stream_cpu.py)"
+        record(title, invocation(), machine, lines)
+
+
+if __name__ == "__main__":
+    main()
