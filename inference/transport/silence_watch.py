@@ -19,6 +19,7 @@ import asyncio
 import time
 
 TICKS = 8  # looks per timeout: a silence is reported at most an eighth of it late
+MIN_TICK_S = 0.005  # a timeout of (nearly) zero must not make the watch spin
 
 SILENT = object()  # handed to a request whose engine has been silent for the timeout
 
@@ -72,7 +73,7 @@ class SilenceWatch:
         # Ends once no request is in flight, so an idle process wakes for nothing; the next
         # request starts it again.
         while self._queues:
-            await asyncio.sleep(self.timeout / TICKS)
+            await asyncio.sleep(max(self.timeout / TICKS, MIN_TICK_S))
             self.look(time.monotonic())
 
     def look(self, now: float) -> None:
