@@ -80,4 +80,7 @@ async def test_two_replicas_share_100_requests_and_lose_none(platform, second_en
     after = _generated_per_engine(platform)
     served = {engine: (after[engine] - before[engine]) // MAX_TOKENS for engine in before}
     assert sum(served.values()) == NUM_REQUESTS, served
-    assert all(count >= 20 for count in served.values()), served
+    # Work stealing: each replica takes what it has room for, so the split follows their
+    # speeds. On a CI worker running another test beside this one it read 17:83 (Zen 5,
+    # 2026-11-28); a replica left out of the stream would take none.
+    assert all(count >= 10 for count in served.values()), served
