@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -106,19 +105,6 @@ def worker(repo: Path, args) -> dict:
     }
 
 
-def run(repo: Path, argv: list[str]) -> dict:
-    result = subprocess.run(
-        [sys.executable, __file__, "--worker", str(repo), *argv],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        sys.exit(f"the run in {repo} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=64, help="concurrent streams")
@@ -135,7 +121,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    from bench.peers import invocation, machine_line, median, record, tree_commit
+    from bench.peers import invocation, machine_line, median, record, run_worker, tree_commit
 
     machine = machine_line()
     print(machine, flush=True)
@@ -147,7 +133,7 @@ def main() -> None:
     for number in range(args.runs):
         order = list(trees.items())
         for name, repo in order if number % 2 == 0 else reversed(order):
-            result = run(repo, argv)
+            result = run_worker(__file__, repo, *argv)
             results[name].append(result)
             print(
                 f"run {number + 1} {name}: API {result['api_us_per_token']:.1f} us a token, "

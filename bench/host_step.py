@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -97,17 +96,9 @@ def worker(repo: Path, checkpoint: Path, num_seqs: int) -> dict:
 
 
 def run_round(repo: Path, checkpoint: Path, num_seqs: int) -> dict:
-    command = [sys.executable, __file__, "--worker", str(repo), "--checkpoint", str(checkpoint)]
-    result = subprocess.run(
-        [*command, "--num-seqs", str(num_seqs)],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        sys.exit(f"the round in {repo} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    from bench.peers import run_worker
+
+    return run_worker(__file__, repo, "--checkpoint", str(checkpoint), "--num-seqs", str(num_seqs))
 
 
 def main() -> None:

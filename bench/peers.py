@@ -20,6 +20,7 @@ a C++ library. Neither is part of ``bin/test``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -137,6 +138,22 @@ def machine_line() -> str:
 def invocation() -> str:
     """How this bench was run, for its record: ``python bench/<script> <its arguments>``."""
     return " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
+def run_worker(script: str, repo: Path, *args: str) -> dict:
+    """``script --worker REPO ARGS`` in a fresh process working in ``repo`` (a bench that
+    compares checkouts): the JSON object its last line prints. Exits with its error output
+    when it fails."""
+    result = subprocess.run(
+        [sys.executable, script, "--worker", str(repo), *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        sys.exit(f"the run in {repo} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def tree_commit(repo: Path) -> str:
