@@ -383,6 +383,31 @@ async def test_a_submitted_request_leaves_its_tenants_lane_before_any_output(cli
     assert [c.token_ids for c in chunks] == [[9]]
 
 
+async def test_requests_that_end_leave_nothing_for_the_silence_watch(client, tokenizer):
+    # Finished or closed early, a request stops being watched: an API process that
+    # served many keeps no queue of theirs (inference/transport/silence_watch.py).
+    await announce(client)
+    ids = tokenizer.encode("a long answer that goes on and on")
+    async with ScriptedEngine(client, lambda r: one_token_per_step(r, ids)):
+        for n in range(3):
+            gen = client.generate(
+                EngineRequest.build(
+                    model=MODEL,
+                    prompt_token_ids=[5],
+                    sampling=SamplingOptions(),
+                    request_id=f"w{n}",
+                ),
+                tokenizer,
+            )
+            if n == 0:
+                await collect(gen)
+            else:
+                await gen.__anext__()
+                assert len(client.silence._queues) == 1  # watched while it runs
+                await gen.aclose()
+    assert not client.silence._queues
+
+
 async def test_closing_the_stream_aborts_in_engine(client, tokenizer):
     await announce(client)
     ids = tokenizer.encode("a long answer that goes on and on")
