@@ -35,11 +35,6 @@ def _proc_status(pid: int) -> dict[str, int]:
     return fields
 
 
-def _cpu_seconds(pid: int) -> float:
-    parts = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def one_stream(client, index: int, max_tokens: int, started: float) -> dict:
     first = None
     content_chunks = 0
@@ -119,6 +114,7 @@ def main() -> None:
     parser.add_argument("--redis-max-connections", type=int, default=100)
     args = parser.parse_args()
 
+    from bench.peers import cpu_seconds
     from bench.served_platform import served_platform
     from engine.tooling.demo.checkpoint import make_checkpoint
 
@@ -137,9 +133,9 @@ def main() -> None:
         # One request first, so that imports and tokenizer loading are not in the figures.
         asyncio.run(run_load(base_url, key, 1, 4))
         idle = _proc_status(daphne.pid)
-        cpu_before = _cpu_seconds(daphne.pid)
+        cpu_before = cpu_seconds(daphne.pid)
         result = asyncio.run(run_load(base_url, key, args.concurrency, args.max_tokens))
-        result["daphne_cpu_s"] = round(_cpu_seconds(daphne.pid) - cpu_before, 2)
+        result["daphne_cpu_s"] = round(cpu_seconds(daphne.pid) - cpu_before, 2)
         after = _proc_status(daphne.pid)
         result["daphne_rss_idle_mib"] = idle.get("VmRSS")
         result["daphne_rss_after_mib"] = after.get("VmRSS")

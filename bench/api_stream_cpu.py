@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import tempfile
@@ -34,13 +33,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "stream-bench"
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User plus system CPU of a process and its threads so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _streams(base_url: str, key: str, vocab: int, args, rounds: int) -> int:
@@ -80,6 +72,7 @@ async def _streams(base_url: str, key: str, vocab: int, args, rounds: int) -> in
 def worker(repo: Path, args) -> dict:
     """One run in ``repo``'s checkout: its platform, a warm-up round, then the measured ones."""
     sys.path.insert(0, str(repo))
+    from bench.peers import cpu_seconds
     from bench.served_platform import served_platform
     from engine.model_config import ModelConfig
     from engine.tooling.demo.checkpoint import make_checkpoint
@@ -90,12 +83,12 @@ def worker(repo: Path, args) -> dict:
     options = {"max_num_seqs": args.streams}
     with served_platform(workdir, checkpoint, model_name=MODEL, engine_options=options) as p:
         asyncio.run(_streams(p.base_url, p.key, vocab, args, 1))
-        daphne, engine = _cpu_seconds(p.daphne.pid), _cpu_seconds(p.engine.pid)
+        daphne, engine = cpu_seconds(p.daphne.pid), cpu_seconds(p.engine.pid)
         began = time.monotonic()
         chunks = asyncio.run(_streams(p.base_url, p.key, vocab, args, args.rounds))
         elapsed = time.monotonic() - began
-        daphne = _cpu_seconds(p.daphne.pid) - daphne
-        engine = _cpu_seconds(p.engine.pid) - engine
+        daphne = cpu_seconds(p.daphne.pid) - daphne
+        engine = cpu_seconds(p.engine.pid) - engine
     tokens = args.rounds * args.streams * args.tokens
     return {
         "api_us_per_token": daphne / tokens * 1e6,

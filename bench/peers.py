@@ -140,6 +140,12 @@ def invocation() -> str:
     return " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU a process (all its threads) has used so far, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_worker(script: str, repo: Path, *args: str) -> dict:
     """``script --worker REPO ARGS`` in a fresh process working in ``repo`` (a bench that
     compares checkouts): the JSON object its last line prints. Exits with its error output

@@ -26,12 +26,11 @@ def merged(earlier: RequestDelta, later: RequestDelta) -> RequestDelta:
     """One delta for two consecutive ones of a sample: the tokens (and logprobs) of both, the
     rest as the later one says (its counts are cumulative, its finish and timings final)."""
     # Extended in place: a sample held for a second gains a token a step, and copying what it
-    # holds at every step would cost the square of that.
+    # holds at every step would cost the square of that (its logprobs alike).
     earlier.new_token_ids.extend(later.new_token_ids)
     later.new_token_ids = earlier.new_token_ids
-    if later.logprobs is not None:
-        later.logprobs = (earlier.logprobs or []) + later.logprobs
-    elif earlier.logprobs is not None:
+    if earlier.logprobs is not None:
+        earlier.logprobs.extend(later.logprobs or [])
         later.logprobs = earlier.logprobs
     if later.prompt_logprobs is None:
         later.prompt_logprobs = earlier.prompt_logprobs
