@@ -47,6 +47,8 @@ from pathlib import Path
 
 import torch
 
+from kernels.cpu.prelude import precompiled
+
 logger = logging.getLogger(__name__)
 
 SOURCES = [
@@ -59,7 +61,7 @@ SOURCES = [
         "decode_layers.cpp",
     )
 ]
-HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "ops.h")]
+HEADERS = [Path(__file__).with_name(n) for n in ("vec.h", "ops.h", "prelude.h")]
 _unavailable: list[str] = []
 
 
@@ -152,19 +154,22 @@ def native_ops():
     start = time.monotonic()
     name = _build_name()
     _clear_stale_build_lock(cpp_extension, name)
+    # -fopenmp: ATen's parallel_for splits output rows over torch's OpenMP threads (the
+    # library resolves to the libgomp torch already loaded, so they share one pool).
+    # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
+    # elementwise ops round as their PyTorch references do.
+    cflags = ["-O3", f"-march={target_arch()}", "-fopenmp", "-ffp-contract=off"]
+    sources = _stable_sources(name)
     try:
-        cpp_extension.load(
-            name=name,
-            sources=[str(src) for src in _stable_sources(name)],
-            # -fopenmp: ATen's parallel_for splits output rows over torch's OpenMP threads (the
-            # library resolves to the libgomp torch already loaded, so they share one pool).
-            # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the
-            # elementwise ops round as their PyTorch references do.
-            extra_cflags=["-O3", f"-march={target_arch()}", "-fopenmp", "-ffp-contract=off"],
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
+        with precompiled(cpp_extension, name, sources[0].parent, cflags) as prelude_flags:
+            cpp_extension.load(
+                name=name,
+                sources=[str(src) for src in sources],
+                extra_cflags=cflags + prelude_flags,
+                extra_ldflags=["-fopenmp"],
+                is_python_module=False,
+                verbose=False,
+            )
     except Exception as exc:
         # The compiler's complaint comes last, after the command lines.
         detail = str(exc).strip()
