@@ -23,7 +23,8 @@ so the build is specific to this CPU and its name carries a hash of the CPU's fl
 target, the source and the torch version) into torch's extension cache
 (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``), from copies of the sources
 kept there too, so that every checkout on the machine shares the build. The first build takes
-15 to 60 seconds; later processes, and fresh clones, load the cached library. ``PLATFORM_CPU_KERNELS_MARCH`` builds
+15 to 70 seconds (ATen's headers precompiled once, then the five sources: kernels/cpu/prelude.py);
+later processes, and fresh clones, load the cached library. ``PLATFORM_CPU_KERNELS_MARCH`` builds
 for another target than this CPU (``x86-64-v3``: AVX2 without the AVX512 paths). The engine
 builds them at start on a CPU device.
 
