@@ -70,24 +70,28 @@ def precompiled(cpp_extension, name: str, src_folder: Path, extra_cflags: list[s
         yield flags
         return
     gch = src_folder / f"{HEADER.name}.gch"
-    partial = src_folder / f".{HEADER.name}.gch.{os.getpid()}"
-    command = [compiler, *_torch_cflags(cpp_extension, name, extra_cflags), "-x", "c++-header"]
-    start = time.monotonic()
-    try:
-        done = subprocess.run(
-            [*command, str(header), "-o", str(partial)],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        done = None
-        logger.info("no precompiled header for the CPU kernels: %s", exc)
-    if done is not None and done.returncode == 0:
-        partial.replace(gch)  # atomic: a build in another process may be reading it
-        logger.info("precompiled the CPU kernels' headers in %.1fs", time.monotonic() - start)
-    elif done is not None:
-        logger.info("no precompiled header for the CPU kernels: %s", done.stderr[-400:])
-    partial.unlink(missing_ok=True)
+    _compile_header(compiler, _torch_cflags(cpp_extension, name, extra_cflags), header, gch)
     try:
         yield flags
     finally:
         gch.unlink(missing_ok=True)
+
+
+def _compile_header(compiler: str, cflags: list[str], header: Path, gch: Path) -> None:
+    """Precompiles ``header`` into ``gch``; logs why not where it cannot."""
+    partial = gch.with_name(f".{gch.name}.{os.getpid()}")
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            [compiler, *cflags, "-x", "c++-header", str(header), "-o", str(partial)],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if done.returncode == 0:
+            partial.replace(gch)  # atomic: a build in another process may be reading it
+            logger.info("precompiled the CPU kernels' headers in %.1fs", time.monotonic() - start)
+        else:
+            logger.info("no precompiled header for the CPU kernels: %s", done.stderr[-400:])
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.info("no precompiled header for the CPU kernels: %s", exc)
+    finally:
+        partial.unlink(missing_ok=True)
