@@ -83,6 +83,9 @@ class EngineService:
         self.started_at = time.time()
 
         self.redis = connect(url)  # the heartbeat's: status, dead engines, adapter registry
+        # The status record's own, without retries of its own: the heartbeat retries it soon
+        # (redis_input.RETRY_AFTER_S), and a record missed after a restart means a 503.
+        self.status_redis = connect(url, retries=0)
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
         self.writer = OutputWriter(connect(url, retries=0), self.keys, model, me)
         self.reader = inputs.RequestReader(connect(url), self)
@@ -119,10 +122,7 @@ class EngineService:
     def beat(self) -> None:
         """The heartbeat's tick: status record, dead engines, prefix index, read-ahead bound,
         adapters when due."""
-        try:
-            self.publish_status()
-        except redis.RedisError as exc:
-            logger.warning("publishing engine status failed: %s", exc)  # the next beat retries
+        publish_status(self.status_redis, self.keys, status_record(self), self.settings.status_ttl)
         self.read_ahead.refresh(self.redis)
         self.reaper.check()
         if self.prefix_index is not None:

@@ -26,7 +26,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
-RETRY_AFTER_S = 0.5  # a worker's pause after a failed tick (Redis away)
+# A worker's pause after a tick that failed on Redis: short, so that it is back at work soon
+# after Redis is (the engine's status record above all, before the one Redis reloaded from its
+# append-only file expires). A refused connection costs nothing to retry.
+RETRY_AFTER_S = 0.1
+ERROR_PAUSE_S = 0.5  # after a tick that failed otherwise (a bug, logged each time)
 # The loop remembers an abort for a request it has not seen this long, for the race in which
 # the abort overtakes its request between the two reader threads (engine/service/loop.py).
 RECENT_ABORT_S = 60.0
@@ -135,13 +139,15 @@ def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:
 
 class Worker(threading.Thread):
     """A daemon thread that runs ``tick()`` until ``stop()``; every ``interval`` seconds when
-    one is given, else back to back (a tick that blocks on a read). A tick that fails is
-    logged and, after a pause, tried again: Redis may be away for a while."""
+    one is given, else back to back (a tick that blocks on a read). A tick that fails on Redis
+    is tried again after RETRY_AFTER_S: Redis may be away for a while. An outage is logged
+    twice, when it starts and when it ends (with its length), not at every retry."""
 
     def __init__(self, name: str, tick: Callable[[], None], interval: float = 0.0):
         super().__init__(name=name, daemon=True)
         self.tick, self.interval = tick, interval
         self._stop_event = threading.Event()
+        self._failing_since: float | None = None  # monotonic: the outage's first failed tick
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -149,15 +155,32 @@ class Worker(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
+        pause = self.interval
+        while not self._stop_event.wait(pause):
             try:
                 self.tick()
             except redis.RedisError as exc:
-                logger.warning("%s: %s (retried)", self.name, exc)
-                self._stop_event.wait(RETRY_AFTER_S)
+                self._redis_failed(exc)
+                pause = RETRY_AFTER_S
             except Exception:
                 logger.exception("%s failed; retried", self.name)
-                self._stop_event.wait(RETRY_AFTER_S)
+                pause = self.interval + ERROR_PAUSE_S
+            else:
+                self._redis_answered()
+                pause = self.interval
+
+    def _redis_failed(self, exc: redis.RedisError) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            logger.warning("%s: %s (retried until Redis answers)", self.name, exc)
+        else:
+            logger.debug("%s: %s (retried)", self.name, exc)
+
+    def _redis_answered(self) -> None:
+        if self._failing_since is not None:
+            down_s = time.monotonic() - self._failing_since
+            logger.info("%s: Redis answers again (unreachable for %.1fs)", self.name, down_s)
+            self._failing_since = None
 
 
 class RequestReader(Worker):

@@ -28,7 +28,9 @@ logger = logging.getLogger(__name__)
 # Jobs (about one per engine step) queued before the loop stops stepping.
 MAX_BACKLOG_JOBS = 512
 RETRY_FIRST_S = 0.05
-RETRY_MAX_S = 1.0
+# Retries back off to this and stay there: tokens flow again at most this long after Redis
+# does (a refused connection costs nothing to try again; a timeout paces itself).
+RETRY_MAX_S = 0.25
 MARKER_TTL_S = 3600
 # Output streams of frontends that went away expire instead of lingering.
 OUTPUT_STREAM_TTL_S = 3600

@@ -21,6 +21,8 @@ import httpx
 import openai
 import pytest
 
+from engine.config import ServiceSettings
+from engine.engine_status import decode_status
 from tests.support.api_platform import CHAT_MODEL
 from tests.support.private_stack import private_stack, usage_records, wait_http
 
@@ -114,6 +116,37 @@ def test_a_stream_across_a_redis_kill_is_whole_or_an_error_never_short(stack):
     # Billed what was streamed: the usage record holds the tokens the client received.
     records = [r for r in usage_records(stack) if r["completion_tokens"] == received]
     assert len(records) == 1, usage_records(stack)
+
+
+def test_the_engines_status_is_back_before_the_reloaded_record_expires(stack):
+    """Redis reloads the status records of before the kill from its append-only file, with the
+    TTL they had left. An engine that rewrote its own only at a later heartbeat left the API a
+    spell with no engine after the restart: 503 ``engine_unavailable`` between 200s. Killed
+    just after "steady" wrote its record, Redis comes back with about a second of it left."""
+    wait_http(stack.base_url, "/ready", 200, timeout=30)
+    ttl_s = ServiceSettings(model_name=CHAT_MODEL).status_ttl  # the engines run the default
+    client = stack.client()
+    key = stack.status_key("steady")
+    written = client.get(key)
+    while client.get(key) == written:  # until the next heartbeat writes it
+        time.sleep(0.005)
+    stack.kill_redis()
+    time.sleep(ttl_s - 0.7)
+    stack.restart_redis()
+    restarted_at = time.time()
+    missing, rewritten_after = [], None
+    while time.time() - restarted_at < 2.0:
+        raw = client.get(key)
+        now = time.time() - restarted_at
+        if raw is None:
+            missing.append(round(now, 2))
+        elif rewritten_after is None and decode_status(raw).updated_at > restarted_at:
+            rewritten_after = now
+        time.sleep(0.01)
+    client.close()
+    print(f"\nthe status record was rewritten {rewritten_after:.2f}s after Redis answered")
+    assert not missing, f"no status record at {missing} s after the restart"
+    assert rewritten_after is not None
 
 
 def test_while_redis_is_down_the_api_answers_503_json_then_recovers_and_bills_once(stack):
