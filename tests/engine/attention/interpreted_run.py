@@ -35,6 +35,9 @@ from engine.layers import dispatch
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 from engine.worker.cuda_graphs import DecodeGraphs
+from tests.support.triton_mode import speed_up_the_interpreter
+
+speed_up_the_interpreter()
 
 KERNEL_NAMES = (
     "paged_decode_attention",
