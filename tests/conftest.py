@@ -130,7 +130,7 @@ def run_shared_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2(run_shared_dir) -> tuple[Path, list[str]]:
-    """The real SmolLM2-135M-Instruct, converted from its GGUF once per test run (about 30 s)
+    """The real SmolLM2-135M-Instruct, converted from its GGUF once per test run (10-20 s)
     whichever worker asks first, and the progress lines the conversion printed. Tests that
     need real weights share it."""
     from tests.support.smollm2 import converted_smollm2

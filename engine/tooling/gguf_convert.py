@@ -16,8 +16,6 @@ the tokenizer (with its chat template), which needs no ``accelerate``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
 import hashlib
 import os
 import shutil
@@ -65,10 +63,10 @@ def _print(message: str) -> None:
 
 
 def _reader(gguf_file: Path):
-    from gguf import GGUFReader
+    from engine.tooling.gguf_reading import open_gguf
 
     try:
-        return GGUFReader(gguf_file)
+        return open_gguf(gguf_file)
     except Exception as exc:
         raise GGUFConversionError(f"{gguf_file.name} is not a readable GGUF file: {exc}") from exc
 
@@ -187,35 +185,6 @@ def _config(reader, folder: str, name: str, dtype: torch.dtype):
     return config
 
 
-@contextlib.contextmanager
-def _gguf_metadata_read_once():
-    """Inside the block, transformers reads the GGUF's metadata once, not twice.
-
-    Its config loader and AutoTokenizer (which loads the config again for itself) each parse
-    the whole file with the gguf package, every vocabulary string through a numpy memmap
-    slice: 2.8 s each for SmolLM2's 49k tokens, more than half of a conversion's time.
-    Both look ``load_gguf_checkpoint`` up in its module when called, so a second read without
-    tensors gets a copy of the first's result. Outside the block nothing is changed.
-    """
-    from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
-    read = gguf_utils.load_gguf_checkpoint
-    parsed: dict[str, dict] = {}
-
-    def read_once(path, return_tensors=False, *args, **kwargs):
-        if return_tensors or args or kwargs:
-            return read(path, return_tensors, *args, **kwargs)
-        if str(path) not in parsed:
-            parsed[str(path)] = read(path, return_tensors=False)
-        return copy.deepcopy(parsed[str(path)])  # callers may change what they get
-
-    gguf_utils.load_gguf_checkpoint = read_once
-    try:
-        yield
-    finally:
-        gguf_utils.load_gguf_checkpoint = read
-
-
 def _tokenizer(folder: str, name: str):
     from transformers import AutoTokenizer
 
@@ -260,7 +229,9 @@ def convert_gguf(
     torch_dtype = getattr(torch, dtype)
     folder, name = str(gguf_file.parent), gguf_file.name
     progress("converting the tokenizer and chat template")
-    with _gguf_metadata_read_once():
+    from engine.tooling.gguf_reading import metadata_read_once
+
+    with metadata_read_once(reader, gguf_file):
         tokenizer = _tokenizer(folder, name)
         config = _config(reader, folder, name, torch_dtype)
     progress(f"loading the weights and dequantizing them to {dtype}")

@@ -24,7 +24,7 @@ def smollm2_gguf() -> Path:
 def converted_smollm2(shared_root: Path) -> tuple[Path, list[str]]:
     """The safetensors checkpoint of the demo GGUF under ``shared_root``, keyed by the file's
     content, and the progress lines its conversion printed. The first worker to ask converts
-    (about 30 s) while the others wait on a file lock; they all get the same folder.
+    (10-20 s) while the others wait on a file lock; they all get the same folder.
 
     It converts as a newcomer's runtime-only install must: ``python -m engine.tooling.gguf_convert``
     in a process that cannot import accelerate (only the test group installs it)."""
