@@ -4,6 +4,10 @@ batch, reply.
 Phases per turn: ``read`` (every queued request, up to a batch), ``embed`` (one runner call for
 all their inputs), ``reply`` (one list push per request, then ack). A status thread keeps the
 engine's status record fresh, so /ready and the dashboard see it like a generation engine.
+
+Redis may go away (killed, restarted, a dropped connection): reads, replies and the status
+record are retried until it answers, as the generation engine's are, and a reply computed
+meanwhile is written then. Nothing ends the process but a stop.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ import redis
 from engine import protocol
 from engine.pooling import messages
 from engine.pooling.runner import PoolingRunner
-from engine.redis_streams import decode_entries, ensure_group, publish_status, withdraw_status
+from engine.redis_streams import (
+    RETRY_AFTER_S,
+    TRANSPORT_ERRORS,
+    OutageLog,
+    connect,
+    decode_entries,
+    ensure_group,
+    publish_status,
+    withdraw_status,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +56,9 @@ class PoolingService:
     ):
         self.runner = runner
         self.model_name = model_name
-        self.redis = redis.Redis.from_url(redis_url)
-        self.status_redis = redis.Redis.from_url(redis_url)
+        self.redis = connect(redis_url)
+        # No retries of its own: the status thread tries again soon (RETRY_AFTER_S).
+        self.status_redis = connect(redis_url, retries=0)
         self.keys = protocol.Keys()
         self.stream = messages.embed_requests_key(model_name, self.keys)
         self.engine_id = protocol.new_engine_id()
@@ -53,6 +67,7 @@ class PoolingService:
         self.num_inputs_total = 0
         self.num_tokens_total = 0
         self._stop = threading.Event()
+        self._outage = OutageLog(logger, "pooling-engine")  # the loop's: reads and replies
 
     def stop(self) -> None:
         self._stop.set()
@@ -64,19 +79,42 @@ class PoolingService:
         status_thread.start()
         logger.info("pooling engine %s serving %s", self.engine_id, self.model_name)
         while not self._stop.is_set():
-            entries = self._read()
+            entries = self._until_redis_answers(self._read)
             if entries:
                 self._serve(entries)
-        withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
+        try:
+            withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
+        except redis.RedisError as exc:
+            logger.warning("could not withdraw pooling engine %s: %s", self.engine_id, exc)
+
+    def _until_redis_answers(self, call):
+        """``call()``'s result, tried again until Redis answers; None once stopping."""
+        while not self._stop.is_set():
+            try:
+                result = call()
+            except TRANSPORT_ERRORS as exc:
+                self._outage.failed(exc)
+                self._stop.wait(RETRY_AFTER_S)
+                continue
+            self._outage.answered()
+            return result
+        return None
 
     def _read(self) -> list[tuple[bytes, dict]]:
-        reply = self.redis.xreadgroup(
-            messages.POOLING_GROUP,
-            self.engine_id,
-            {self.stream: ">"},
-            count=MAX_REQUESTS_PER_BATCH,
-            block=self.block_ms,
-        )
+        try:
+            reply = self.redis.xreadgroup(
+                messages.POOLING_GROUP,
+                self.engine_id,
+                {self.stream: ">"},
+                count=MAX_REQUESTS_PER_BATCH,
+                block=self.block_ms,
+            )
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # The stream or group is gone with a Redis that restarted empty.
+            ensure_group(self.redis, self.stream, messages.POOLING_GROUP)
+            return []
         return [entry for _s, items in reply or [] for entry in items]
 
     def _serve(self, entries: list[tuple[bytes, dict]]) -> None:
@@ -91,8 +129,7 @@ class PoolingService:
         except Exception as exc:
             logger.exception("embedding batch failed")
             vectors, error = None, f"embedding failed: {exc}"
-        pipe = self.redis.pipeline(transaction=False)
-        offset = 0
+        replies, offset = [], 0
         for request in requests:
             count = len(request.inputs)
             reply = messages.EmbedReply(request_id=request.request_id, error=error)
@@ -103,19 +140,41 @@ class PoolingService:
                 reply.dimensions = self.runner.dimensions
                 reply.num_tokens = sum(len(ids) for ids in request.inputs)
             offset += count
-            pipe.rpush(request.reply_key, messages.encode(reply))
-            pipe.expire(request.reply_key, messages.REPLY_TTL_S)
+            replies.append((request.reply_key, messages.encode(reply)))
         ids = [entry_id for entry_id, _ in entries]
-        pipe.xack(self.stream, messages.POOLING_GROUP, *ids)
-        pipe.xdel(self.stream, *ids)
-        pipe.execute()
+        self._until_redis_answers(lambda: self._write_replies(replies, ids))
         self.num_inputs_total += len(inputs)
         self.num_tokens_total += sum(len(ids) for ids in inputs)
         logger.debug("embedded %d inputs for %d requests", len(inputs), len(requests))
 
+    def _write_replies(self, replies: list[tuple[str, bytes]], ids: list[bytes]) -> None:
+        """One pipeline (a failed one is built again: redis-py empties it): the replies, then
+        the entries acknowledged and deleted. A command refused inside it (an XACK after the
+        group vanished with a Redis that restarted empty) leaves the others written."""
+        pipe = self.redis.pipeline(transaction=False)
+        for reply_key, reply in replies:
+            pipe.rpush(reply_key, reply)
+            pipe.expire(reply_key, messages.REPLY_TTL_S)
+        pipe.xack(self.stream, messages.POOLING_GROUP, *ids)
+        pipe.xdel(self.stream, *ids)
+        for result in pipe.execute(raise_on_error=False):
+            if isinstance(result, TRANSPORT_ERRORS):
+                raise result
+            if isinstance(result, Exception):
+                logger.warning("a command of a reply write failed: %s", result)
+
     def _publish_status(self) -> None:
-        while not self._stop.wait(1.0):
-            self._publish_status_once()
+        outage = OutageLog(logger, "pooling-status")
+        pause = 1.0
+        while not self._stop.wait(pause):
+            try:
+                self._publish_status_once()
+            except redis.RedisError as exc:
+                outage.failed(exc)
+                pause = RETRY_AFTER_S
+            else:
+                outage.answered()
+                pause = 1.0
 
     def _publish_status_once(self) -> None:
         status = protocol.EngineStatus(
@@ -124,7 +183,4 @@ class PoolingService:
             prompt_tokens_total=self.num_tokens_total,
             started_at=self.started_at,
         )
-        try:
-            publish_status(self.status_redis, self.keys, status, STATUS_TTL_S)
-        except redis.RedisError:
-            logger.warning("could not publish pooling engine status", exc_info=True)
+        publish_status(self.status_redis, self.keys, status, STATUS_TTL_S)

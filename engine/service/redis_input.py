@@ -18,7 +18,7 @@ import redis
 from engine import protocol
 from engine.direct_routing import direct_entry
 from engine.protocol import ENGINE_GROUP
-from engine.redis_streams import as_str, decode_entries, ensure_group
+from engine.redis_streams import RETRY_AFTER_S, OutageLog, as_str, decode_entries, ensure_group
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
-# A worker's pause after a tick that failed on Redis: short, so that it is back at work soon
-# after Redis is (the engine's status record above all, before the one Redis reloaded from its
-# append-only file expires). A refused connection costs nothing to retry.
-RETRY_AFTER_S = 0.1
 ERROR_PAUSE_S = 0.5  # after a tick that failed otherwise (a bug, logged each time)
 # The loop remembers an abort for a request it has not seen this long, for the race in which
 # the abort overtakes its request between the two reader threads (engine/service/loop.py).
@@ -147,7 +143,7 @@ class Worker(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.tick, self.interval = tick, interval
         self._stop_event = threading.Event()
-        self._failing_since: float | None = None  # monotonic: the outage's first failed tick
+        self._outage = OutageLog(logger, name)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop_event.set()
@@ -160,27 +156,14 @@ class Worker(threading.Thread):
             try:
                 self.tick()
             except redis.RedisError as exc:
-                self._redis_failed(exc)
+                self._outage.failed(exc)
                 pause = RETRY_AFTER_S
             except Exception:
                 logger.exception("%s failed; retried", self.name)
                 pause = self.interval + ERROR_PAUSE_S
             else:
-                self._redis_answered()
+                self._outage.answered()
                 pause = self.interval
-
-    def _redis_failed(self, exc: redis.RedisError) -> None:
-        if self._failing_since is None:
-            self._failing_since = time.monotonic()
-            logger.warning("%s: %s (retried until Redis answers)", self.name, exc)
-        else:
-            logger.debug("%s: %s (retried)", self.name, exc)
-
-    def _redis_answered(self) -> None:
-        if self._failing_since is not None:
-            down_s = time.monotonic() - self._failing_since
-            logger.info("%s: Redis answers again (unreachable for %.1fs)", self.name, down_s)
-            self._failing_since = None
 
 
 class RequestReader(Worker):

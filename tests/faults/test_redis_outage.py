@@ -23,7 +23,7 @@ import pytest
 
 from engine.config import ServiceSettings
 from engine.engine_status import decode_status
-from tests.support.api_platform import CHAT_MODEL
+from tests.support.api_platform import CHAT_MODEL, EMBED_MODEL
 from tests.support.private_stack import private_stack, usage_records, wait_http
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -147,6 +147,36 @@ def test_the_engines_status_is_back_before_the_reloaded_record_expires(stack):
     print(f"\nthe status record was rewritten {rewritten_after:.2f}s after Redis answered")
     assert not missing, f"no status record at {missing} s after the restart"
     assert rewritten_after is not None
+
+
+def test_the_embeddings_engine_rides_out_a_redis_restart(stack):
+    """The pooling engine's read raised on the dropped connection and the process exited: the
+    embeddings stayed down after Redis came back (and ``bin/serve``, seeing a child die,
+    stopped the whole platform). Now it waits for Redis like the generation engine."""
+    wait_http(stack.base_url, "/ready", 200, timeout=30)
+    pooling = stack.launcher.start_pooling_engine(EMBED_MODEL, timeout=120)
+    client = stack.sdk(timeout=30, max_retries=0)
+    assert len(client.embeddings.create(model=EMBED_MODEL, input="a cat").data[0].embedding) == 384
+
+    stack.kill_redis()
+    time.sleep(OUTAGE_S)
+    stack.restart_redis()
+    restarted = time.monotonic()
+    while True:
+        try:
+            response = client.embeddings.create(model=EMBED_MODEL, input=["a cat", "a kitten"])
+            break
+        except openai.APIStatusError as exc:  # 503 while the stale connections are replaced
+            assert exc.status_code == 503, exc.response.text
+            assert time.monotonic() - restarted < 20, exc.response.text
+            time.sleep(0.1)
+    answered_after = time.monotonic() - restarted
+    print(f"\nembeddings answered again {answered_after:.2f}s after Redis restarted")
+    assert [len(item.embedding) for item in response.data] == [384, 384]
+    assert pooling.process.poll() is None
+    log = pooling.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+    assert "Redis answers again" in log
 
 
 def test_while_redis_is_down_the_api_answers_503_json_then_recovers_and_bills_once(stack):
