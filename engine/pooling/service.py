@@ -22,10 +22,8 @@ import redis
 from engine import protocol
 from engine.pooling import messages
 from engine.pooling.runner import PoolingRunner
+from engine.redis_outage import RETRY_AFTER_S, TRANSPORT_ERRORS, OutageLog
 from engine.redis_streams import (
-    RETRY_AFTER_S,
-    TRANSPORT_ERRORS,
-    OutageLog,
     connect,
     decode_entries,
     ensure_group,

@@ -84,7 +84,7 @@ class EngineService:
 
         self.redis = connect(url)  # the heartbeat's: status, dead engines, adapter registry
         # The status record's own, without retries of its own: the heartbeat retries it soon
-        # (redis_streams.RETRY_AFTER_S), and a record missed after a restart means a 503.
+        # (redis_outage.RETRY_AFTER_S), and a record missed after a restart means a 503.
         self.status_redis = connect(url, retries=0)
         # No automatic retry: the writer decides itself whether a broken MULTI ran.
         self.writer = OutputWriter(connect(url, retries=0), self.keys, model, me)

@@ -18,7 +18,8 @@ import redis
 from engine import protocol
 from engine.direct_routing import direct_entry
 from engine.protocol import ENGINE_GROUP
-from engine.redis_streams import RETRY_AFTER_S, OutageLog, as_str, decode_entries, ensure_group
+from engine.redis_outage import RETRY_AFTER_S, OutageLog
+from engine.redis_streams import as_str, decode_entries, ensure_group
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService

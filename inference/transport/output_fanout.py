@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from controlplane.common.redis_pools import async_client
 from engine import protocol
 from engine.protocol import FIELD, Keys
+from engine.redis_outage import RETRY_AFTER_S, TRANSPORT_ERRORS, OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class OutputFanOut:
 
     async def _read(self) -> None:
         last_id, untrimmed = b"0-0", 0
+        outage = OutageLog(logger, f"reading {self._key}")  # Redis away: one line, not each try
         while not self._closing:
             try:
                 response = await self._redis.xread(
@@ -73,10 +75,15 @@ class OutputFanOut:
                 )
             except asyncio.CancelledError:
                 raise
+            except TRANSPORT_ERRORS as exc:
+                outage.failed(exc)
+                await asyncio.sleep(RETRY_AFTER_S)
+                continue
             except Exception:
                 logger.warning("reading %s failed; retrying", self._key, exc_info=True)
                 await asyncio.sleep(0.5)
                 continue
+            outage.answered()
             for _stream, entries in response or []:
                 for entry_id, fields in entries:
                     last_id = entry_id

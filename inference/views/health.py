@@ -29,9 +29,10 @@ async def ready(request):
             is_ready = await client.is_model_ready(model)
         else:
             is_ready = bool(await client.live_engines())
-    except RedisError:
-        # Without Redis no request can reach an engine: not ready, and say why.
-        logger.warning("readiness check: Redis unreachable", exc_info=True)
+    except RedisError as exc:
+        # Without Redis no request can reach an engine: not ready, and say why (in one line:
+        # probes ask every few seconds through an outage).
+        logger.warning("readiness check: Redis unreachable: %s", exc)
         response = JsonResponse({"status": "not ready", "reason": "redis unreachable"}, status=503)
         response["Retry-After"] = "5"
         return response

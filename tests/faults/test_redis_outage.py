@@ -252,3 +252,8 @@ def test_while_redis_is_down_the_api_answers_503_json_then_recovers_and_bills_on
     assert len([r for r in records if r["status"] == 503]) == statuses.count(503)
     assert refused == 2
     assert not list((stack.workdir / "var" / "usage-spool").glob("*.jsonl"))
+    # The API's log tells the outage in a few lines: no traceback for each retry of each reader
+    # (its output reader tried every 0.8 s), each readiness probe, each metrics batch.
+    log = stack.daphne_log()
+    assert "Traceback" not in log, log[log.index("Traceback") - 300 :][:3000]
+    assert "Redis answers again" in log

@@ -54,6 +54,7 @@ ENGINE_FOR_API = (
     "engine.text",
     "engine.structured.spec",
     "engine.process_priority",
+    "engine.redis_outage",  # how both sides wait out a Redis outage: what to retry, what to log
 )
 
 
