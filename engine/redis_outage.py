@@ -1,11 +1,13 @@
 """How a process waits out a Redis outage, on both sides of it (engines and API processes):
-which errors mean Redis is away, how soon to try again, and what to log. Torch-free, so the
-API imports it too."""
+which errors mean Redis is away, how soon to try again, what to log, and the engines' thread
+that ticks through it (Worker). Torch-free, so the API imports it too."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -14,11 +16,15 @@ import redis
 # Redis reloaded from its append-only file expires). A refused connection costs nothing.
 RETRY_AFTER_S = 0.1
 TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+ERROR_PAUSE_S = 0.5  # a Worker's pause after a tick that failed otherwise (a bug, logged each time)
+
+logger = logging.getLogger(__name__)
 
 
 class OutageLog:
-    """What one thread (or asyncio task) logs of a Redis outage it waits out: a warning at its first failure and
-    a line when Redis answers again, with how long it was away; not a line per retry."""
+    """What one thread (or asyncio task) logs of a Redis outage it waits out: a warning at its
+    first failure and a line when Redis answers again, with how long it was away; not a line
+    per retry."""
 
     def __init__(self, logger: logging.Logger, thread: str):
         self.logger, self.thread = logger, thread
@@ -36,3 +42,36 @@ class OutageLog:
             down_s = time.monotonic() - self.failing_since
             self.logger.info("%s: Redis answers again (unreachable for %.1fs)", self.thread, down_s)
             self.failing_since = None
+
+
+class Worker(threading.Thread):
+    """A daemon thread that runs ``tick()`` until ``stop()``; every ``interval`` seconds when
+    one is given, else back to back (a tick that blocks on a read). A tick that fails on Redis
+    is tried again after RETRY_AFTER_S: Redis may be away for a while. An outage is logged
+    twice, when it starts and when it ends (with its length), not at every retry."""
+
+    def __init__(self, name: str, tick: Callable[[], None], interval: float = 0.0):
+        super().__init__(name=name, daemon=True)
+        self.tick, self.interval = tick, interval
+        self._stop_event = threading.Event()
+        self._outage = OutageLog(logger, name)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        pause = self.interval
+        while not self._stop_event.wait(pause):
+            try:
+                self.tick()
+            except redis.RedisError as exc:
+                self._outage.failed(exc)
+                pause = RETRY_AFTER_S
+            except Exception:
+                logger.exception("%s failed; retried", self.name)
+                pause = self.interval + ERROR_PAUSE_S
+            else:
+                self._outage.answered()
+                pause = self.interval

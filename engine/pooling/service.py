@@ -22,7 +22,7 @@ import redis
 from engine import protocol
 from engine.pooling import messages
 from engine.pooling.runner import PoolingRunner
-from engine.redis_outage import RETRY_AFTER_S, TRANSPORT_ERRORS, OutageLog
+from engine.redis_outage import RETRY_AFTER_S, TRANSPORT_ERRORS, OutageLog, Worker
 from engine.redis_streams import (
     connect,
     decode_entries,
@@ -73,13 +73,15 @@ class PoolingService:
     def run(self) -> None:
         ensure_group(self.redis, self.stream, messages.POOLING_GROUP)
         self._publish_status_once()  # visible to /ready before the first request is read
-        status_thread = threading.Thread(target=self._publish_status, daemon=True)
+        # Every second; after a failure every RETRY_AFTER_S until Redis answers.
+        status_thread = Worker("pooling-status", self._publish_status_once, 1.0)
         status_thread.start()
         logger.info("pooling engine %s serving %s", self.engine_id, self.model_name)
         while not self._stop.is_set():
             entries = self._until_redis_answers(self._read)
             if entries:
                 self._serve(entries)
+        status_thread.stop()  # before the record is withdrawn, or it would write it again
         try:
             withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
         except redis.RedisError as exc:
@@ -160,19 +162,6 @@ class PoolingService:
                 raise result
             if isinstance(result, Exception):
                 logger.warning("a command of a reply write failed: %s", result)
-
-    def _publish_status(self) -> None:
-        outage = OutageLog(logger, "pooling-status")
-        pause = 1.0
-        while not self._stop.wait(pause):
-            try:
-                self._publish_status_once()
-            except redis.RedisError as exc:
-                outage.failed(exc)
-                pause = RETRY_AFTER_S
-            else:
-                outage.answered()
-                pause = 1.0
 
     def _publish_status_once(self) -> None:
         status = protocol.EngineStatus(

@@ -22,6 +22,7 @@ from engine.config import ServiceSettings
 from engine.core.block_hash import public_prefix_or_none
 from engine.lora.registry import AdapterRegistry
 from engine.outputs import RequestOutputDelta, Throughput
+from engine.redis_outage import Worker
 from engine.redis_streams import connect, ensure_group, publish_status, withdraw_status
 from engine.sampling_params import SamplingParams
 from engine.service import redis_input as inputs
@@ -95,7 +96,7 @@ class EngineService:
         self.prefix_index = PrefixIndexPublisher.for_engine(engine, self.keys, settings)
         self._next_registry_read = 0.0
         interval = min(settings.status_interval, settings.adapter_sync_interval)
-        self.heartbeat = inputs.Worker("engine-heartbeat", self.beat, interval)
+        self.heartbeat = Worker("engine-heartbeat", self.beat, interval)
         self.intake_order = intake_order(engine.config.scheduling_policy)  # fair: fewest first
         if engine.enable_step_preemption(functools.partial(between_layers, self)):
             logger.info("step preemption on: returning tenants' requests run between layers")
@@ -105,7 +106,7 @@ class EngineService:
         snapshot = self.read_registry()
         self.adapters.reconcile(self.adapters.readable(snapshot.records), snapshot.read_at)
         self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
-        self.publish_status()
+        self.publish_status(self.redis)
         ensure_group(self.redis, self.requests)
         self.reaper.take_over(self.settings.engine_id)  # an earlier life of this engine id
         ensure_group(self.redis, self.direct_requests)
@@ -122,7 +123,7 @@ class EngineService:
     def beat(self) -> None:
         """The heartbeat's tick: status record, dead engines, prefix index, read-ahead bound,
         adapters when due."""
-        publish_status(self.status_redis, self.keys, status_record(self), self.settings.status_ttl)
+        self.publish_status(self.status_redis)
         self.read_ahead.refresh(self.redis)
         self.reaper.check()
         if self.prefix_index is not None:
@@ -133,9 +134,9 @@ class EngineService:
             self._next_registry_read = time.monotonic() + self.settings.adapter_sync_interval
             self.inbox.put(self.read_registry())
 
-    def publish_status(self) -> None:
+    def publish_status(self, client: redis.Redis) -> None:
         """SET the status record (with a TTL, so that a crash leaves it to expire)."""
-        publish_status(self.redis, self.keys, status_record(self), self.settings.status_ttl)
+        publish_status(client, self.keys, status_record(self), self.settings.status_ttl)
 
     def room(self) -> int:
         """How many requests the reader may take now (backpressure: the rest wait for others)."""

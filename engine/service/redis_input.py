@@ -9,7 +9,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ import redis
 from engine import protocol
 from engine.direct_routing import direct_entry
 from engine.protocol import ENGINE_GROUP
-from engine.redis_outage import RETRY_AFTER_S, OutageLog
+from engine.redis_outage import Worker
 from engine.redis_streams import as_str, decode_entries, ensure_group
 
 if TYPE_CHECKING:
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 READ_BLOCK_MS = 500
-ERROR_PAUSE_S = 0.5  # after a tick that failed otherwise (a bug, logged each time)
 # The loop remembers an abort for a request it has not seen this long, for the race in which
 # the abort overtakes its request between the two reader threads (engine/service/loop.py).
 RECENT_ABORT_S = 60.0
@@ -132,39 +130,6 @@ def take_all(q: queue.SimpleQueue, timeout: float | None) -> list:
             items.append(q.get_nowait())
     except queue.Empty:
         return items
-
-
-class Worker(threading.Thread):
-    """A daemon thread that runs ``tick()`` until ``stop()``; every ``interval`` seconds when
-    one is given, else back to back (a tick that blocks on a read). A tick that fails on Redis
-    is tried again after RETRY_AFTER_S: Redis may be away for a while. An outage is logged
-    twice, when it starts and when it ends (with its length), not at every retry."""
-
-    def __init__(self, name: str, tick: Callable[[], None], interval: float = 0.0):
-        super().__init__(name=name, daemon=True)
-        self.tick, self.interval = tick, interval
-        self._stop_event = threading.Event()
-        self._outage = OutageLog(logger, name)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout)
-
-    def run(self) -> None:
-        pause = self.interval
-        while not self._stop_event.wait(pause):
-            try:
-                self.tick()
-            except redis.RedisError as exc:
-                self._outage.failed(exc)
-                pause = RETRY_AFTER_S
-            except Exception:
-                logger.exception("%s failed; retried", self.name)
-                pause = self.interval + ERROR_PAUSE_S
-            else:
-                self._outage.answered()
-                pause = self.interval
 
 
 class RequestReader(Worker):

@@ -63,10 +63,10 @@ def _print(message: str) -> None:
 
 
 def _reader(gguf_file: Path):
-    from engine.tooling.gguf_reading import open_gguf
+    from engine.tooling.gguf_reading import ArrayGGUFReader
 
     try:
-        return open_gguf(gguf_file)
+        return ArrayGGUFReader(gguf_file)
     except Exception as exc:
         raise GGUFConversionError(f"{gguf_file.name} is not a readable GGUF file: {exc}") from exc
 

@@ -4,7 +4,7 @@ The ``gguf`` package parses every metadata value through slices of a numpy memma
 slicing runs in Python (``memmap.__getitem__`` and ``__array_finalize__``): 2.9 s for
 SmolLM2's 49k vocabulary strings and merges, where slices of a plain array over the same
 mapped bytes take 1.3 s. And transformers parses the file again, with a reader of its own,
-for the config and once more for the tokenizer. ``open_gguf`` gives the faster reader;
+for the config and once more for the tokenizer. ``ArrayGGUFReader`` is the faster reader;
 inside ``metadata_read_once`` transformers gets that same reader and parses nothing itself.
 """
 
@@ -31,10 +31,6 @@ class ArrayGGUFReader(GGUFReader):
     @data.setter
     def data(self, value: np.ndarray) -> None:  # GGUFReader.__init__ sets its memmap here
         self._array = value.view(np.ndarray)
-
-
-def open_gguf(path: str | Path) -> ArrayGGUFReader:
-    return ArrayGGUFReader(path)
 
 
 @contextlib.contextmanager

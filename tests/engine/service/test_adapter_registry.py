@@ -11,7 +11,8 @@ import pytest
 from engine import protocol
 from engine.adapters import AdapterIdentity
 from engine.lora.registry import RETRY_FIRST_S, AdapterRegistry
-from engine.service.redis_input import Inbox, RegistrySnapshot, Worker
+from engine.redis_outage import Worker
+from engine.service.redis_input import Inbox, RegistrySnapshot
 
 
 class FakeEngine:
