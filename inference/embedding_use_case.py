@@ -26,7 +26,6 @@ from inference.transport import (
     EmbeddingsClient,
     EmbeddingTokenizer,
     EngineClient,
-    EngineUnavailable,
 )
 
 
@@ -70,8 +69,8 @@ async def run_pooling(
     """Admit ``inputs`` (their tokens are the prompt tokens), have a pooling engine of
     ``entry`` embed (or score) them, and settle the admission once, whatever happens: the
     engine's reply and the x-ratelimit-* headers. Shared by embeddings, rerank and score."""
-    if not await EngineClient.for_process().is_model_ready(entry.name):
-        raise EngineUnavailable(f"No embedding engine is serving `{entry.name}` right now.")
+    # A model scaled to zero is woken here, before the admission, as for generation.
+    await EngineClient.for_process().capacity.check_served(entry.name)
     num_tokens = sum(len(ids) for ids in inputs)
     admission = await admit(principal, model=entry.name, prompt_tokens=num_tokens, max_tokens=0)
     admission.batch_id = batch_id

@@ -2,7 +2,8 @@
 the rules are tested without a database or Redis.
 
 A replica needs ``replica_memory_bytes``: its weights (parameters x bytes per parameter of its
-dtype, or of its quantization when it has one), its KV cache, and a fixed runtime overhead
+dtype, or of its quantization when it has one), its KV cache (an embeddings model's pooling
+engine has none), and a fixed runtime overhead
 (the interpreter, torch and their buffers). A CPU replica takes that from its node's memory.
 A GPU replica runs on exactly one GPU (the engine has no tensor parallelism): that GPU gives it
 the whole estimate (the overhead there is the CUDA context and the allocator's slack), and the

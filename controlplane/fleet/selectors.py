@@ -35,7 +35,8 @@ def _checkpoint_bytes(path: str) -> int:
 def replica_need(deployment: Deployment) -> Need:
     """What one engine of ``deployment`` needs (placement.py says how it is estimated)."""
     model = deployment.served_model
-    kv_cache_bytes = int(deployment.kv_cache_gb * GIB)
+    # A pooling engine keeps no KV cache: its setting, if any, reserves nothing.
+    kv_cache_bytes = 0 if model.is_embedding else int(deployment.kv_cache_gb * GIB)
     if model.num_parameters:
         memory = replica_memory_bytes(
             num_parameters=model.num_parameters,

@@ -67,8 +67,10 @@ def deployment_validate(
         raise DeploymentError(f"no served model named {model or name!r}; load_model it first")
     if not served.is_ready:
         raise DeploymentError(f"{served.name} is {served.state}, not ready: it cannot be deployed")
-    if served.is_embedding:
-        raise DeploymentError(f"{served.name} is an embeddings model; the fleet runs generation")
+    if served.is_embedding and settings.get("quantization"):
+        raise DeploymentError(
+            f"{served.name} is an embeddings model: quantization applies to generation models"
+        )
     return served
 
 

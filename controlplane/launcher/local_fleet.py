@@ -1,5 +1,6 @@
 """The serve command's engines, run through the fleet: one node agent for this host and a
-deployment per generation model, waited for until each has a ready replica.
+deployment per served model (generation and embeddings), waited for until each has a ready
+replica.
 
 bin/serve used to start one ``run_engine`` per model itself; it now declares what should run
 (a Deployment of one replica, with the settings it used to pass: none, so the engine's
@@ -67,22 +68,18 @@ def default_kv_cache_gb() -> float:
 
 
 def declare_deployments(models: list[ServedModel]) -> list[Deployment]:
-    """A deployment of one replica for each generation model without one. An existing one is
-    kept as the operator left it; its failed replicas are retired (as a deploy does), so this
-    start tries them afresh instead of reporting an old failure."""
+    """A deployment of one replica for each model without one (an embeddings model's runs the
+    pooling engine, which keeps no KV cache). An existing one is kept as the operator left it;
+    its failed replicas are retired (as a deploy does), so this start tries them afresh
+    instead of reporting an old failure."""
     declared = []
     for model in models:
-        if model.is_embedding:
-            continue
         existing = deployment_get(name=model.name)
         if existing is None:
+            kv_cache = {} if model.is_embedding else {"kv_cache_gb": default_kv_cache_gb()}
             declared.append(
                 deployment_deploy(
-                    name=model.name,
-                    replicas=1,
-                    actor_label=ACTOR,
-                    device="auto",
-                    kv_cache_gb=default_kv_cache_gb(),
+                    name=model.name, replicas=1, actor_label=ACTOR, device="auto", **kv_cache
                 )
             )
         elif existing.replicas_set.filter(state=Replica.State.FAILED).exists():

@@ -8,6 +8,9 @@ engine's status record fresh, so /ready and the dashboard see it like a generati
 Redis may go away (killed, restarted, a dropped connection): reads, replies and the status
 record are retried until it answers, as the generation engine's are, and a reply computed
 meanwhile is written then. Nothing ends the process but a stop.
+
+Every ``REAP_EVERY_S`` the loop also takes over the requests of pooling engines of its model
+that died holding them (recovery.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import redis
 
 from engine import protocol
 from engine.pooling import messages
+from engine.pooling.recovery import DeadPoolerReaper
 from engine.pooling.runner import PoolingRunner
 from engine.redis_outage import RETRY_AFTER_S, TRANSPORT_ERRORS, OutageLog, Worker
 from engine.redis_streams import (
@@ -34,6 +38,8 @@ from engine.redis_streams import (
 logger = logging.getLogger(__name__)
 
 STATUS_TTL_S = 5
+STATUS_EVERY_S = 1.0
+REAP_EVERY_S = 1.0
 MAX_REQUESTS_PER_BATCH = 64
 
 
@@ -50,7 +56,13 @@ def _token_types(requests: list[messages.EmbedRequest]) -> list[list[int]] | Non
 
 class PoolingService:
     def __init__(
-        self, runner: PoolingRunner, *, model_name: str, redis_url: str, block_ms: int = 200
+        self,
+        runner: PoolingRunner,
+        *,
+        model_name: str,
+        redis_url: str,
+        block_ms: int = 200,
+        engine_id: str | None = None,
     ):
         self.runner = runner
         self.model_name = model_name
@@ -59,13 +71,21 @@ class PoolingService:
         self.status_redis = connect(redis_url, retries=0)
         self.keys = protocol.Keys()
         self.stream = messages.embed_requests_key(model_name, self.keys)
-        self.engine_id = protocol.new_engine_id()
+        self.engine_id = engine_id or protocol.new_engine_id()
         self.block_ms = block_ms
         self.started_at = time.time()
         self.num_inputs_total = 0
         self.num_tokens_total = 0
         self._stop = threading.Event()
         self._outage = OutageLog(logger, "pooling-engine")  # the loop's: reads and replies
+        self.reaper = DeadPoolerReaper(
+            self.redis,
+            self.keys,
+            model=model_name,
+            engine_id=self.engine_id,
+            stream=self.stream,
+            grace_s=2 * STATUS_EVERY_S + 0.5,  # two missed beats, and a slow one
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -74,10 +94,16 @@ class PoolingService:
         ensure_group(self.redis, self.stream, messages.POOLING_GROUP)
         self._publish_status_once()  # visible to /ready before the first request is read
         # Every second; after a failure every RETRY_AFTER_S until Redis answers.
-        status_thread = Worker("pooling-status", self._publish_status_once, 1.0)
+        status_thread = Worker("pooling-status", self._publish_status_once, STATUS_EVERY_S)
         status_thread.start()
         logger.info("pooling engine %s serving %s", self.engine_id, self.model_name)
+        reaped_at = -REAP_EVERY_S
         while not self._stop.is_set():
+            if time.monotonic() - reaped_at >= REAP_EVERY_S:
+                reaped_at = time.monotonic()
+                claimed = self._until_redis_answers(self._reap)
+                if claimed:
+                    self._serve(claimed)
             entries = self._until_redis_answers(self._read)
             if entries:
                 self._serve(entries)
@@ -99,6 +125,13 @@ class PoolingService:
             self._outage.answered()
             return result
         return None
+
+    def _reap(self) -> list[tuple[bytes, dict]]:
+        try:
+            return self.reaper.check()
+        except TRANSPORT_ERRORS:
+            self.reaper.forget_missing()
+            raise
 
     def _read(self) -> list[tuple[bytes, dict]]:
         try:

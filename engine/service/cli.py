@@ -7,22 +7,12 @@ import argparse
 import logging
 import os
 import sys
-import threading
-from typing import TYPE_CHECKING
 
 from engine.args import add_engine_arguments, engine_config_from_args
 from engine.config import ServiceSettings
-
-if TYPE_CHECKING:
-    from engine.llm_engine import LLMEngine
+from engine.process_priority import CPU_ENGINE_NICE, yield_cpu
 
 logger = logging.getLogger("engine.service")
-
-# On a CPU device the engine shares the host's cores with the API and Redis, whose work for a
-# request is a chain of short wake-ups; at this nice value they run first when they wake. On
-# a 2-core VM (bench/prefix_routing.py, four engines, 2026-11-27) the routed TTFT p50 was
-# 18-22% lower than at nice 0 in two A/B runs of five alternating rounds.
-CPU_ENGINE_NICE = 5
 
 
 def add_service_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,24 +70,8 @@ def serve(args: argparse.Namespace, *, model_path: str, model_name: str) -> int:
         return 2
     logger.info("loading %s for %r", model_path, model_name)
     engine = LLMEngine(config)
-    yield_cpu(engine, settings.nice)
+    yield_cpu(engine.device.type, settings.nice)
     service = EngineService(engine, settings)
     freeze_startup_heap()  # the model is loaded: full collections skip what it holds
     service.run()
     return 0
-
-
-def yield_cpu(engine: LLMEngine, nice: int | None) -> None:
-    """Lower the engine's priority (before the service starts its threads, which inherit it).
-    Only where the engine owns its process: served from another thread, it is embedded in a
-    program (a test, a notebook) whose other threads it must not slow down."""
-    from engine.process_priority import lower_priority
-
-    if threading.current_thread() is not threading.main_thread():
-        logger.debug("CPU priority unchanged: the engine is not its process's main thread")
-        return
-    if nice is None:
-        nice = CPU_ENGINE_NICE if engine.device.type == "cpu" else 0
-    changed = lower_priority(nice)
-    if changed:
-        logger.info("the engine yields the CPU to the API and Redis: %s", ", ".join(changed))

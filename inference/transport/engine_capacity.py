@@ -117,18 +117,39 @@ class EngineCapacity:
         lag += held_here
         if stale and self._refusal(model, adapter, statuses, lag) is not None:
             statuses, lag, _ = await self._snapshot(model)  # refused only on a fresh read
-        if self.cold_starts is not None:
-            await self.cold_starts.touch(model)
-            if not statuses and self.cold_starts.timeout_s > 0:
-                problem = await self.cold_starts.wait_for_engine(
-                    model, lambda: self._serves(model, adapter)
-                )
-                if problem:
-                    raise EngineUnavailable(problem)
-                statuses, lag, _ = await self._snapshot(model)
+        if await self._touch_and_wake(model, adapter, statuses):
+            statuses, lag, _ = await self._snapshot(model)
         refusal = self._refusal(model, adapter, statuses, lag)
         if refusal is not None:
             raise refusal
+
+    async def check_served(self, model: str) -> None:
+        """Raise EngineUnavailable unless a live engine serves ``model`` now (after a cold
+        start, if its deployment scales to zero): the check for a model whose engines keep no
+        queue to count, an embeddings model's pooling engines."""
+        statuses, _lag, _stale = await self._snapshot(model)
+        if await self._touch_and_wake(model, None, statuses):
+            statuses, _lag, _stale = await self._snapshot(model)
+        if not statuses:
+            raise EngineUnavailable(f"no engine is serving model {model!r} right now")
+
+    async def _touch_and_wake(
+        self, model: str, adapter: protocol.AdapterRef | None, statuses: list[EngineStatus]
+    ) -> bool:
+        """Record a use of ``model`` (the idle clock scale-to-zero unloads by) and, when no
+        engine of it is live, wake its deployment and wait for an engine (cold_start.py);
+        raises EngineUnavailable when none comes. True when it waited: read again."""
+        if self.cold_starts is None:
+            return False
+        await self.cold_starts.touch(model)
+        if statuses or self.cold_starts.timeout_s <= 0:
+            return False
+        problem = await self.cold_starts.wait_for_engine(
+            model, lambda: self._serves(model, adapter)
+        )
+        if problem:
+            raise EngineUnavailable(problem)
+        return True
 
     def _refusal(
         self,

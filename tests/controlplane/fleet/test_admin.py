@@ -12,7 +12,8 @@ from controlplane.deployments.models import ServedModel
 from controlplane.fleet import services
 from controlplane.fleet.agent_writes import node_register
 from controlplane.fleet.models import Deployment, Replica
-from controlplane.fleet.placement import GIB
+from controlplane.fleet.placement import GIB, RUNTIME_OVERHEAD_BYTES
+from controlplane.fleet.selectors import replica_need
 from tests.support.fleet_nodes import register_lost_node
 
 pytestmark = pytest.mark.django_db
@@ -83,13 +84,26 @@ def test_bad_input_is_a_form_error_and_deploys_nothing(admin_client, model, chan
     assert not Deployment.objects.exists()
 
 
-def test_the_services_refusal_is_shown_as_a_form_error(admin_client):
-    embeddings = ServedModel.objects.create(
-        name="minilm", path="/nowhere", architecture="BertModel"
+def _embeddings_model() -> ServedModel:
+    return ServedModel.objects.create(
+        name="minilm", path="/nowhere", architecture="BertModel", num_parameters=1000
     )
-    response = admin_client.post(reverse(ADD), _form(embeddings, name="minilm"))
+
+
+def test_an_embeddings_model_deploys_and_reserves_no_kv_cache(admin_client):
+    response = admin_client.post(reverse(ADD), _form(_embeddings_model(), name="minilm"))
+    assert response.status_code == 302, response.content.decode()[:3000]
+    deployment = Deployment.objects.get(name="minilm")
+    # Its pooling engine keeps no KV cache: placement reserves the weights and the runtime.
+    assert replica_need(deployment).memory_bytes == 1000 * 4 + RUNTIME_OVERHEAD_BYTES
+
+
+def test_the_services_refusal_is_shown_as_a_form_error(admin_client):
+    form = _form(_embeddings_model(), name="minilm", quantization="int8")
+    response = admin_client.post(reverse(ADD), form)
     assert response.status_code == 200
-    assert "minilm is an embeddings model; the fleet runs generation" in response.content.decode()
+    shown = "minilm is an embeddings model: quantization applies to generation models"
+    assert shown in response.content.decode()
     assert not Deployment.objects.exists()
 
 

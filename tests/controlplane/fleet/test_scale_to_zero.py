@@ -1,6 +1,6 @@
 """Scale to zero in-process: the pure rules (idle, which deployment to evict); the wake, idle
 unload, eviction and cold-start count through the services and the reconciler; and the API's
-wait for a woken engine (``EngineCapacity.check``), on the test database and a real Redis with
+wait for a woken engine (``EngineCapacity.check``, and ``check_served`` for embeddings), on the test database and a real Redis with
 stand-in engine status records (test_scale_to_zero_platform.py runs real processes)."""
 
 from __future__ import annotations
@@ -271,6 +271,28 @@ async def test_a_request_waits_for_the_engine_its_wake_starts(models, redis_clie
     publish_engine_status(redis_client, prefix=settings.PLATFORM_REDIS_PREFIX, model="m1")
     await asyncio.wait_for(waiting, timeout=10)  # admitted: the engine is live
     assert redis_client.get(last_used_key("m1")) is not None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_embeddings_request_wakes_its_deployment_and_records_its_use(
+    redis_client, capacity
+):
+    await sync_to_async(ServedModel.objects.create)(
+        name="minilm", path="/nowhere", architecture="BertModel", num_parameters=1000
+    )
+    await sync_to_async(services.deployment_deploy)(
+        name="emb", model="minilm", replicas=0, scale_to_zero=True
+    )
+    waiting = asyncio.create_task(capacity.check_served("minilm"))
+    await asyncio.sleep(1.5)
+    assert not waiting.done()
+    assert (await sync_to_async(Deployment.objects.get)(name="emb")).replicas == 1
+    publish_engine_status(redis_client, prefix=settings.PLATFORM_REDIS_PREFIX, model="minilm")
+    await asyncio.wait_for(waiting, timeout=10)
+    # Its use keeps the idle clock from unloading it while it is in use.
+    assert redis_client.get(last_used_key("minilm")) is not None
+    with pytest.raises(EngineUnavailable, match="no engine is serving model 'other'"):
+        await capacity.check_served("other")
 
 
 @pytest.mark.django_db(transaction=True)

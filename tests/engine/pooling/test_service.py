@@ -1,4 +1,5 @@
-"""The pooling service over a real Redis: one reply per request, vectors in input order."""
+"""The pooling service over a real Redis: one reply per request, vectors in input order; the
+requests of a pooling engine that died holding them are embedded by a survivor."""
 
 from __future__ import annotations
 
@@ -26,15 +27,27 @@ class _Runner:
 
 
 @pytest.fixture
-def service(redis_client, redis_server):
-    service = PoolingService(
-        _Runner(), model_name="embedder", redis_url=redis_server.url, block_ms=50
-    )
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    yield service
-    service.stop()
-    thread.join(timeout=5)
+def start_service(redis_server):
+    started = []
+
+    def start() -> PoolingService:
+        service = PoolingService(
+            _Runner(), model_name="embedder", redis_url=redis_server.url, block_ms=50
+        )
+        thread = threading.Thread(target=service.run, daemon=True)
+        thread.start()
+        started.append((service, thread))
+        return service
+
+    yield start
+    for service, thread in started:
+        service.stop()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def service(start_service):
+    return start_service()
 
 
 def _request(redis_client, request_id: str, inputs):
@@ -65,3 +78,60 @@ def test_requests_get_their_own_vectors(service, redis_client):
     member = f"embedder:{service.engine_id}"
     assert member.encode() in redis_client.smembers(Keys().engines())
     assert redis_client.exists(Keys().status("embedder", service.engine_id))
+
+
+STREAM = messages.embed_requests_key("embedder")
+
+
+def _held_by_dead_engines(redis_client, request_id: str, *engine_ids: str) -> str:
+    """A request read by each of ``engine_ids`` in turn (claimed from the one before), all of
+    which then died: registered, pending under the last, with no status record."""
+    reply_key = _request(redis_client, request_id, [[1]])
+    redis_client.xgroup_create(STREAM, messages.POOLING_GROUP, id="0", mkstream=True)
+    (entry_id, _fields), *_ = redis_client.xreadgroup(
+        messages.POOLING_GROUP, engine_ids[0], {STREAM: ">"}, count=1
+    )[0][1]
+    for engine_id in engine_ids[1:]:
+        redis_client.xclaim(STREAM, messages.POOLING_GROUP, engine_id, 0, [entry_id])
+    for engine_id in engine_ids:
+        redis_client.sadd(Keys().engines(), f"embedder:{engine_id}")
+    return reply_key
+
+
+def _consumers(redis_client) -> set[str]:
+    return {
+        c["name"].decode() for c in redis_client.xinfo_consumers(STREAM, messages.POOLING_GROUP)
+    }
+
+
+def test_a_dead_engines_request_is_embedded_by_a_survivor(start_service, redis_client):
+    reply_key = _held_by_dead_engines(redis_client, "r-held", "dead-pooler")
+    service = start_service()
+    _key, data = redis_client.blpop([reply_key], timeout=15)
+    reply = messages.decode_reply(data)
+    assert reply.error == "" and len(reply.vectors) == 1
+    assert redis_client.xpending(STREAM, messages.POOLING_GROUP)["pending"] == 0
+    # The dead engine is gone from the group and the registry; the survivor is in both.
+    assert _consumers(redis_client) == {service.engine_id}
+    assert redis_client.smembers(Keys().engines()) == {f"embedder:{service.engine_id}".encode()}
+
+
+def test_a_request_two_engines_died_holding_gets_an_error_not_a_third_try(
+    start_service, redis_client
+):
+    reply_key = _held_by_dead_engines(redis_client, "r-poison", "dead-a", "dead-b")
+    start_service()
+    _key, data = redis_client.blpop([reply_key], timeout=15)
+    reply = messages.decode_reply(data)
+    assert reply.vectors == [] and "2 engines serving 'embedder' stopped" in reply.error
+    assert redis_client.xlen(STREAM) == 0  # answered, acknowledged and deleted
+
+
+def test_a_live_engines_pending_request_is_left_to_it(start_service, redis_client):
+    reply_key = _held_by_dead_engines(redis_client, "r-busy", "busy-pooler")
+    status = Keys().status("embedder", "busy-pooler")
+    redis_client.set(status, b"x", ex=60)  # its status record: alive, just slow
+    start_service()
+    # Long enough for the survivor's grace (2.5 s) and a few checks after it.
+    assert redis_client.blpop([reply_key], timeout=4) is None
+    assert redis_client.xpending(STREAM, messages.POOLING_GROUP)["pending"] == 1

@@ -40,7 +40,7 @@ class Command(BaseCommand):
         os.environ["PLATFORM_REDIS_PREFIX"] = settings.PLATFORM_REDIS_PREFIX
         redis_url = opts.get("redis_url") or settings.REDIS_URL
         if model.is_embedding:
-            self._run_pooling_engine(model, redis_url=redis_url, device=opts["device"])
+            self._run_pooling_engine(model, redis_url=redis_url, opts=opts)
             return
         args = argparse.Namespace(**opts)
         args.redis_url = redis_url
@@ -56,14 +56,21 @@ class Command(BaseCommand):
             raise CommandError(f"engine exited with code {code}")
 
     @staticmethod
-    def _run_pooling_engine(model: ServedModel, *, redis_url: str, device: str) -> None:
+    def _run_pooling_engine(model: ServedModel, *, redis_url: str, opts: dict) -> None:
+        """The pooling engine, with the options of this command line that apply to it (a
+        node agent passes a generation engine's whole set; the rest have no meaning here)."""
         from engine.pooling.__main__ import main as pooling_main
 
         # The pooling engine runs on the CPU unless told otherwise, as python -m engine.pooling.
-        device = "cpu" if device == "auto" else device
-        pooling_main(
-            [
-                *("--model-path", model.path, "--model-name", model.name),
-                *("--redis-url", redis_url, "--device", device),
-            ]
-        )
+        device = "cpu" if opts["device"] == "auto" else opts["device"]
+        args = [
+            *("--model-path", model.path, "--model-name", model.name),
+            *("--redis-url", redis_url, "--device", device),
+        ]
+        if opts.get("engine_id"):
+            args += ["--engine-id", opts["engine_id"]]
+        if opts.get("cpu_threads"):
+            args += ["--cpu-threads", str(opts["cpu_threads"])]
+        if opts.get("nice") is not None:
+            args += ["--nice", str(opts["nice"])]
+        pooling_main(args)

@@ -2,12 +2,12 @@
 
 Migrates the database, starts Redis (unless REDIS_URL is set), converts and registers the demo
 chat model (SmolLM2-135M-Instruct, once) when no chat model is configured, creates the admin
-user and a demo tenant with a key on the first run, starts the embeddings engine, a node agent
-for this host (generation models are fleet deployments of one replica, which the agent runs:
-local_fleet.py), a Celery worker and Daphne, waits until they answer, and prints how to reach
-them. Ctrl-C or SIGTERM stops every child process in reverse order: Daphne first, then Celery,
-then the agent (its engines drain), the embeddings engine, Redis. While it runs, var/run/redis.json says where its Redis
-is, so commands typed in another shell reach it.
+user and a demo tenant with a key on the first run, starts a node agent for this host (every
+served model, chat or embeddings, is a fleet deployment of one replica, which the agent runs
+and restarts if it crashes: local_fleet.py), a Celery worker and Daphne, waits until they
+answer, and prints how to reach them. Ctrl-C or SIGTERM stops every child process in reverse
+order: Daphne first, then Celery, then the agent (its engines drain), Redis. While it runs,
+var/run/redis.json says where its Redis is, so commands typed in another shell reach it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from controlplane.launcher.process_commands import (
     celery_batch_worker_command,
     celery_worker_command,
     daphne_command,
-    pooling_engine_command,
 )
 from controlplane.launcher.progress import Progress
 from controlplane.launcher.stack import Stack, StartupError, http_ok
@@ -151,14 +150,7 @@ class Command(BaseCommand):
         with progress.step("Starting engines, Celery and Daphne") as st:
             registry_reconcile()  # engines start from the database's ready adapters
             if not opts["no_engine"]:
-                for model in [m for m in models if m.is_embedding]:
-                    stack.start(
-                        f"engine:{model.name}",
-                        pooling_engine_command(model.name, model_path=model.path),
-                        log=stack.log_dir / f"engine-{model.name}.log",
-                        stop_timeout=20,  # engines drain on SIGTERM
-                    )
-                # Generation engines run through the fleet: this host's agent starts them.
+                # Engines run through the fleet: this host's agent starts them.
                 deployments = declare_deployments(models)
                 stack.start(
                     "agent",
@@ -183,12 +175,6 @@ class Command(BaseCommand):
             if opts["no_engine"]:
                 st["note"] = "skipped (--no-engine)"
             else:
-                for model in [m for m in models if m.is_embedding]:
-                    stack.wait_until(
-                        lambda n=model.name: stack.engine_live(n),
-                        timeout=deadline - time.monotonic(),
-                        what=f"the engine of {model.name}",
-                    )
                 wait_until_ready(
                     deployments,
                     timeout=deadline - time.monotonic(),
