@@ -9,7 +9,9 @@ replica records placed on its node:
   per attempt; a GPU replica pinned to its GPU, ``engine_launch.py``), ``starting`` until the process runs, ``loading`` until its engine status
   record is live, then ``ready``;
 - an engine that exits on its own is restarted after a back-off that doubles each time; after
-  ``max_restarts`` restarts the replica is ``failed`` with the exit code and its log's tail;
+  ``max_restarts`` restarts in a row the replica is ``failed`` with the exit code and its log's
+  tail. An engine that ran for ``STABLE_RUN_S`` before it exited starts a new row (back-off
+  and count from the first again), so crashes weeks apart never add up to a failed replica;
 - a replica set ``draining`` (scaled down), or gone (undeployed), or taken from this node
   (lost) has its engine SIGTERMed: engines drain, then exit; a draining one ends ``stopped``.
 
@@ -58,6 +60,9 @@ State = Replica.State
 # ends at the timeout, and exiting (freeing CUDA memory, closing Redis) takes a moment more.
 # Deploy manifests give the agent at least drain timeout + this margin to stop.
 ENGINE_KILL_MARGIN_S = 5.0
+# An engine that ran this long before it exited was not crash-looping (Kubernetes resets a
+# container's back-off after the same 10 minutes).
+STABLE_RUN_S = 600.0
 
 
 @dataclass
@@ -109,6 +114,8 @@ class Engine:
     child: Child | None = None
     next_start_at: float = 0.0
     stop_deadline: float | None = None  # set once SIGTERMed
+    started_at: float = 0.0  # time.monotonic() of the last start
+    crashes_in_a_row: int = 0  # exits without a stable run between them
 
 
 class NodeAgent:
@@ -242,6 +249,7 @@ class NodeAgent:
                 cwd=REPO,
             )
         )
+        engine.started_at = time.monotonic()
         logger.info("started %s (replica %d) pid %d", engine_id, replica.pk, engine.child.pid)
 
     def _options(self, replica: Replica) -> dict:
@@ -272,17 +280,19 @@ class NodeAgent:
         code, tail = child.process.returncode, child.log_tail(20)
         self.supervisor.stop(child)
         engine.child = None
-        if replica.restarts >= self.config.max_restarts:
+        stable = time.monotonic() - engine.started_at >= STABLE_RUN_S
+        engine.crashes_in_a_row = 1 if stable else engine.crashes_in_a_row + 1
+        if engine.crashes_in_a_row > self.config.max_restarts:
             reason = (
-                f"engine exited with code {code} after {replica.restarts} restarts; "
-                "gave up (see the log tail)"
+                f"engine exited with code {code} after {self.config.max_restarts} restarts in "
+                "a row; gave up (see the log tail)"
             )
             replica_update(replica, state=State.FAILED, reason=reason, log_tail=tail)
             self.engines.pop(replica.pk, None)
             logger.warning("replica %d failed: %s", replica.pk, reason)
             return
-        restarts = replica.restarts + 1
-        delay = self.config.backoff_s * 2 ** (restarts - 1)
+        restarts = replica.restarts + 1  # in all: the replica's record keeps the total
+        delay = self.config.backoff_s * 2 ** (engine.crashes_in_a_row - 1)
         engine.next_start_at = time.monotonic() + delay
         reason = f"engine exited with code {code}; restart {restarts} in {delay:.1f}s"
         replica_update(

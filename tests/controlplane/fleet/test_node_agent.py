@@ -29,6 +29,7 @@ State = Replica.State
 RUNS_UNTIL_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: exit(0)); "
 RUNS_UNTIL_SIGTERM += "time.sleep(60)"
 CRASHES = "import sys; print('weights are garbage'); sys.exit(3)"
+RUNS_A_WHILE_THEN_CRASHES = "import sys, time; time.sleep(0.5); sys.exit(3)"
 
 
 @pytest.fixture
@@ -38,7 +39,8 @@ def agent(tmp_path, redis_client, monkeypatch):
 
     def fake_engine(model_name, **options):
         assert options["engine_id"] and options["cpu_kv_cache_space"] == 1.0
-        return [sys.executable, "-c", CRASHES if model_name == "crashy" else RUNS_UNTIL_SIGTERM]
+        code = {"crashy": CRASHES, "flaky": RUNS_A_WHILE_THEN_CRASHES}
+        return [sys.executable, "-c", code.get(model_name, RUNS_UNTIL_SIGTERM)]
 
     monkeypatch.setattr(node_agent, "run_engine_command", fake_engine)
     config = AgentSettings(name="n1", var_dir=tmp_path, max_restarts=1, backoff_s=0.0)
@@ -94,6 +96,25 @@ def test_a_crashing_engine_is_restarted_then_failed_with_its_log_tail(agent, red
     assert failed.restarts == 1
     assert "after 1 restarts" in failed.reason and "weights are garbage" in failed.log_tail
     assert agent.engines == {}
+
+
+def test_crashes_after_a_stable_run_start_a_new_row_and_never_fail_the_replica(
+    agent, redis_client, monkeypatch
+):
+    # The agent allows one restart in a row; this engine runs for 0.5 s, "stable" here.
+    monkeypatch.setattr(node_agent, "STABLE_RUN_S", 0.4)
+    ServedModel.objects.create(name="flaky", path="/x", architecture="L", num_parameters=10)
+    _deploy_and_start(agent, redis_client, name="flaky")
+    _sync_until(agent, lambda: _replica("flaky").restarts == 3, what="restarted three times")
+    replica = _replica("flaky")
+    assert replica.state != State.FAILED and replica.reason.startswith(
+        "engine exited with code 3; restart 3 in 0.0s"
+    )
+    # Crashing before a stable run instead: its next exit is the second in a row, one restart
+    # more than it allows.
+    monkeypatch.setattr(node_agent, "STABLE_RUN_S", 60.0)
+    failed = _sync_until_state(agent, "flaky", State.FAILED)
+    assert failed.restarts == 3 and "after 1 restarts in a row" in failed.reason
 
 
 def test_a_scaled_down_replica_drains_then_stops(agent, redis_client):
