@@ -34,7 +34,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--node-ttl", type=float, default=5.0, help="seconds without a beat: node lost"
         )
-        parser.add_argument("--max-restarts", type=int, default=3)
+        parser.add_argument(
+            "--max-restarts",
+            type=int,
+            default=3,
+            help="restarts in a row before a replica is failed (a 10-minute run resets the row)",
+        )
         parser.add_argument("--backoff", type=float, default=2.0, help="first restart delay, s")
         parser.add_argument("--drain-timeout", type=float, default=30.0)
         parser.add_argument(
