@@ -42,6 +42,7 @@ class Child:
     # Working directory; None: this process's.
     cwd: Path | None = None
     process: subprocess.Popen | None = None
+    started_at: float = 0.0  # time.monotonic() of the last start
 
     @property
     def pid(self) -> int | None:
@@ -64,6 +65,17 @@ class Supervisor:
         self.children: list[Child] = []
 
     def start(self, child: Child) -> Child:
+        self._spawn(child)
+        self.children.append(child)
+        return child
+
+    def restart(self, child: Child) -> None:
+        """Start an exited child again, as it was started (its place in the stop order kept);
+        what is left of its process group is swept first."""
+        self._signal_group(child, signal.SIGKILL)
+        self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = child.log_path.open("ab")
         child.process = subprocess.Popen(
@@ -77,9 +89,8 @@ class Supervisor:
             preexec_fn=die_with_parent,
         )
         log.close()
-        self.children.append(child)
+        child.started_at = time.monotonic()
         logger.debug("started %s pid=%d", child.name, child.process.pid)
-        return child
 
     def first_dead(self) -> Child | None:
         return next((c for c in self.children if not c.running()), None)

@@ -1,8 +1,8 @@
 """bin/serve through the fleet, started twice on one var folder: each time its agent runs the
 models' deployments (the chat model's and the embeddings model's) and the API answers; an
-embeddings engine killed meanwhile is restarted by the agent while serve keeps running; the
-second start finds one node (this host) and one running replica per model, the first run's
-replicas stopped; Ctrl-C leaves no process behind.
+embeddings engine killed meanwhile is restarted by the agent, and a killed Daphne by serve,
+which keeps running; the second start finds one node (this host) and one running replica per
+model, the first run's replicas stopped; Ctrl-C leaves no process behind.
 
 A tiny random-weight checkpoint and all-MiniLM-L6-v2 are registered beforehand, so serve makes
 no demo model (tests/foundation/test_serve_command.py runs the demo model path).
@@ -41,10 +41,18 @@ def _ctrl_c(proc: subprocess.Popen) -> None:
         raise
 
 
-def _completion(port: int, key: str) -> str:
+def _completion(port: int, key: str, *, timeout: float = 0) -> str:
+    """A completion's finish reason, asked until the API answers or ``timeout`` has passed."""
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
-    reply = client.completions.create(model="tiny", prompt="hello", max_tokens=4)
-    return reply.choices[0].finish_reason
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = client.completions.create(model="tiny", prompt="hello", max_tokens=4)
+            return reply.choices[0].finish_reason
+        except openai.APIConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _said_ready(output: str, deployment: str, host: str) -> bool:
@@ -71,14 +79,16 @@ def _embeddings(port: int, key: str, *, timeout: float = 0) -> int:
             time.sleep(0.5)
 
 
-def _pooling_engines(marker: str) -> list[int]:
+def _processes(marker: str, *words: bytes) -> list[int]:
+    """The platform's processes whose command line holds each of ``words`` (as a part of an
+    argument)."""
     found = []
     for pid in pids_with_env(marker):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"run_engine" in command and EMBEDDINGS.encode() in command:
+        if all(any(word in part for part in command) for word in words):
             found.append(pid)
     return found
 
@@ -143,12 +153,18 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
 
         assert _said_ready(output, EMBEDDINGS, host), output
         assert _embeddings(port, key) == 384
-        (pooling,) = _pooling_engines(marker)
+        (pooling,) = _processes(marker, b"run_engine", EMBEDDINGS.encode())
         os.kill(pooling, signal.SIGKILL)  # out of memory, say
         assert _embeddings(port, key, timeout=120) == 384  # the agent restarted it
         assert serve.poll() is None, "serve stopped when its embeddings engine died"
         _nodes, replicas = _fleet_rows(var_dir / "db.sqlite3")
         assert replicas[EMBEDDINGS] == [("ready", host, 1)]
+
+        # The API server too: serve starts it again (controlplane/launcher/restarts.py).
+        (daphne,) = _processes(marker, b"daphne")
+        os.kill(daphne, signal.SIGKILL)
+        assert _completion(port, key, timeout=120) in {"stop", "length"}
+        assert serve.poll() is None, "serve stopped when Daphne died"
     finally:
         _ctrl_c(serve)
 

@@ -5,9 +5,11 @@ chat model (SmolLM2-135M-Instruct, once) when no chat model is configured, creat
 user and a demo tenant with a key on the first run, starts a node agent for this host (every
 served model, chat or embeddings, is a fleet deployment of one replica, which the agent runs
 and restarts if it crashes: local_fleet.py), a Celery worker and Daphne, waits until they
-answer, and prints how to reach them. Ctrl-C or SIGTERM stops every child process in reverse
-order: Daphne first, then Celery, then the agent (its engines drain), Redis. While it runs,
-var/run/redis.json says where its Redis is, so commands typed in another shell reach it.
+answer, and prints how to reach them. A child that exits while the platform runs is started
+again (restarts.py), and so is the private Redis. Ctrl-C or SIGTERM stops every child process
+in reverse order: Daphne first, then Celery, then the agent (its engines drain), Redis. While
+it runs, var/run/redis.json says where its Redis is, so commands typed in another shell reach
+it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from controlplane.launcher.process_commands import (
     daphne_command,
 )
 from controlplane.launcher.progress import Progress
+from controlplane.launcher.restarts import GaveUp, Restarter
 from controlplane.launcher.stack import Stack, StartupError, http_ok
 
 
@@ -184,13 +187,14 @@ class Command(BaseCommand):
                 st["note"] = f"engine logs in {var_dir / 'agent' / 'log'}"
 
         self._banner(base, creds, names)
+        # From here on, a child that exits is started again (restarts.py), the engines by
+        # the agent; serve stops only for one that keeps exiting.
+        restarter = Restarter(stack.supervisor, redis=stack.redis, say=self.stdout.write)
         while True:
-            dead = stack.first_dead()
-            if dead is not None:
-                raise CommandError(
-                    f"{dead.name} exited with code {dead.process.returncode}; last lines of "
-                    f"{dead.log_path}:\n{dead.log_tail()}"
-                )
+            try:
+                restarter.check()
+            except GaveUp as exc:
+                raise CommandError(str(exc)) from exc
             time.sleep(0.5)
 
     def _banner(self, base: str, creds, names: list[str]) -> None:

@@ -1,0 +1,104 @@
+"""What ``manage.py serve`` does while the platform runs: start again a child that exited on
+its own (Daphne, a Celery worker, the node agent) and its private Redis, as a service manager
+would, instead of stopping the whole platform.
+
+A child that exits is started again after ``backoff_s``, doubling with each exit in a row; one
+that ran ``stable_s`` before it exited starts a new row, so exits hours apart never add up.
+Past ``max_in_a_row`` restarts in a row it is crash-looping (a port taken, a broken setting):
+serve stops with its exit code and the last lines of its log, as it did at the first exit
+before. Redis comes back on its port with what it last saved (serve's Redis snapshots every
+minute); the engines, the API and Celery reconnect by themselves.
+
+The engines are the node agent's children, restarted by it (controlplane/launcher/node_agent.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from controlplane.launcher.redis_server import RedisServer, RedisUnavailable
+from controlplane.launcher.supervisor import Child, Supervisor
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_in_a_row: int = 3
+    backoff_s: float = 1.0
+    stable_s: float = 60.0
+
+
+class GaveUp(RuntimeError):
+    """A child exited more often in a row than the policy restarts it."""
+
+
+@dataclass
+class _Row:
+    exits: int = 0
+    restart_at: float | None = None  # set while a restart waits out its back-off
+
+
+@dataclass
+class Restarter:
+    supervisor: Supervisor
+    redis: RedisServer | None = None
+    policy: RestartPolicy = RestartPolicy()
+    say: Callable[[str], None] = print
+    _rows: dict[str, _Row] = field(default_factory=dict)
+    _redis_started_at: float = field(default_factory=time.monotonic)
+
+    def check(self) -> None:
+        """Restart what has exited and waited out its back-off; raises GaveUp."""
+        if self.redis is not None and self.redis.process.poll() is not None:
+            self._redis_exited()
+        for child in self.supervisor.children:
+            if not child.running():
+                self._child_exited(child)
+
+    def _child_exited(self, child: Child) -> None:
+        row = self._rows.setdefault(child.name, _Row())
+        if row.restart_at is None:
+            code = child.process.returncode
+            delay = self._next_delay(row, child.name, child.started_at)
+            if delay is None:
+                raise GaveUp(
+                    f"{child.name} exited with code {code}, {row.exits} times in a row; last "
+                    f"lines of {child.log_path}:\n{child.log_tail()}"
+                )
+            self.say(
+                f"{child.name} exited with code {code}; starting it again in {delay:.0f} s "
+                f"(log: {child.log_path})"
+            )
+            row.restart_at = time.monotonic() + delay
+        if time.monotonic() >= row.restart_at:
+            row.restart_at = None
+            self.supervisor.restart(child)
+
+    def _redis_exited(self) -> None:
+        row = self._rows.setdefault("redis", _Row())
+        if row.restart_at is None:
+            code = self.redis.process.returncode
+            delay = self._next_delay(row, "redis", self._redis_started_at)
+            log = self.redis.workdir / "redis.log"
+            if delay is None:
+                raise GaveUp(
+                    f"redis-server exited with code {code}, {row.exits} times in a row; see {log}"
+                )
+            self.say(f"redis-server exited with code {code}; starting it again in {delay:.0f} s")
+            row.restart_at = time.monotonic() + delay
+        if time.monotonic() >= row.restart_at:
+            row.restart_at = None
+            self._redis_started_at = time.monotonic()
+            try:
+                self.redis.start()  # the same port and folder: clients reconnect
+            except RedisUnavailable as exc:
+                self.say(f"redis-server did not start again: {exc}")
+
+    def _next_delay(self, row: _Row, name: str, started_at: float) -> float | None:
+        """The back-off before this exit's restart; None past the policy's limit."""
+        stable = time.monotonic() - started_at >= self.policy.stable_s
+        row.exits = 1 if stable else row.exits + 1
+        if row.exits > self.policy.max_in_a_row:
+            return None
+        return self.policy.backoff_s * 2 ** (row.exits - 1)
