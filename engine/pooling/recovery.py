@@ -123,8 +123,9 @@ class DeadPoolerReaper:
         except redis.ResponseError:
             pass
         self.client.srem(self.keys.engines(), protocol.engine_member(self.model, dead_id))
-        logger.warning(
-            "pooling engine %s of %r stopped: %d of its requests taken up here, %d answered "
+        logger.log(
+            logging.WARNING if runnable or suspect else logging.INFO,
+            "pooling engine %s of %r is gone: %d of its requests taken up here, %d answered "
             "with an error",
             dead_id,
             self.model,

@@ -110,6 +110,8 @@ class PoolingService:
         status_thread.stop()  # before the record is withdrawn, or it would write it again
         try:
             withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
+            # Every request read here was answered: nothing for a survivor to take over.
+            self.redis.xgroup_delconsumer(self.stream, messages.POOLING_GROUP, self.engine_id)
         except redis.RedisError as exc:
             logger.warning("could not withdraw pooling engine %s: %s", self.engine_id, exc)
 

@@ -4,6 +4,7 @@ requests of a pooling engine that died holding them are embedded by a survivor."
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -135,3 +136,18 @@ def test_a_live_engines_pending_request_is_left_to_it(start_service, redis_clien
     # Long enough for the survivor's grace (2.5 s) and a few checks after it.
     assert redis_client.blpop([reply_key], timeout=4) is None
     assert redis_client.xpending(STREAM, messages.POOLING_GROUP)["pending"] == 1
+
+
+def test_a_stopped_engine_leaves_the_group_and_the_registry(start_service, redis_client):
+    service = start_service()
+    reply_key = _request(redis_client, "r-last", [[2]])
+    assert redis_client.blpop([reply_key], timeout=10) is not None
+    service.stop()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (
+        redis_client.smembers(Keys().engines()) or _consumers(redis_client)
+    ):
+        time.sleep(0.05)
+    # Nothing left for a survivor to find: no stale consumer, no registered engine.
+    assert redis_client.smembers(Keys().engines()) == set()
+    assert _consumers(redis_client) == set()
