@@ -6,8 +6,8 @@ A child that exits is started again after ``backoff_s``, doubling with each exit
 that ran ``stable_s`` before it exited starts a new row, so exits hours apart never add up.
 Past ``max_in_a_row`` restarts in a row it is crash-looping (a port taken, a broken setting):
 serve stops with its exit code and the last lines of its log, as it did at the first exit
-before. Redis comes back on its port with what it last saved (serve's Redis snapshots every
-minute); the engines, the API and Celery reconnect by themselves.
+before. Redis comes back on its port with what its append-only file holds (fsync'd every
+second); the engines, the API and Celery reconnect by themselves.
 
 The engines are the node agent's children, restarted by it (controlplane/launcher/node_agent.py).
 """

@@ -1,6 +1,7 @@
 """What serve does when one of its children exits (controlplane/launcher/restarts.py), with real
 processes: started again after a back-off, given up on when it keeps exiting (with its log),
-a stable run starting a new row; its private Redis back on the same port."""
+a stable run starting a new row; its private Redis back on the same port, with what it held
+(an append-only file, turned on without losing an older run's snapshot)."""
 
 from __future__ import annotations
 
@@ -83,5 +84,30 @@ def test_a_killed_redis_is_back_on_its_port_with_what_it_saved(tmp_path, supervi
         _check_until(restarter, lambda: server.process.poll() is None and server._ping())
         assert client.get("kept") == b"1"  # the same client, reconnected to the same port
         assert said == ["redis-server exited with code -9; starting it again in 0 s"]
+    finally:
+        server.stop()
+
+
+def test_a_snapshot_from_a_run_without_append_only_file_is_kept_when_it_is_turned_on(tmp_path):
+    # An older serve's Redis: snapshots only.
+    old = RedisServer(tmp_path / "redis", persist=True).start()
+    redis.Redis(port=old.port).set("from-the-old-run", "1")
+    redis.Redis(port=old.port).save()
+    old.stop()
+    server = RedisServer(tmp_path / "redis", port=old.port, persist=True, appendfsync="everysec")
+    server.start()
+    try:
+        client = redis.Redis(port=server.port)
+        assert client.get("from-the-old-run") == b"1"
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        client.set("written-since", "1")  # no snapshot taken after it
+        deadline = time.monotonic() + 10  # the file is written in the background, then fsync'd
+        while time.monotonic() < deadline and client.info("persistence")["aof_rewrite_in_progress"]:
+            time.sleep(0.05)
+        time.sleep(1.5)  # everysec
+        server.process.kill()
+        server.process.wait()
+        server.start()
+        assert client.get("from-the-old-run") == b"1" and client.get("written-since") == b"1"
     finally:
         server.stop()

@@ -128,7 +128,9 @@ class Command(BaseCommand):
                 st["note"] = f"using REDIS_URL {settings.REDIS_URL}"
             else:
                 # Process wiring, not configuration: the processes serve starts inherit it.
-                os.environ["REDIS_URL"] = stack.start_redis(persist=True)
+                # An append-only file, as deploy/ runs Redis: a Redis that dies (and that
+                # serve starts again) keeps all but the last second of usage and queues.
+                os.environ["REDIS_URL"] = stack.start_redis(persist=True, appendfsync="everysec")
                 st["note"] = f"started redis-server on port {stack.redis.port}"
         redis_url = stack.redis_url
         # This process read its settings before Redis started; commands in other shells find
