@@ -3,11 +3,10 @@
 A pooling engine acknowledges a request only once its reply is written. One that dies between
 reading a batch and replying (killed, out of memory, a native crash) leaves the batch pending
 under its name in the consumer group, and its callers would wait out the API's silence timeout
-for nothing. So every pooling engine checks, every few seconds, for engines of its model whose
-status key has been missing for a grace (two missed status beats and a margin: a missing key
-right after a Redis outage proves nothing, so the grace counts from the first check that reached
-Redis). One survivor, under a short lock, claims a dead engine's pending entries, embeds them
-as its own, and removes the dead engine from the group and the registry. Under the fleet a
+for nothing. So every pooling engine checks every second for dead engines of its model
+(engine/dead_engines.py: a status key missing for a grace). One survivor, under a short lock,
+claims a dead engine's pending entries, embeds them as its own, and removes the dead engine
+from the group and the registry. Under the fleet a
 crashed engine comes back under a new id, and that restart is such a survivor.
 
 An input that kills whichever engine embeds it would otherwise be claimed by every survivor in
@@ -20,17 +19,16 @@ retried).
 from __future__ import annotations
 
 import logging
-import time
 
 import redis
 
 from engine import protocol
+from engine.dead_engines import DeadEngines, not_run_again
 from engine.pooling import messages
 from engine.redis_streams import as_str, decode_entries
 
 logger = logging.getLogger(__name__)
 
-REAP_LOCK_S = 30
 CLAIM_BATCH = 64
 # As for generation engines (engine/service/recovery.py): one loss can be the machine's doing,
 # a second in a row is the request's pattern.
@@ -54,40 +52,27 @@ class DeadPoolerReaper:
     ):
         self.client, self.keys = client, keys
         self.model, self.me, self.stream = model, engine_id, stream
-        self.grace_s = grace_s
-        self._missing_since: dict[str, float] = {}  # engine id -> time.monotonic()
+        self.dead = DeadEngines(
+            client,
+            keys,
+            model=model,
+            me=engine_id,
+            stream=stream,
+            group=messages.POOLING_GROUP,
+            grace_s=grace_s,
+        )
 
     def check(self) -> list[Entry]:
         """The entries claimed from engines dead for ``grace_s`` (to embed now); those held
         by too many lost engines are answered with an error here instead."""
-        now, names = time.monotonic(), set()
-        try:
-            consumers = self.client.xinfo_consumers(self.stream, messages.POOLING_GROUP)
-            names.update(as_str(consumer["name"]) for consumer in consumers)
-        except redis.ResponseError:  # no stream or group yet
-            pass
-        for member in self.client.smembers(self.keys.engines()):
-            model, engine_id = protocol.split_engine_member(as_str(member))
-            if model == self.model:
-                names.add(engine_id)
-        names.discard(self.me)
-        missing = [
-            e for e in sorted(names) if not self.client.exists(self.keys.status(self.model, e))
-        ]
-        self._missing_since = {e: self._missing_since.get(e, now) for e in missing}
         claimed: list[Entry] = []
-        for engine_id in missing:
-            lock = self.keys.reaping(self.model, engine_id)
-            if now - self._missing_since[engine_id] >= self.grace_s and self.client.set(
-                lock, self.me, nx=True, ex=REAP_LOCK_S
-            ):
-                claimed += self.take_over(engine_id)
-                del self._missing_since[engine_id]
+        for engine_id in self.dead.due():
+            claimed += self.take_over(engine_id)
         return claimed
 
     def forget_missing(self) -> None:
         """Redis was away: status keys missing across it prove nothing, the grace restarts."""
-        self._missing_since = {}
+        self.dead.forget()
 
     def take_over(self, dead_id: str) -> list[Entry]:
         """Claim ``dead_id``'s pending entries for this engine, and remove it from the group
@@ -141,11 +126,7 @@ class DeadPoolerReaper:
         requests, _malformed = decode_entries(entries, messages.decode_request)
         pipe = self.client.pipeline(transaction=False)
         for entry_id, request in requests:
-            error = (
-                f"{lost[entry_id]} engines serving {self.model!r} stopped while they held this "
-                "request; it is not run again, in case it is what stops them (see the engine "
-                "logs). Retry it if it is not."
-            )
+            error = not_run_again(lost[entry_id], self.model)
             reply = messages.EmbedReply(request_id=request.request_id, error=error)
             pipe.rpush(request.reply_key, messages.encode(reply))
             pipe.expire(request.reply_key, messages.REPLY_TTL_S)

@@ -1,10 +1,8 @@
 """Taking over from dead engines (docs/protocol.md, Liveness and failure).
 
-An engine is dead when its status key has expired: one survivor, under a short lock, ends the
-requests it had started (its ``started`` hash) with an error event and runs those it had
-claimed but not started. "Expired" must mean dead, not "Redis was away": after an outage every
-status key may be missing until the live engines publish theirs again, so the grace counts
-from the first check that reached Redis. An engine restarted under the same ``--engine-id``
+An engine is dead when its status key has expired (engine/dead_engines.py): one survivor,
+under a short lock, ends the requests it had started (its ``started`` hash) with an error event
+and runs those it had claimed but not started. An engine restarted under the same ``--engine-id``
 takes over from its earlier life itself: its status key is alive, nobody else would.
 
 A request that kills whichever engine runs it (a native crash, the kernel's OOM killer) would
@@ -20,12 +18,12 @@ of them did it; they can be retried).
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import redis
 
 from engine import protocol
+from engine.dead_engines import DeadEngines, not_run_again
 from engine.direct_routing import MOVE_SCRIPT, split_entries
 from engine.protocol import ENGINE_GROUP, FIELD, LOST_FIELD
 from engine.redis_streams import as_str, decode_entries
@@ -35,7 +33,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-REAP_LOCK_S = 30
 CLAIM_BATCH = 256
 # Engines lost while holding a request before no engine runs it again: one loss can be
 # another request's doing or the machine's, a second in a row is the request's pattern.
@@ -49,39 +46,27 @@ class DeadEngineReaper:
         self.grace_s = 2 * service.settings.status_interval + 0.5
         self.model, self.me = service.settings.model_name, service.settings.engine_id
         self.requests, self.accept = service.requests, service.reader.accept
-        self._missing_since: dict[str, float] = {}  # engine id -> time.monotonic()
+        self.dead = DeadEngines(
+            client,
+            self.keys,
+            model=self.model,
+            me=self.me,
+            stream=self.requests,
+            group=ENGINE_GROUP,
+            grace_s=self.grace_s,
+        )
         self._move = client.register_script(MOVE_SCRIPT)
 
     def check(self) -> None:
         """Take over from every engine of this model (in the group or the registry) whose
         status key has been missing for ``grace_s``."""
-        now, names = time.monotonic(), set()
         try:
-            try:
-                consumers = self.client.xinfo_consumers(self.requests, ENGINE_GROUP)
-                names.update(as_str(consumer["name"]) for consumer in consumers)
-            except redis.ResponseError:  # no stream or group yet
-                pass
-            for member in self.client.smembers(self.keys.engines()):
-                model, engine_id = protocol.split_engine_member(as_str(member))
-                if model == self.model:
-                    names.add(engine_id)
-            names.discard(self.me)
-            missing = [
-                e for e in sorted(names) if not self.client.exists(self.keys.status(self.model, e))
-            ]
-            self._missing_since = {e: self._missing_since.get(e, now) for e in missing}
-            for engine_id in missing:
-                lock = self.keys.reaping(self.model, engine_id)
-                if now - self._missing_since[engine_id] >= self.grace_s and self.client.set(
-                    lock, self.me, nx=True, ex=REAP_LOCK_S
-                ):
-                    self.take_over(engine_id)
-                    del self._missing_since[engine_id]
+            for engine_id in self.dead.due():
+                self.take_over(engine_id)
         except (redis.ConnectionError, redis.TimeoutError):
             # Status keys missing across an outage prove nothing: the grace starts again.
             # (The heartbeat's failed status publish has logged the outage.)
-            self._missing_since = {}
+            self.dead.forget()
 
     def withdraw_own(self) -> None:
         """At a clean exit: hand what was routed here and never read to the shared stream,
@@ -203,11 +188,7 @@ class DeadEngineReaper:
             return
         pipe = self.client.pipeline(transaction=True)
         for entry_id, request in requests:
-            error = (
-                f"{lost[entry_id]} engines serving {self.model!r} stopped while they held this "
-                "request, before it produced a token; it is not run again, in case it is what "
-                "stops them (see the engine logs). Retry it if it is not."
-            )
+            error = not_run_again(lost[entry_id], self.model, when=", before it produced a token")
             deltas = [
                 protocol.RequestDelta(
                     request_id=request.request_id, index=i, finish_reason="abort", error=error

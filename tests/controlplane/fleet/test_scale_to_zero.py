@@ -260,39 +260,29 @@ async def capacity(redis_server, redis_client):
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_request_waits_for_the_engine_its_wake_starts(models, redis_client, capacity):
+@pytest.mark.parametrize("kind", ["generation", "embeddings"])
+async def test_a_request_waits_for_the_engine_its_wake_starts(models, redis_client, capacity, kind):
+    if kind == "embeddings":  # a pooling engine's model: checked by check_served
+        model = "minilm"
+        await sync_to_async(ServedModel.objects.create)(
+            name=model, path="/nowhere", architecture="BertModel", num_parameters=1000
+        )
+        check = capacity.check_served
+    else:
+        model, check = "m1", capacity.check
     await sync_to_async(services.deployment_deploy)(
-        name="d1", model="m1", replicas=0, scale_to_zero=True
+        name="d1", model=model, replicas=0, scale_to_zero=True
     )
-    waiting = asyncio.create_task(capacity.check("m1"))
+    waiting = asyncio.create_task(check(model))
     await asyncio.sleep(1.5)
     assert not waiting.done()
     assert (await sync_to_async(Deployment.objects.get)(name="d1")).replicas == 1
-    publish_engine_status(redis_client, prefix=settings.PLATFORM_REDIS_PREFIX, model="m1")
+    publish_engine_status(redis_client, prefix=settings.PLATFORM_REDIS_PREFIX, model=model)
     await asyncio.wait_for(waiting, timeout=10)  # admitted: the engine is live
-    assert redis_client.get(last_used_key("m1")) is not None
-
-
-@pytest.mark.django_db(transaction=True)
-async def test_an_embeddings_request_wakes_its_deployment_and_records_its_use(
-    redis_client, capacity
-):
-    await sync_to_async(ServedModel.objects.create)(
-        name="minilm", path="/nowhere", architecture="BertModel", num_parameters=1000
-    )
-    await sync_to_async(services.deployment_deploy)(
-        name="emb", model="minilm", replicas=0, scale_to_zero=True
-    )
-    waiting = asyncio.create_task(capacity.check_served("minilm"))
-    await asyncio.sleep(1.5)
-    assert not waiting.done()
-    assert (await sync_to_async(Deployment.objects.get)(name="emb")).replicas == 1
-    publish_engine_status(redis_client, prefix=settings.PLATFORM_REDIS_PREFIX, model="minilm")
-    await asyncio.wait_for(waiting, timeout=10)
-    # Its use keeps the idle clock from unloading it while it is in use.
-    assert redis_client.get(last_used_key("minilm")) is not None
+    # Its use is recorded: the idle clock does not unload a model in use.
+    assert redis_client.get(last_used_key(model)) is not None
     with pytest.raises(EngineUnavailable, match="no engine is serving model 'other'"):
-        await capacity.check_served("other")
+        await check("other")  # no scale-to-zero deployment: refused at once
 
 
 @pytest.mark.django_db(transaction=True)
