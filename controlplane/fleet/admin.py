@@ -12,7 +12,9 @@ from collections import Counter
 
 from django import forms
 from django.contrib import admin, messages
+from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.http import urlencode
 
 from controlplane.common.admin_rows import adopt_created_row
 from controlplane.deployments.selectors import served_models_by_name
@@ -130,6 +132,17 @@ class DeploymentAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return ("name", "stopped") if obj is not None else ("stopped",)
+
+    def changelist_view(self, request, extra_context=None):
+        # Models registered but run by no deployment, each with a link to the add form filled
+        # in for it (templates/admin/fleet/deployment/change_list.html).
+        add = reverse("admin:fleet_deployment_add")
+        undeployed = [
+            (model.name, f"{add}?{urlencode({'name': model.name, 'served_model': model.pk})}")
+            for model in selectors.served_models_undeployed()
+        ]
+        context = {**(extra_context or {}), "undeployed": undeployed}
+        return super().changelist_view(request, context)
 
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data

@@ -10,6 +10,8 @@ import redis
 from django.db.models import Count
 
 from controlplane.common.redis_clients import sync_redis
+from controlplane.deployments.models import ServedModel
+from controlplane.deployments.selectors import served_models_by_name
 from controlplane.fleet.liveness import live_node_names, node_is_live
 from controlplane.fleet.models import ACTIVE_STATES, Deployment, Node, Replica
 from controlplane.fleet.placement import GIB, Need, NodeRoom, replica_memory_bytes
@@ -23,6 +25,12 @@ def deployment_get(*, name: str) -> Deployment | None:
 
 def deployment_list() -> list[Deployment]:
     return list(Deployment.objects.select_related("served_model"))
+
+
+def served_models_undeployed() -> list[ServedModel]:
+    """The ready, active models no deployment runs: registered, but serving nowhere until one
+    is added (bin/serve declares one per model at start; a model added later waits for it)."""
+    return list(served_models_by_name().filter(fleet_deployments__isnull=True))
 
 
 def _checkpoint_bytes(path: str) -> int:

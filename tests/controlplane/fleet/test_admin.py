@@ -249,3 +249,21 @@ def test_restart_rolls_the_replicas_onto_a_new_generation(admin_client, admin_us
     assert (deployment.generation, deployment.replicas) == (before + 1, 2)
     (event,) = _events("deployment.restart")
     assert event.actor == admin_user
+
+
+def test_the_list_offers_to_deploy_each_ready_model_no_deployment_runs(admin_client, model):
+    services.deployment_deploy(name="tiny", replicas=1, **AS_IN_FORM)
+    minilm = _embeddings_model()
+    ServedModel.objects.create(  # still registering: nothing to deploy yet
+        name="coming", path="/nowhere", architecture="LlamaForCausalLM", state="registering"
+    )
+    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    link = f"{reverse(ADD)}?name=minilm&amp;served_model={minilm.pk}"
+    assert f'<a href="{link}">deploy minilm</a>' in page
+    assert "deploy tiny" not in page and "deploy coming" not in page
+    # The link opens the add form filled in for that model.
+    form = admin_client.get(f"{reverse(ADD)}?name=minilm&served_model={minilm.pk}")
+    assert form.context["adminform"].form.initial == {
+        "name": "minilm",
+        "served_model": str(minilm.pk),
+    }
