@@ -60,7 +60,7 @@ class Restarter:
         row = self._rows.setdefault(child.name, _Row())
         if row.restart_at is None:
             code = child.process.returncode
-            delay = self._next_delay(row, child.name, child.started_at)
+            delay = self._next_delay(row, child.started_at)
             if delay is None:
                 raise GaveUp(
                     f"{child.name} exited with code {code}, {row.exits} times in a row; last "
@@ -79,7 +79,7 @@ class Restarter:
         row = self._rows.setdefault("redis", _Row())
         if row.restart_at is None:
             code = self.redis.process.returncode
-            delay = self._next_delay(row, "redis", self._redis_started_at)
+            delay = self._next_delay(row, self._redis_started_at)
             log = self.redis.workdir / "redis.log"
             if delay is None:
                 raise GaveUp(
@@ -95,7 +95,7 @@ class Restarter:
             except RedisUnavailable as exc:
                 self.say(f"redis-server did not start again: {exc}")
 
-    def _next_delay(self, row: _Row, name: str, started_at: float) -> float | None:
+    def _next_delay(self, row: _Row, started_at: float) -> float | None:
         """The back-off before this exit's restart; None past the policy's limit."""
         stable = time.monotonic() - started_at >= self.policy.stable_s
         row.exits = 1 if stable else row.exits + 1

@@ -6,8 +6,8 @@ under its name in the consumer group, and its callers would wait out the API's s
 for nothing. So every pooling engine checks every second for dead engines of its model
 (engine/dead_engines.py: a status key missing for a grace). One survivor, under a short lock,
 claims a dead engine's pending entries, embeds them as its own, and removes the dead engine
-from the group and the registry. Under the fleet a
-crashed engine comes back under a new id, and that restart is such a survivor.
+from the group and the registry. Under the fleet a crashed engine comes back under a new id,
+and that restart is such a survivor.
 
 An input that kills whichever engine embeds it would otherwise be claimed by every survivor in
 turn, and take all of them down as their node agents restart them. An entry's deliveries count

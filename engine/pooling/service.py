@@ -134,6 +134,9 @@ class PoolingService:
         except TRANSPORT_ERRORS:
             self.reaper.forget_missing()
             raise
+        except redis.ResponseError as exc:  # the group gone with a Redis restarted empty, say
+            logger.warning("taking over from dead pooling engines failed: %s", exc)
+            return []
 
     def _read(self) -> list[tuple[bytes, dict]]:
         try:
