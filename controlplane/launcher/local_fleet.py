@@ -97,6 +97,35 @@ def _replica_line(deployment: Deployment, replica: Replica) -> str:
     return f"{deployment.name}: replica {replica.pk} {replica.state}{where}{why}"
 
 
+class ReplicaWatch:
+    """The replicas of ``deployments`` as they change: a line for each new state or reason
+    (what serve prints while it waits for them, and while the platform runs)."""
+
+    def __init__(self, deployments: list[Deployment]):
+        self.deployments = deployments
+        self._seen: dict[int, str] = {}
+
+    def replicas(self, deployment: Deployment) -> list[Replica]:
+        """Its replicas that run, are on their way, or failed (stopped ones are history)."""
+        return list(
+            deployment.replicas_set.filter(
+                state__in=(*RUNNING_STATES, Replica.State.FAILED)
+            ).select_related("node")
+        )
+
+    def changes(self, deployment: Deployment, replicas: list[Replica]) -> list[str]:
+        lines = []
+        for replica in replicas:
+            line = _replica_line(deployment, replica)
+            if self._seen.get(replica.pk) != line:
+                self._seen[replica.pk] = line
+                lines.append(line)
+        return lines
+
+    def all_changes(self) -> list[str]:
+        return [line for d in self.deployments for line in self.changes(d, self.replicas(d))]
+
+
 def wait_until_ready(
     deployments: list[Deployment],
     *,
@@ -104,24 +133,21 @@ def wait_until_ready(
     alive: Callable[[], None],
     say: Callable[[str], None],
     poll: float = 0.5,
-) -> None:
+) -> ReplicaWatch:
     """Until every deployment wanting replicas has a ready one. ``say`` hears each replica
     state as it changes; ``alive()`` raises when the agent has died. A replica that ends
-    failed fails the wait with its reason and the tail of its engine's log."""
+    failed fails the wait with its reason and the tail of its engine's log. Returns the watch,
+    which goes on reporting from where the wait left off."""
     deadline = time.monotonic() + timeout
-    seen: dict[int, str] = {}
+    watch = ReplicaWatch(deployments)
     waiting = [d for d in deployments if d.replicas > 0]
     while waiting:
         alive()
         for deployment in list(waiting):
-            replicas = deployment.replicas_set.filter(
-                state__in=(*RUNNING_STATES, Replica.State.FAILED)
-            ).select_related("node")
+            replicas = watch.replicas(deployment)
+            for line in watch.changes(deployment, replicas):
+                say(line)
             for replica in replicas:
-                line = _replica_line(deployment, replica)
-                if seen.get(replica.pk) != line:
-                    seen[replica.pk] = line
-                    say(line)
                 if replica.state == Replica.State.FAILED:
                     raise StartupError(
                         f"the engine of {deployment.name} failed: {replica.reason}\n"
@@ -134,3 +160,4 @@ def wait_until_ready(
             raise StartupError(f"no ready replica of {names} after {timeout:.0f}s")
         if waiting:
             time.sleep(poll)
+    return watch

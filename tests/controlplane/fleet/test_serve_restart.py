@@ -172,6 +172,13 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
         assert serve.poll() is None, "serve stopped when Daphne died"
     finally:
         _ctrl_c(serve)
+    # While up, serve told its terminal what happened: the restarted replica's states (back
+    # to ready) and Daphne's restart.
+    after_banner = serve.stdout.read().splitlines()
+    embeddings = [line.strip() for line in after_banner if f"{EMBEDDINGS}: replica " in line]
+    assert len(embeddings) >= 2 and " ready on " in embeddings[-1], after_banner
+    assert any(" ready on " not in line for line in embeddings), after_banner
+    assert any(line.startswith("daphne exited with code -9") for line in after_banner)
 
     port = free_port()
     serve, output, key = serve_until_up(env, "--port", str(port))

@@ -14,6 +14,7 @@ it.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from controlplane.adapters.engine_sync import registry_reconcile
 from controlplane.common.platform_location import (
@@ -39,6 +41,7 @@ from controlplane.launcher.first_run import (
 )
 from controlplane.launcher.local_fleet import (
     AGENT_STOP_TIMEOUT_S,
+    ReplicaWatch,
     agent_command,
     declare_deployments,
     wait_until_ready,
@@ -51,6 +54,11 @@ from controlplane.launcher.process_commands import (
 from controlplane.launcher.progress import Progress
 from controlplane.launcher.restarts import GaveUp, Restarter
 from controlplane.launcher.stack import Stack, StartupError, http_ok
+
+logger = logging.getLogger(__name__)
+
+# How often serve, once up, reads its deployments' replicas to print what changed.
+REPLICA_WATCH_S = 2.0
 
 
 class _Stop(Exception):
@@ -176,11 +184,12 @@ class Command(BaseCommand):
                 timeout=deadline - time.monotonic(),
                 what="the API (Daphne)",
             )
+        watch = None
         with progress.step("Waiting for the engines to load their models") as st:
             if opts["no_engine"]:
                 st["note"] = "skipped (--no-engine)"
             else:
-                wait_until_ready(
+                watch = wait_until_ready(
                     deployments,
                     timeout=deadline - time.monotonic(),
                     alive=stack.check_alive,
@@ -192,12 +201,27 @@ class Command(BaseCommand):
         # From here on, a child that exits is started again (restarts.py), the engines by
         # the agent; serve stops only for one that keeps exiting.
         restarter = Restarter(stack.supervisor, redis=stack.redis, say=self.stdout.write)
+        watched_at = time.monotonic()
         while True:
             try:
                 restarter.check()
             except GaveUp as exc:
                 raise CommandError(str(exc)) from exc
+            if watch is not None and time.monotonic() - watched_at >= REPLICA_WATCH_S:
+                watched_at = time.monotonic()
+                self._report_replicas(watch)
             time.sleep(0.5)
+
+    def _report_replicas(self, watch: ReplicaWatch) -> None:
+        """Print each replica's new state (an engine that crashed and is being restarted,
+        one that failed), as the wait before the banner did."""
+        try:
+            lines = watch.all_changes()
+        except DatabaseError as exc:  # SQLite busy, PostgreSQL away: next time
+            logger.debug("reading the replicas failed: %s", exc)
+            return
+        for line in lines:
+            self.stdout.write(f"  {line}")
 
     def _banner(self, base: str, creds, names: list[str]) -> None:
         chat_model = next((n for n in names if n != EMBEDDING_MODEL), names[0])
