@@ -158,7 +158,7 @@ def test_serve_runs_its_model_through_the_agent_and_restarts_cleanly(tmp_path, t
         assert _embeddings(port, key, timeout=120) == 384  # the agent restarted it
         assert serve.poll() is None, "serve stopped when its embeddings engine died"
         # The same replica, restarted once (ready at the agent's next beat after it answers).
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while _fleet_rows(var_dir / "db.sqlite3")[1][EMBEDDINGS][0][0] != "ready":
             assert time.monotonic() < deadline, _fleet_rows(var_dir / "db.sqlite3")
             time.sleep(0.2)
