@@ -228,7 +228,8 @@ class BroadcastReader(Worker):
         self.since = time.time() - CLOCK_MARGIN_S
         start = f"{int(self.since * 1000)}-0"
         model = service.settings.model_name
-        self.last = {keys.aborts(): start, keys.control(model): start, keys.idle(model): "$"}
+        idle = keys.idle(model)
+        self.last = {keys.aborts(): start, keys.control(model): start, idle: _end_of(client, idle)}
 
     def hears_aborts_of(self, request: protocol.GenerateRequest) -> bool:
         """Whether every abort of ``request`` reaches this engine through the abort stream and
@@ -252,3 +253,13 @@ class BroadcastReader(Worker):
                 logger.error("malformed control entry %s ignored: %s", entry_id, why)
             for _, message in messages:
                 self.inbox.put(message)
+
+
+def _end_of(client: redis.Redis, stream: str) -> str:
+    """The id of ``stream``'s last entry ("0-0" while it has none): read from there, every entry
+    added from now on arrives. Not "$", which each XREAD resolves again: an entry added between
+    two reads (while this thread handled the last reply, or waited for a core) was never read,
+    and an idle engine whose one announcement was lost so waited with nothing to do while a
+    peer worked through the requests it held."""
+    last = client.xrevrange(stream, count=1)
+    return as_str(last[0][0]) if last else "0-0"

@@ -127,6 +127,19 @@ def test_the_latest_of_the_most_backlogged_tenant_go_and_routed_ones_stay(servic
     assert len(_moves(service)) == 2  # within the room it has
 
 
+def test_an_announcement_made_between_two_reads_reaches_every_engine(service):
+    """The broadcast reader reads on from the last entry it saw, not from "$" (which each read
+    resolves again, losing what came between two: under load, an idle engine's only
+    announcement, and with it the whole hand-over; CI, 2026-11-29)."""
+    reader = service.broadcast
+    service.inbox.take_all()  # what the engine queued as it started
+    reader.read()  # nothing new: returns after its block
+    idle = protocol.Idle(engine_id="peer", room=8, load=0)
+    service.redis.xadd(service.keys.idle(MODEL), {FIELD: protocol.encode(idle)})
+    reader.read()
+    assert service.inbox.take_all() == [idle]
+
+
 @pytest.mark.slow
 def test_an_engine_started_later_takes_half_of_the_burst_the_first_one_read(
     tiny_llama, redis_server, tmp_path
