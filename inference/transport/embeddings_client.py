@@ -21,6 +21,8 @@ from engine.pooling import messages
 from engine.protocol import Keys
 
 MAX_CONNECTIONS = 256
+# How much longer than its BLPOP a waiting request's socket waits for Redis's answer.
+REPLY_WAIT_MARGIN_S = 5.0
 
 
 class EmbeddingTokenizer:
@@ -76,7 +78,15 @@ class EmbeddingsClient:
     def __init__(self, redis_url: str, *, prefix: str, timeout: float):
         # Every waiting request holds a connection in BLPOP: past the pool's size, new ones
         # wait for a free connection instead of failing (redis-py's default pool raises).
-        pool = async_blocking_pool(redis_url, max_connections=MAX_CONNECTIONS, timeout=timeout)
+        # Its socket waits out the BLPOP: redis-py 8 gives up reading after 5 s by default,
+        # so an embedding that took longer (a big batch on a CPU, a crashed engine's requests
+        # taken up by a survivor) failed after three such tries, 15 s, as if Redis were away.
+        pool = async_blocking_pool(
+            redis_url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=timeout,
+            socket_timeout=timeout + REPLY_WAIT_MARGIN_S,
+        )
         self.redis = aioredis.Redis(connection_pool=pool)
         self.keys = Keys(prefix)
         self.timeout = timeout
