@@ -57,43 +57,56 @@ class Restarter:
                 self._child_exited(child)
 
     def _child_exited(self, child: Child) -> None:
-        row = self._rows.setdefault(child.name, _Row())
-        if row.restart_at is None:
-            code = child.process.returncode
-            delay = self._next_delay(row, child.started_at)
-            if delay is None:
-                raise GaveUp(
-                    f"{child.name} exited with code {code}, {row.exits} times in a row; last "
-                    f"lines of {child.log_path}:\n{child.log_tail()}"
-                )
-            self.say(
-                f"{child.name} exited with code {code}; starting it again in {delay:.0f} s "
-                f"(log: {child.log_path})"
-            )
-            row.restart_at = time.monotonic() + delay
-        if time.monotonic() >= row.restart_at:
-            row.restart_at = None
-            self.supervisor.restart(child)
+        self._exited(
+            child.name,
+            child.process.returncode,
+            child.started_at,
+            restart=lambda: self.supervisor.restart(child),
+            log=f" (log: {child.log_path})",
+            gave_up=lambda: f"; last lines of {child.log_path}:\n{child.log_tail()}",
+        )
 
     def _redis_exited(self) -> None:
-        row = self._rows.setdefault("redis", _Row())
+        self._exited(
+            "redis-server",
+            self.redis.process.returncode,
+            self._redis_started_at,
+            restart=self._start_redis,
+            log="",
+            gave_up=lambda: f"; see {self.redis.workdir / 'redis.log'}",
+        )
+
+    def _start_redis(self) -> None:
+        self._redis_started_at = time.monotonic()
+        try:
+            self.redis.start()  # the same port and folder: clients reconnect
+        except RedisUnavailable as exc:
+            self.say(f"redis-server did not start again: {exc}")
+
+    def _exited(
+        self,
+        name: str,
+        code: int | None,
+        started_at: float,
+        *,
+        restart: Callable[[], None],
+        log: str,
+        gave_up: Callable[[], str],
+    ) -> None:
+        """One exit of ``name``: at first sight, its back-off is set (or GaveUp raised, with
+        ``gave_up()``'s detail); once the back-off has passed, ``restart()``."""
+        row = self._rows.setdefault(name, _Row())
         if row.restart_at is None:
-            code = self.redis.process.returncode
-            delay = self._next_delay(row, self._redis_started_at)
-            log = self.redis.workdir / "redis.log"
+            delay = self._next_delay(row, started_at)
             if delay is None:
                 raise GaveUp(
-                    f"redis-server exited with code {code}, {row.exits} times in a row; see {log}"
+                    f"{name} exited with code {code}, {row.exits} times in a row{gave_up()}"
                 )
-            self.say(f"redis-server exited with code {code}; starting it again in {delay:.0f} s")
+            self.say(f"{name} exited with code {code}; starting it again in {delay:.0f} s{log}")
             row.restart_at = time.monotonic() + delay
         if time.monotonic() >= row.restart_at:
             row.restart_at = None
-            self._redis_started_at = time.monotonic()
-            try:
-                self.redis.start()  # the same port and folder: clients reconnect
-            except RedisUnavailable as exc:
-                self.say(f"redis-server did not start again: {exc}")
+            restart()
 
     def _next_delay(self, row: _Row, started_at: float) -> float | None:
         """The back-off before this exit's restart; None past the policy's limit."""

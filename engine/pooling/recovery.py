@@ -70,10 +70,6 @@ class DeadPoolerReaper:
             claimed += self.take_over(engine_id)
         return claimed
 
-    def forget_missing(self) -> None:
-        """Redis was away: status keys missing across it prove nothing, the grace restarts."""
-        self.dead.forget()
-
     def take_over(self, dead_id: str) -> list[Entry]:
         """Claim ``dead_id``'s pending entries for this engine, and remove it from the group
         and the registry."""

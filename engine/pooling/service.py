@@ -132,7 +132,7 @@ class PoolingService:
         try:
             return self.reaper.check()
         except TRANSPORT_ERRORS:
-            self.reaper.forget_missing()
+            self.reaper.dead.forget()  # status keys missing across an outage prove nothing
             raise
         except redis.ResponseError as exc:  # the group gone with a Redis restarted empty, say
             logger.warning("taking over from dead pooling engines failed: %s", exc)
