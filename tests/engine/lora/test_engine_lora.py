@@ -7,8 +7,6 @@ import shutil
 
 import pytest
 import torch
-from peft import PeftModel
-from transformers import AutoModelForCausalLM
 
 from engine.config import EngineConfig
 from engine.llm import LLM
@@ -33,6 +31,11 @@ def adapters(base_path, tmp_path_factory):
 
 
 def hf_greedy(base_path, prompt, adapter_path=None, max_new_tokens=MAX_TOKENS):
+    # Imported here, not at collection: peft pulls in torch.distributed, dynamo and sympy
+    # (about 4 s of CPU), which every test process paid before one of them ran these tests.
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32).eval()
     if adapter_path is not None:
         model = PeftModel.from_pretrained(model, adapter_path).eval()
