@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.support.browser import chromium_page, playground_connect
+from tests.support.browser import browser_page, chromium_browser, playground_connect
 
 pytestmark = [pytest.mark.browser]
 
@@ -74,9 +74,15 @@ class ScriptedSocket:
             self._send(ws, {"type": "done", "id": gen_id})
 
 
+@pytest.fixture(scope="module")
+def browser():
+    with chromium_browser() as browser:
+        yield browser
+
+
 @pytest.fixture
-def page():
-    with chromium_page(width=1200, height=800) as page:
+def page(browser):
+    with browser_page(browser, width=1200, height=800) as page:
         yield page
 
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from controlplane.launcher.process_commands import manage_command
-from tests.support.browser import chromium_page
+from tests.support.browser import browser_page, chromium_browser
 from tests.support.identity_provider import identity_provider
 from tests.support.processes import REPO
 
@@ -78,20 +78,15 @@ def sso(api_platform, tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with chromium_page(
-        width=1280, height=900, permissions=["clipboard-read", "clipboard-write"]
-    ) as page:
-        yield page.context.browser
+    with chromium_browser() as browser:
+        yield browser
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(
-        viewport={"width": 1280, "height": 900},
-        permissions=["clipboard-read", "clipboard-write"],
-    )
-    yield context.new_page()
-    context.close()
+    clipboard = ["clipboard-read", "clipboard-write"]
+    with browser_page(browser, width=1280, height=900, permissions=clipboard) as page:
+        yield page
 
 
 def _sign_in_with_password(page, platform) -> None:

@@ -20,12 +20,14 @@ CHROMIUM_ARGS = [
 
 
 @contextmanager
-def chromium_page(
-    *, width: int, height: int, missing: Callable[[str], object] = pytest.fail, **context_options
-) -> Iterator:
-    """A fresh page in a window of ``width`` x ``height`` CSS pixels; ``context_options`` go to
-    Playwright's ``new_context`` (``is_mobile``, ``device_scale_factor``). Without chromium,
-    ``missing`` (pytest.fail or pytest.skip) ends the test."""
+def chromium_browser(*, missing: Callable[[str], object] = pytest.fail) -> Iterator:
+    """Headless Chromium, launched through Playwright's sync API; ``missing`` (pytest.fail or
+    pytest.skip) ends the test where chromium is not installed.
+
+    A module whose tests all use pages can share one for its tests (module scope: each launch
+    costs 1.7 s of CPU, the AVX2-only EPYC), each test taking a fresh context from it
+    (``browser_page``). Not longer than a module: while Playwright's sync API is open, its
+    event loop counts as running in this thread, so an asyncio test beside it would fail."""
     executable = shutil.which("chromium")
     if executable is None:
         missing("Debian's chromium package is required for browser tests (apt install chromium)")
@@ -34,12 +36,33 @@ def chromium_page(
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(
-                viewport={"width": width, "height": height}, **context_options
-            )
-            yield context.new_page()
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def browser_page(browser, *, width: int, height: int, **context_options) -> Iterator:
+    """A fresh page (in a context of its own: no cookies or storage of another test) in a
+    window of ``width`` x ``height`` CSS pixels; ``context_options`` go to Playwright's
+    ``new_context`` (``is_mobile``, ``device_scale_factor``, ``permissions``)."""
+    context = browser.new_context(viewport={"width": width, "height": height}, **context_options)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@contextmanager
+def chromium_page(
+    *, width: int, height: int, missing: Callable[[str], object] = pytest.fail, **context_options
+) -> Iterator:
+    """A fresh page in a browser of its own (see ``browser_page``)."""
+    with (
+        chromium_browser(missing=missing) as browser,
+        browser_page(browser, width=width, height=height, **context_options) as page,
+    ):
+        yield page
 
 
 def admin_sign_in(page, base_url: str, password: str, username: str = "admin") -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import admin_sign_in, chromium_page
+from tests.support.browser import admin_sign_in, browser_page, chromium_browser
 from tests.support.live_platform import ADMIN_PASSWORD, MODEL
 from tests.support.shared_database import ROOT
 
@@ -74,9 +74,15 @@ def _colours(page) -> dict:
     )
 
 
+@pytest.fixture(scope="module")
+def browser():
+    with chromium_browser() as browser:
+        yield browser
+
+
 @pytest.mark.parametrize("width", [1280, 390])
-def test_dashboard_shows_full_names_and_one_colour_per_tenant(dashboard_data, width):
-    with chromium_page(width=width, height=900) as page:
+def test_dashboard_shows_full_names_and_one_colour_per_tenant(browser, dashboard_data, width):
+    with browser_page(browser, width=width, height=900) as page:
         _open_dashboard(page, dashboard_data.base_url)
         page.screenshot(path=str(ARTIFACTS / f"dashboard-{width}px.png"), full_page=True)
 
@@ -112,8 +118,8 @@ def test_dashboard_shows_full_names_and_one_colour_per_tenant(dashboard_data, wi
             assert page.locator(f'ul.legend li[title="{tenant}"]').first.inner_text() == tenant
 
 
-def test_chart_axes_use_round_ticks(dashboard_data):
-    with chromium_page(width=800, height=600) as page:
+def test_chart_axes_use_round_ticks(browser, dashboard_data):
+    with browser_page(browser, width=800, height=600) as page:
         _open_dashboard(page, dashboard_data.base_url)
         ticks = page.evaluate(
             """() => [1, 0.8, 7, 1234].map(max => {
