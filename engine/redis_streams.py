@@ -49,6 +49,17 @@ def ensure_group(client: redis.Redis, stream: str, group: str = protocol.ENGINE_
             raise
 
 
+def stream_gone(exc: redis.ResponseError) -> bool:
+    """True when a read failed because its stream or consumer group no longer exists (Redis
+    restarted empty, a flush, a deleted key): the reader creates them again and goes on.
+
+    Two errors say so: NOGROUP for a read that starts after the loss, and, from Redis 7.0, a
+    read blocked on the stream when its key was deleted is woken with "UNBLOCKED the stream key
+    no longer exists"."""
+    message = str(exc)
+    return "NOGROUP" in message or ("UNBLOCKED" in message and "no longer exists" in message)
+
+
 def decode_entries(
     entries: Iterable[tuple[bytes, dict | None]], decode: Callable[[bytes], M]
 ) -> tuple[list[tuple[str, M]], dict[str, str]]:

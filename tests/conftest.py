@@ -107,7 +107,8 @@ def redis_client(redis_server):
     """A client on the session's Redis, emptied before each test that uses it."""
     import redis
 
-    client = redis.Redis.from_url(redis_server.url)
+    # Tests block on replies (BLPOP) for up to 20 s: redis-py 8 would stop reading at 5 s.
+    client = redis.Redis.from_url(redis_server.url, socket_timeout=30)
     client.flushall()
     yield client
     client.close()

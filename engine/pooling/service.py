@@ -32,6 +32,7 @@ from engine.redis_streams import (
     decode_entries,
     ensure_group,
     publish_status,
+    stream_gone,
     withdraw_status,
 )
 
@@ -97,6 +98,20 @@ class PoolingService:
         status_thread = Worker("pooling-status", self._publish_status_once, STATUS_EVERY_S)
         status_thread.start()
         logger.info("pooling engine %s serving %s", self.engine_id, self.model_name)
+        try:
+            self._loop()
+        finally:
+            # Also when the loop failed: a status record beside a loop that no longer reads
+            # would have the API send this engine requests nobody answers.
+            status_thread.stop()  # before the record is withdrawn, or it would write it again
+        try:
+            withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
+            # Every request read here was answered: nothing for a survivor to take over.
+            self.redis.xgroup_delconsumer(self.stream, messages.POOLING_GROUP, self.engine_id)
+        except redis.RedisError as exc:
+            logger.warning("could not withdraw pooling engine %s: %s", self.engine_id, exc)
+
+    def _loop(self) -> None:
         reaped_at = -REAP_EVERY_S
         while not self._stop.is_set():
             if time.monotonic() - reaped_at >= REAP_EVERY_S:
@@ -107,13 +122,6 @@ class PoolingService:
             entries = self._until_redis_answers(self._read)
             if entries:
                 self._serve(entries)
-        status_thread.stop()  # before the record is withdrawn, or it would write it again
-        try:
-            withdraw_status(self.status_redis, self.keys, self.model_name, self.engine_id)
-            # Every request read here was answered: nothing for a survivor to take over.
-            self.redis.xgroup_delconsumer(self.stream, messages.POOLING_GROUP, self.engine_id)
-        except redis.RedisError as exc:
-            logger.warning("could not withdraw pooling engine %s: %s", self.engine_id, exc)
 
     def _until_redis_answers(self, call):
         """``call()``'s result, tried again until Redis answers; None once stopping."""
@@ -148,9 +156,9 @@ class PoolingService:
                 block=self.block_ms,
             )
         except redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if not stream_gone(exc):
                 raise
-            # The stream or group is gone with a Redis that restarted empty.
+            # The stream or group is gone with a Redis that restarted empty, or a flush.
             ensure_group(self.redis, self.stream, messages.POOLING_GROUP)
             return []
         return [entry for _s, items in reply or [] for entry in items]

@@ -18,7 +18,7 @@ from engine import protocol
 from engine.direct_routing import direct_entry
 from engine.protocol import ENGINE_GROUP
 from engine.redis_outage import Worker
-from engine.redis_streams import as_str, decode_entries, ensure_group
+from engine.redis_streams import as_str, decode_entries, ensure_group, stream_gone
 
 if TYPE_CHECKING:
     from engine.service.loop import EngineService
@@ -164,7 +164,7 @@ class RequestReader(Worker):
                 block=READ_BLOCK_MS,
             )
         except redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if not stream_gone(exc):
                 raise
             # A stream or group deleted under us (Redis restarted empty, a flush).
             ensure_group(self.client, self.stream)

@@ -66,7 +66,8 @@ def _said_ready(output: str, deployment: str, host: str) -> bool:
 
 def _embeddings(port: int, key: str, *, timeout: float = 0) -> int:
     """The dimensions of one embedding, asked until it is answered or ``timeout`` has passed
-    (503 while no engine serves the model)."""
+    (503 while no engine serves the model; 504 when the restarted engine took longer to start
+    than the API waits for a reply, 30 s: seen on a loaded 2-core AVX2 machine)."""
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
     deadline = time.monotonic() + timeout
     while True:
@@ -74,7 +75,7 @@ def _embeddings(port: int, key: str, *, timeout: float = 0) -> int:
             reply = client.embeddings.create(model=EMBEDDINGS, input=["a cat"])
             return len(reply.data[0].embedding)
         except openai.APIStatusError as exc:
-            if exc.status_code != 503 or time.monotonic() > deadline:
+            if exc.status_code not in (503, 504) or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
 

@@ -28,12 +28,14 @@ class _Runner:
 
 
 @pytest.fixture
-def start_service(redis_server):
+def start_service(redis_server, redis_client):
+    """Starts pooling services on the session's Redis, emptied first (``redis_client``: its
+    flush must not come after a service made its group)."""
     started = []
 
-    def start() -> PoolingService:
+    def start(block_ms: int = 50) -> PoolingService:
         service = PoolingService(
-            _Runner(), model_name="embedder", redis_url=redis_server.url, block_ms=50
+            _Runner(), model_name="embedder", redis_url=redis_server.url, block_ms=block_ms
         )
         thread = threading.Thread(target=service.run, daemon=True)
         thread.start()
@@ -151,3 +153,23 @@ def test_a_stopped_engine_leaves_the_group_and_the_registry(start_service, redis
     # Nothing left for a survivor to find: no stale consumer, no registered engine.
     assert redis_client.smembers(Keys().engines()) == set()
     assert _consumers(redis_client) == set()
+
+
+def test_a_stream_deleted_under_a_blocked_read_is_made_again_and_served(
+    start_service, redis_client
+):
+    # Redis 7 wakes a read blocked on a deleted stream with "UNBLOCKED the stream key no longer
+    # exists", not NOGROUP; the loop died of it while its status thread went on saying it was
+    # alive (a flush of the wrong database, a key deleted by hand).
+    service = start_service(block_ms=3_000)
+    deadline = time.monotonic() + 10
+    while not redis_client.exists(Keys().status(service.model_name, service.engine_id)):
+        assert time.monotonic() < deadline, "the service never said it was up"
+        time.sleep(0.05)
+    time.sleep(0.3)  # into its blocking read
+    redis_client.delete(messages.embed_requests_key("embedder"))
+    reply_key = _request(redis_client, "after-delete", [[2]])
+    _key, data = redis_client.blpop([reply_key], timeout=15)
+    reply = messages.decode_reply(data)
+    assert reply.error == "" and len(reply.vectors) == 1
+    assert int(np.frombuffer(reply.vectors[0], dtype="<f4").argmax()) == 2
