@@ -10,9 +10,9 @@ It reports, for the parent test to judge:
 - ``tokens``: greedy tokens of each tiny checkpoint through the engine with the PyTorch
   backend, the Triton backend, and the Triton backend plus the layer kernels, covering chunked
   prefill mixed with decodes and a prefix-cache hit; ``kernel_calls`` counts each kernel's
-  calls per run and checkpoint, so a run that silently fell back to PyTorch shows; the last run replays
-  decode steps through DecodeGraphs (eagerly: no CUDA here) and ``replayed_sizes`` lists the
-  decode batch sizes it served.
+  calls per run and checkpoint, so a run that silently fell back to PyTorch shows; the last
+  run replays decode steps through DecodeGraphs (eagerly: no CUDA here) and
+  ``replayed_sizes`` lists the decode batch sizes it served.
 """
 
 from __future__ import annotations

@@ -12,13 +12,8 @@ from engine.lora.shapes import SUPPORTED_MODULES
 from engine.tooling.random_lora import make_random_adapter
 from tests.engine.lora.hf_lora import LoraPatchedModel
 
-
-def peft():
-    """peft, imported when a test first needs it: at collection, its import (torch.distributed,
-    dynamo, sympy: about 4 s of CPU) was paid by every test process."""
-    import peft as module
-
-    return module
+# peft is imported in the tests that use it: at collection, its import (torch.distributed,
+# dynamo, sympy: about 4 s of CPU) was paid by every test process.
 
 
 def _base_model(base_path):
@@ -37,9 +32,11 @@ PEFT_CONFIGS = {
 @pytest.mark.parametrize("variant", list(PEFT_CONFIGS))
 def test_each_projection_matches_peft(variant, base_path, base_shape, tmp_path):
     """PEFT's own random init (A and B), saved by PEFT, applied by the engine's slots."""
+    from peft import LoraConfig, get_peft_model
+
     torch.manual_seed(1)
-    config = peft().LoraConfig(init_lora_weights=False, lora_dropout=0.0, **PEFT_CONFIGS[variant])
-    peft_model = peft().get_peft_model(_base_model(base_path), config).eval()
+    config = LoraConfig(init_lora_weights=False, lora_dropout=0.0, **PEFT_CONFIGS[variant])
+    peft_model = get_peft_model(_base_model(base_path), config).eval()
     peft_model.save_pretrained(tmp_path)
     manager = LoraManager(base_shape, max_loras=2, max_lora_rank=16)
     identity = manager.add_adapter("peft", tmp_path)
@@ -73,6 +70,8 @@ def test_each_projection_matches_peft(variant, base_path, base_shape, tmp_path):
 
 
 def test_mixed_batch_of_three_adapters_and_base_matches_peft_alone(base_path, base_shape, tmp_path):
+    from peft import PeftModel
+
     adapters = {
         f"a{i}": make_random_adapter(
             base_path, tmp_path / f"a{i}", rank=rank, targets=targets, seed=i
@@ -94,9 +93,7 @@ def test_mixed_batch_of_three_adapters_and_base_matches_peft_alone(base_path, ba
         if name is None:
             reference = _base_model(base_path)
         else:
-            reference = (
-                peft().PeftModel.from_pretrained(_base_model(base_path), adapters[name]).eval()
-            )
+            reference = PeftModel.from_pretrained(_base_model(base_path), adapters[name]).eval()
         with torch.no_grad():
             expected = reference(input_ids=input_ids[row : row + 1]).logits[0]
         torch.testing.assert_close(mixed[row], expected, rtol=1e-4, atol=1e-4)
@@ -105,6 +102,8 @@ def test_mixed_batch_of_three_adapters_and_base_matches_peft_alone(base_path, ba
 
 
 def test_greedy_tokens_match_peft_and_zero_b_matches_base(base_path, base_shape, tmp_path):
+    from peft import PeftModel
+
     adapter_path = make_random_adapter(base_path, tmp_path / "rand", rank=8, seed=3, b_std=0.2)
     zero_path = make_random_adapter(base_path, tmp_path / "zero", rank=8, seed=3, zero_b=True)
     manager = LoraManager(base_shape, max_loras=2, max_lora_rank=8)
@@ -115,7 +114,7 @@ def test_greedy_tokens_match_peft_and_zero_b_matches_base(base_path, base_shape,
     patched = LoraPatchedModel(_base_model(base_path), manager)
     prompt = torch.tensor([[5, 17, 99, 230, 41, 7, 300, 12]])
 
-    peft_model = peft().PeftModel.from_pretrained(_base_model(base_path), adapter_path).eval()
+    peft_model = PeftModel.from_pretrained(_base_model(base_path), adapter_path).eval()
     with torch.no_grad():
         peft_tokens = peft_model.generate(
             input_ids=prompt, max_new_tokens=16, min_new_tokens=16, do_sample=False

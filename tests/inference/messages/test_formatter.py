@@ -17,15 +17,16 @@ from inference.transport import OutputOptions
 from tests.inference.tools.test_chat_tool_calls import HERMES, TOOLS
 from tests.support.generation_factories import engine_items, make_plan, sample_chunks, single_prompt
 
+# The anthropic SDK is imported where it is used: at collection, it cost every test process
+# 2.4 s of CPU.
+
 
 @functools.cache
-def sdk():
-    """The anthropic SDK's stream event adapter, message model and stream helper, imported at
-    first use: importing the SDK at collection cost every test process 2.4 s of CPU."""
-    from anthropic.lib.streaming._messages import accumulate_event
-    from anthropic.types import Message, RawMessageStreamEvent
+def event_model() -> pydantic.TypeAdapter:
+    """The anthropic SDK's stream event union, as a validator (built once)."""
+    from anthropic.types import RawMessageStreamEvent
 
-    return pydantic.TypeAdapter(RawMessageStreamEvent), Message, accumulate_event
+    return pydantic.TypeAdapter(RawMessageStreamEvent)
 
 
 def messages_plan(**fields):
@@ -39,21 +40,21 @@ async def stream(plan, chunks, formatter_class=None) -> list[dict]:
         plan, GenerationStats()
     )
     events = [e async for e in stream_events(formatter, engine_items(*single_prompt(chunks)))]
-    event_model, _message, _accumulate = sdk()
     for event in events:
         if event["type"] != "ping":  # the SDK passes pings by without a model
-            event_model.validate_python(event)
+            event_model().validate_python(event)
     return events
 
 
 def accumulated(events: list[dict]):
     """The message (the SDK's Message) the SDK's messages.stream builds from these events."""
-    event_model, _message, accumulate_event = sdk()
+    from anthropic.lib.streaming._messages import accumulate_event
+
     snapshot, json_bufs = None, {}
     for event in events:
         if event["type"] != "ping":
             snapshot = accumulate_event(
-                event=event_model.validate_python(event),
+                event=event_model().validate_python(event),
                 current_snapshot=snapshot,
                 json_bufs=json_bufs,
             )
@@ -64,7 +65,9 @@ async def whole(plan, chunks) -> dict:
     response = await collect_response(
         formatter_for(plan, GenerationStats()), engine_items(*single_prompt(chunks))
     )
-    sdk()[1].model_validate(response)
+    from anthropic.types import Message
+
+    Message.model_validate(response)
     return response
 
 
@@ -89,8 +92,9 @@ async def test_text_streams_in_anthropics_event_order_and_matches_the_whole_mess
     assert events[-2]["usage"]["output_tokens"] == 3
     message = await whole(messages_plan(), sample_chunks(["Hel", "lo", "!"], cached_tokens=2))
     assert message["content"] == [{"type": "text", "text": "Hello!"}]
-    message_model = sdk()[1]
-    assert accumulated(events).model_dump(exclude_none=True) == message_model.model_validate(
+    from anthropic.types import Message
+
+    assert accumulated(events).model_dump(exclude_none=True) == Message.model_validate(
         message
     ).model_dump(exclude_none=True)
 
