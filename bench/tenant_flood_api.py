@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -44,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.peers import percentile  # noqa: E402
+from bench.process_cpu import ProcessCpu  # noqa: E402
 from bench.tenant_b import TenantB, add_flood_arguments, flood_checks  # noqa: E402
 
 MODEL = "flood-bench"  # served by the fair engine
@@ -164,10 +166,17 @@ A_CLIENTS = 16
 
 
 async def scenario(
-    base_url: str, b_key: str, a_key: str, vocab: int, args, policies: tuple[str, ...]
+    base_url: str,
+    b_key: str,
+    a_key: str,
+    vocab: int,
+    args,
+    policies: tuple[str, ...],
+    platform_pids: dict[str, int],
 ) -> dict[str, dict]:
     """Per policy: B's TTFTs idle and under A's floods (with when each was sent into its
-    flood), A's (seconds, tokens) alone and with B, and A's client CPU per flood."""
+    flood), A's (seconds, tokens) alone and with B, A's client CPU per flood, and the CPU of
+    each process (``platform_pids``, both clients) per flood alone and with B."""
     import httpx
     import openai
 
@@ -191,6 +200,9 @@ async def scenario(
         ]
     rng = random.Random(0)
     tenant_b = TenantB(_tenant_b_main, base_url, b_key, vocab)
+    processes = ProcessCpu(
+        {**platform_pids, "A's client": os.getpid(), "B's client": tenant_b.process.pid}
+    )
     results: dict[str, dict] = {}
     for policy in policies:
         await tenant_b.trickle(3, 0.1, POLICY_MODELS[policy])  # warm-up
@@ -203,6 +215,8 @@ async def scenario(
             "a_client_cpu": [],  # CPU seconds of this process (A's client) per flood
             "alone": [],
             "with_b": [],
+            "cpu_alone": [],  # per flood: {process: CPU seconds}
+            "cpu_with_b": [],
         }
     began: list[float] = []  # a flood's start (time.monotonic()), and this process's CPU then
 
@@ -213,8 +227,12 @@ async def scenario(
     for round_index in range(args.rounds):
         for policy in policies if round_index % 2 == 0 else policies[::-1]:
             result, model = results[policy], POLICY_MODELS[policy]
+            mark = processes.mark()
             result["alone"].append(await flood(clients, rng, args, vocab, model))
+            result["cpu_alone"].append(processes.since(mark))
+            mark = processes.mark()
             with_b = await flood(clients, rng, args, vocab, model, lambda m=model: start_b(m))
+            result["cpu_with_b"].append(processes.since(mark))
             result["with_b"].append(with_b)
             result["a_client_cpu"].append(time.process_time() - began[1])
             for sent, ttft in await tenant_b.collect():
@@ -268,6 +286,38 @@ def report(fair: dict, fifo: dict | None) -> list[str]:
         f"fair: A's client (the bench's process, on the same cores) used "
         f"{ms(statistics.median(fair['a_client_cpu']))} of CPU per flood (median)",
     ]
+    return lines
+
+
+def cpu_report(results: dict[str, dict]) -> list[str]:
+    """CPU per flood (median) by process, A alone and A with B, per policy: where the cores
+    went when A's throughput with B falls."""
+    lines = [
+        "CPU seconds per flood by process (median over the rounds; a flood's wall time in the "
+        "last row):",
+        "",
+        "| process | " + " | ".join(f"{p}: A alone | {p}: A with B" for p in results) + " |",
+        "|---|" + "---|---|" * len(results),
+    ]
+    names = sorted({name for r in results.values() for cpu in r["cpu_alone"] for name in cpu})
+    for name in names:
+        cells = []
+        for r in results.values():
+            for key in ("cpu_alone", "cpu_with_b"):
+                values = [cpu[name] for cpu in r[key] if name in cpu]
+                cells.append(f"{statistics.median(values):.2f}" if values else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    totals = []
+    for r in results.values():
+        for key in ("cpu_alone", "cpu_with_b"):
+            totals.append(f"{statistics.median(sum(cpu.values()) for cpu in r[key]):.2f}")
+    lines.append("| all of them | " + " | ".join(totals) + " |")
+    rounds = len(next(iter(results.values()))["cpu_alone"])
+    walls = []
+    for r in results.values():
+        for key in ("a_alone", "a_with_b"):
+            walls.append(f"{r[key][0] / rounds:.2f}")
+    lines.append("| wall seconds (mean) | " + " | ".join(walls) + " |")
     return lines
 
 
@@ -355,10 +405,20 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.split()[-1]
+        pids = {
+            "engine (fair)": platform.engine.pid,
+            "Daphne": platform.daphne.pid,
+            "Redis": platform.stack.redis.process.pid,
+        }
+        if not args.fair_only:
+            fifo_engine = f"engine-{FIFO_MODEL}"
+            children = platform.stack.supervisor.children
+            pids["engine (fcfs)"] = next(c.pid for c in children if c.name == fifo_engine)
         results = asyncio.run(
-            scenario(platform.base_url, platform.key, a_key, vocab, args, policies)
+            scenario(platform.base_url, platform.key, a_key, vocab, args, policies, pids)
         )
     lines = report(results["fair"], results.get("fcfs"))
+    lines += ["", *cpu_report(results)]
     print("\n".join(lines))
     if args.record:
         record(
