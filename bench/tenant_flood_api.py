@@ -19,9 +19,10 @@ TTFTs pooled over the rounds), the policies' order alternating from round to rou
 whatever else the shared machine does at the time falls on both alike (one platform per policy,
 run one after the other, read fair / FIFO throughput 0.94 and 1.03 on the same machine within
 an hour; 2026-11-28). The idle engine waits on Redis and takes next to no CPU. Prints the issue's ratios, B's slowest requests under the flood (with when
-each was sent into it) and the CPU A's client took per flood: it shares the platform's cores
-here, as no real client would, and ``--a-client raw`` (httpx sending bodies encoded before the
-flood, instead of the openai SDK) takes less. ``--record`` appends them to docs/benchmarks.md.
+each was sent into it), the CPU A's client took per flood (it shares the platform's cores
+here, as no real client would, and ``--a-client raw``, httpx sending bodies encoded before the
+flood instead of the openai SDK, takes less), and the CPU each process took per flood, A alone
+and A with B (bench/process_cpu.py): where the cores went when A's throughput with B falls. ``--record`` appends them to docs/benchmarks.md.
 
     .venv/bin/python bench/tenant_flood_api.py
     .venv/bin/python bench/tenant_flood_api.py --rounds 5 --record
