@@ -1,4 +1,4 @@
-"""CPU time of named processes between two moments, from /proc (Linux; elsewhere empty).
+"""CPU time of named processes between two moments (bench.peers.cpu_seconds, from /proc).
 
 The API benches run the platform and their clients on the same cores, so a throughput that
 drops can mean the platform did more work or that a client took the cores: this tells which
@@ -6,30 +6,18 @@ process used what over a span (user + system time of the process and its threads
 
 from __future__ import annotations
 
-import os
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of ``pid`` so far (None once it has gone or off Linux)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces: fields after its closing parenthesis.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+from bench.peers import cpu_seconds
 
 
 class ProcessCpu:
-    """``mark()`` then ``since(mark)``: CPU seconds per name over that span."""
+    """``mark()`` then ``since(mark)``: CPU seconds per name over that span; a process that
+    was gone at either end is left out."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = dict(pids)
 
     def mark(self) -> dict[str, float | None]:
-        return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        return {name: _cpu_or_none(pid) for name, pid in self.pids.items()}
 
     def since(self, mark: dict[str, float | None]) -> dict[str, float]:
         now = self.mark()
@@ -38,3 +26,10 @@ class ProcessCpu:
             for name, then in mark.items()
             if then is not None and now[name] is not None
         }
+
+
+def _cpu_or_none(pid: int) -> float | None:
+    try:
+        return cpu_seconds(pid)
+    except OSError:  # gone (or no /proc)
+        return None
