@@ -58,6 +58,12 @@ def daphne_command(host: str, port: int, *, backlog: int = DAPHNE_LISTEN_BACKLOG
     return _python_module("daphne", "-e", endpoint, ASGI_APPLICATION)
 
 
+def daphne_socket_command(fd: int) -> list[str]:
+    """Daphne serving on a listening socket its parent opened (api_sockets.py), descriptor
+    ``fd`` inherited."""
+    return _python_module("daphne", "--fd", str(int(fd)), ASGI_APPLICATION)
+
+
 def engine_command(model_path: str | Path, model_name: str, **service_options) -> list[str]:
     """``python -m engine`` for a checkpoint; ``service_options`` are its flags
     (``redis_url=``, ``device=``, ``max_num_seqs=``, ``max_queued=``, ``engine_id=``, ...)."""

@@ -10,15 +10,19 @@ without setting Django up.
 
 from __future__ import annotations
 
+import shutil
+import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from controlplane.launcher.api_sockets import ApiSocketError, adoptable, listening_sockets
 from controlplane.launcher.process_commands import (
     REPO,
     daphne_command,
+    daphne_socket_command,
     engine_command,
     manage_command,
     migrate_command,
@@ -130,6 +134,8 @@ class Stack:
         }
         self._extra_env = dict(env or {})
         self.env: dict[str, str] = {}
+        self.api_sockets: list[socket.socket] = []  # held while the API runs: see start_api
+        self.api_children: list[Child] = []
 
     # ------------------------------------------------------------------ services
 
@@ -174,12 +180,19 @@ class Stack:
         stop_timeout: float = 15.0,
         log: str | Path | None = None,
         env: dict[str, str] | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> Child:
         """Start ``args`` as child ``name`` (log: ``log_dir/<name>.log``, appended to) and,
-        given ``ready``, wait until it is true."""
+        given ``ready``, wait until it is true. ``pass_fds``: descriptors it inherits."""
         log_path = Path(log) if log is not None else self.log_dir / f"{name}.log"
         child = Child(
-            name, args, log_path, env=env or self.env, stop_timeout=stop_timeout, cwd=REPO
+            name,
+            args,
+            log_path,
+            env=env or self.env,
+            stop_timeout=stop_timeout,
+            cwd=REPO,
+            pass_fds=pass_fds,
         )
         self.supervisor.start(child)
         if ready is not None:
@@ -231,19 +244,64 @@ class Stack:
         timeout: float = 90.0,
         env: dict[str, str] | None = None,
         log: str | Path | None = None,
+        processes: int = 1,
     ) -> str:
-        """Daphne on ``port`` (a free one by default), answering /health: its base URL."""
-        port = port or free_port()
-        base_url = f"http://{host}:{port}"
-        self.start(
-            "daphne",
-            daphne_command(host, port),
-            ready=lambda: http_ok(f"{base_url}/health"),
+        """The API: ``processes`` Daphnes on ``port`` (a free one by default), waited for
+        until /health answers: its base URL."""
+        base_url = self.start_api(host, port or 0, processes=processes, env=env, log=log)
+        self.wait_until(
+            lambda: http_ok(f"{base_url}/health"),
             timeout=timeout,
-            env=env,
-            log=log,
+            what="daphne",
+            children=self.api_children,
         )
         return base_url
+
+    def start_api(
+        self,
+        host: str,
+        port: int,
+        *,
+        processes: int = 1,
+        env: dict[str, str] | None = None,
+        log: str | Path | None = None,
+    ) -> str:
+        """Start the API's Daphnes on ``host:port`` (0: a free port) and return its base URL
+        at once. The listening sockets are this stack's (api_sockets.py): a Daphne restarted
+        after a crash takes up the connections queued meanwhile. Several processes share
+        django-prometheus's series through a directory (prometheus_client's multiprocess
+        mode), so any of them renders the totals of all."""
+        if not adoptable(host):
+            if processes != 1:
+                raise StartupError(f"several API processes need an IPv4 address, not {host}")
+            port = port or free_port()
+            self.api_children = [self.start("daphne", daphne_command(host, port), env=env, log=log)]
+            return f"http://{host}:{port}"
+        try:
+            self.api_sockets = listening_sockets(host, port, processes)
+        except ApiSocketError as exc:
+            raise StartupError(str(exc)) from exc
+        port = self.api_sockets[0].getsockname()[1]
+        env = dict(env or self.env)
+        if processes > 1:
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(self._fresh_dir("api-metrics"))
+        self.api_children = [
+            self.start(
+                "daphne" if processes == 1 else f"daphne-{number}",
+                daphne_socket_command(sock.fileno()),
+                env=env,
+                log=log,
+                pass_fds=(sock.fileno(),),
+            )
+            for number, sock in enumerate(self.api_sockets, start=1)
+        ]
+        return f"http://{host}:{port}"
+
+    def _fresh_dir(self, name: str) -> Path:
+        path = self.workdir / name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
 
     def engine_live(self, model: str) -> bool:
         return engine_live(self.redis_url, self.redis_prefix, model)
@@ -286,6 +344,9 @@ class Stack:
         """Every child in reverse start order (web first, engines drain), then Redis;
         ``on_stop`` hears each name before it is stopped."""
         self.supervisor.stop_all(on_stop=on_stop and (lambda child: on_stop(child.name)))
+        for sock in self.api_sockets:
+            sock.close()
+        self.api_sockets = []
         if self.redis is not None:
             if on_stop:
                 on_stop("redis")

@@ -41,6 +41,8 @@ class Child:
     stop_timeout: float = 10.0
     # Working directory; None: this process's.
     cwd: Path | None = None
+    # Descriptors the child inherits at every start (the API's listening socket).
+    pass_fds: tuple[int, ...] = ()
     process: subprocess.Popen | None = None
     started_at: float = 0.0  # time.monotonic() of the last start
 
@@ -85,6 +87,7 @@ class Supervisor:
             stdin=subprocess.DEVNULL,
             env=child.env,
             cwd=child.cwd,
+            pass_fds=child.pass_fds,
             start_new_session=True,
             preexec_fn=die_with_parent,
         )

@@ -8,10 +8,13 @@ django-prometheus's, is what autoscalers and routers read.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from controlplane.metrics import definitions as d
@@ -39,8 +42,36 @@ class _WithoutTenantSeries(Collector):
             yield kept
 
 
-def render_metrics(exposure: Exposure, registry: Collector = REGISTRY) -> bytes:
-    """The Prometheus text exposition of ``registry`` that ``exposure`` may read."""
+_multiprocess_registry: CollectorRegistry | None = None
+_multiprocess_lock = threading.Lock()
+
+
+def served_registry() -> Collector:
+    """What /metrics renders: this process's REGISTRY; with several API processes on one port
+    (``PROMETHEUS_MULTIPROC_DIR`` set: Stack.start_api), a registry that sums every process's
+    django-prometheus series from that directory (prometheus_client's multiprocess mode),
+    beside the platform's collectors, which read Redis and so are the same from any process.
+    Per-process series (``process_*``, ``python_gc_*``) are left out there: a scrape reaches
+    one process of several, chosen by the kernel."""
+    global _multiprocess_registry
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    with _multiprocess_lock:
+        if _multiprocess_registry is None:
+            from controlplane.metrics.collector import register_collector
+
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            register_collector(registry)
+            _multiprocess_registry = registry
+    return _multiprocess_registry
+
+
+def render_metrics(exposure: Exposure, registry: Collector | None = None) -> bytes:
+    """The Prometheus text exposition of ``registry`` (default: :func:`served_registry`) that
+    ``exposure`` may read."""
+    if registry is None:
+        registry = served_registry()
     if exposure is Exposure.WITHOUT_TENANTS:
         registry = _WithoutTenantSeries(registry)
     return generate_latest(registry)

@@ -10,6 +10,7 @@ public proxy leads to this port, so the address is the scraper's own.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -71,8 +72,13 @@ class _ServerIPv6(_Server):
 
 
 def start_metrics_port(host: str, port: int) -> ThreadingHTTPServer:
-    """Serve /metrics on ``host:port`` from a daemon thread; ``shutdown()`` stops it."""
-    server = (_ServerIPv6 if ":" in host else _Server)((host, port), _MetricsHandler)
+    """Serve /metrics on ``host:port`` from a daemon thread; ``shutdown()`` stops it. Several
+    API processes of one platform (``PROMETHEUS_MULTIPROC_DIR`` set) each listen on the port
+    (``SO_REUSEPORT``): each renders the totals of all, and the port outlives any one."""
+    server_class = _ServerIPv6 if ":" in host else _Server
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        server_class = type(server_class.__name__, (server_class,), {"allow_reuse_port": True})
+    server = server_class((host, port), _MetricsHandler)
     threading.Thread(target=server.serve_forever, name="metrics-port", daemon=True).start()
     return server
 

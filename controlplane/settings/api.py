@@ -74,3 +74,8 @@ API_TOKENIZER_THREADS = env.int("API_TOKENIZER_THREADS", max(1, min(4, (os.cpu_c
 # requests of one tenant do their work before the engine at once, each for at most the lease.
 API_LANE_WIDTH = env.int("API_LANE_WIDTH", 4)
 API_LANE_LEASE_S = env.float("API_LANE_LEASE_S", 0.25)
+
+# Daphne processes `manage.py serve` runs on the API port (each on its own SO_REUSEPORT socket;
+# controlplane/launcher/api_sockets.py). One process streams about 20,000 tokens/s on a
+# 2-core host's core; a host that serves more than that raises it.
+API_PROCESSES = env.int("API_PROCESSES", 1)

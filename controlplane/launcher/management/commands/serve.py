@@ -49,7 +49,6 @@ from controlplane.launcher.local_fleet import (
 from controlplane.launcher.process_commands import (
     celery_batch_worker_command,
     celery_worker_command,
-    daphne_command,
 )
 from controlplane.launcher.progress import Progress
 from controlplane.launcher.restarts import GaveUp, Restarter
@@ -91,6 +90,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--startup-timeout", type=float, default=180.0, help="seconds to wait for readiness"
         )
+        parser.add_argument(
+            "--api-processes",
+            type=int,
+            default=settings.API_PROCESSES,
+            help="Daphne processes sharing the API port, for hosts where one process's core "
+            "caps the API (default: API_PROCESSES, or 1; docs/operations.md)",
+        )
 
     def handle(self, *args, **opts):
         signal.signal(signal.SIGTERM, _raise_stop)
@@ -113,6 +119,8 @@ class Command(BaseCommand):
 
     def _run(self, opts):
         host, port = opts["host"], opts["port"]
+        if opts["api_processes"] < 1:
+            raise CommandError("--api-processes must be at least 1")
         if not _port_free(host, port):
             raise CommandError(f"port {port} on {host} is in use; pass --port to use another")
         var_dir = Path(settings.VAR_DIR)
@@ -173,7 +181,7 @@ class Command(BaseCommand):
             schedule = var_dir / "celerybeat-schedule"
             stack.start("celery", celery_worker_command(beat_schedule=schedule, loglevel="info"))
             stack.start("celery-batches", celery_batch_worker_command(loglevel="info"))
-            stack.start("daphne", daphne_command(host, port))
+            stack.start_api(host, port, processes=opts["api_processes"])
             st["note"] = f"logs in {stack.log_dir}"
 
         base = f"http://{host}:{port}"
