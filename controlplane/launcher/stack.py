@@ -341,12 +341,19 @@ class Stack:
             self.supervisor.stop(child)
 
     def stop(self, *, on_stop: Callable[[str], None] | None = None) -> None:
-        """Every child in reverse start order (web first, engines drain), then Redis;
-        ``on_stop`` hears each name before it is stopped."""
-        self.supervisor.stop_all(on_stop=on_stop and (lambda child: on_stop(child.name)))
+        """The API first, then every other child in reverse start order (engines drain),
+        then Redis; ``on_stop`` hears each name before it is stopped."""
+        for child in self.api_children:
+            if on_stop:
+                on_stop(child.name)
+            self.supervisor.stop(child)
+        self.api_children = []
+        # At once: a connection that reached the held socket now would wait, unanswered,
+        # while the engines drain; closed, the port refuses it, as a stopped server does.
         for sock in self.api_sockets:
             sock.close()
         self.api_sockets = []
+        self.supervisor.stop_all(on_stop=on_stop and (lambda child: on_stop(child.name)))
         if self.redis is not None:
             if on_stop:
                 on_stop("redis")

@@ -7,6 +7,8 @@ import os
 import select
 import signal
 import socket
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -105,3 +107,33 @@ def test_two_api_processes_count_as_one_and_a_crashed_one_loses_no_connection(tm
 
         # The killed process's counts are kept: totals never go back.
         assert _answered_health(base_url) >= 30 + 16
+
+
+def test_stopping_closes_the_port_before_the_slow_children_are_done(tmp_path):
+    with platform_stack(tmp_path, redis_prefix="apistop") as stack:
+        # Started before the API, so stopped after it: slow, as engines that drain.
+        slow = stack.start(
+            "slow-to-stop",
+            [sys.executable, "-c", IGNORES_SIGTERM],
+            stop_timeout=5,
+        )
+        base_url = stack.start_daphne(timeout=90)
+        port = int(base_url.rsplit(":", 1)[1])
+        (daphne,) = stack.api_children
+        stopping = threading.Thread(target=stack.stop)
+        stopping.start()
+        try:
+            deadline = time.monotonic() + 20
+            while daphne.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # the sockets are closed right after the API's children stop
+            assert slow.running(), "the slow child is still stopping"
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        finally:
+            stopping.join()
+
+
+IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+)
