@@ -40,7 +40,8 @@ class Daphne:
 
 @contextmanager
 def fresh_daphne(env: dict[str, str], workdir: Path) -> Iterator[Daphne]:
-    """A Daphne just started from daphne_command, as serve starts it."""
+    """A Daphne just started from daphne_command, binding its port as deploy/ starts it
+    (serve hands Daphne a socket it opened with the same backlog: api_sockets.py)."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     with running(
