@@ -15,9 +15,14 @@ from ``/proc``, over the rounds after a warm-up round.
 ``--against DIR`` runs another checkout of the project (a ``git worktree`` of an older
 commit) in alternate runs, each in a fresh process with a platform of its own, and prints the
 ratio of the medians: the machine is shared and noisy, so a change is judged side by side.
+``--api-processes 1,2`` instead runs this checkout with each number of API processes
+(``bin/serve --api-processes``) in alternate runs: the API CPU a token is then the sum over
+the processes, and the table shows the busiest process's share of it (the kernel spreads
+connections by a hash, so with N processes an even split is 1/N).
 
     .venv/bin/python bench/api_stream_cpu.py
     .venv/bin/python bench/api_stream_cpu.py --against /tmp/base --runs 4 --record
+    .venv/bin/python bench/api_stream_cpu.py --api-processes 1,2 --runs 4 --record
 """
 
 from __future__ import annotations
@@ -81,17 +86,26 @@ def worker(repo: Path, args) -> dict:
     checkpoint = make_checkpoint(workdir / "llama-tiny", size="tiny")
     vocab = ModelConfig.from_pretrained(str(checkpoint)).vocab_size
     options = {"max_num_seqs": args.streams}
-    with served_platform(workdir, checkpoint, model_name=MODEL, engine_options=options) as p:
+    # Only when asked: an older checkout's served_platform (--against) has no such argument.
+    several = {"api_processes": args.api_processes} if args.api_processes != 1 else {}
+    with served_platform(
+        workdir, checkpoint, model_name=MODEL, engine_options=options, **several
+    ) as p:
         asyncio.run(_streams(p.base_url, p.key, vocab, args, 1))
-        daphne, engine = cpu_seconds(p.daphne.pid), cpu_seconds(p.engine.pid)
+        processes = getattr(p, "api", [p.daphne])
+        api = [cpu_seconds(child.pid) for child in processes]
+        engine = cpu_seconds(p.engine.pid)
         began = time.monotonic()
         chunks = asyncio.run(_streams(p.base_url, p.key, vocab, args, args.rounds))
         elapsed = time.monotonic() - began
-        daphne = cpu_seconds(p.daphne.pid) - daphne
+        api = [
+            cpu_seconds(child.pid) - before for child, before in zip(processes, api, strict=True)
+        ]
         engine = cpu_seconds(p.engine.pid) - engine
     tokens = args.rounds * args.streams * args.tokens
     return {
-        "api_us_per_token": daphne / tokens * 1e6,
+        "api_us_per_token": sum(api) / tokens * 1e6,
+        "busiest_api_share": max(api) / max(sum(api), 1e-9),
         "engine_us_per_token": engine / tokens * 1e6,
         "chunks_per_token": chunks / tokens,
         "tokens_per_s": tokens / elapsed,
@@ -106,10 +120,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="measured rounds per run")
     parser.add_argument("--runs", type=int, default=3, help="runs per checkout")
     parser.add_argument("--against", type=Path, help="another checkout, run in alternation")
+    parser.add_argument(
+        "--api-processes",
+        default="1",
+        help="API processes; several, comma separated (1,2): each run in alternation",
+    )
     parser.add_argument("--record", action="store_true", help="append to docs/benchmarks.md")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
+        args.api_processes = int(args.api_processes)
         print(json.dumps(worker(args.worker, args)))
         return
 
@@ -119,33 +139,42 @@ def main() -> None:
     machine = machine_line()
     print(machine, flush=True)
     argv = [f"--{name}={getattr(args, name)}" for name in ("streams", "tokens", "prompt", "rounds")]
-    trees = {"this checkout": REPO}
+    counts = [int(n) for n in args.api_processes.split(",")]
+    if args.against and len(counts) > 1:
+        parser.error("--against compares checkouts at one --api-processes")
+    # Each variant: a checkout and a number of API processes.
+    variants = {f"this checkout, {n} API process(es)": (REPO, n) for n in counts}
     if args.against:
-        trees["--against"] = args.against.resolve()
-    results: dict[str, list[dict]] = {name: [] for name in trees}
+        variants[f"--against, {counts[0]} API process(es)"] = (args.against.resolve(), counts[0])
+    results: dict[str, list[dict]] = {name: [] for name in variants}
     for number in range(args.runs):
-        order = list(trees.items())
-        for name, repo in order if number % 2 == 0 else reversed(order):
-            result = run_worker(__file__, repo, *argv)
+        order = list(variants.items())
+        for name, (repo, processes) in order if number % 2 == 0 else reversed(order):
+            # The flag only where needed: an older checkout (--against) may not know it.
+            extra = [f"--api-processes={processes}"] if processes != 1 else []
+            result = run_worker(__file__, repo, *argv, *extra)
             results[name].append(result)
             print(
-                f"run {number + 1} {name}: API {result['api_us_per_token']:.1f} us a token, "
+                f"run {number + 1} {name}: API {result['api_us_per_token']:.1f} us a token "
+                f"(busiest process {result['busiest_api_share']:.0%}), "
                 f"engine {result['engine_us_per_token']:.1f} us, "
                 f"{result['tokens_per_s']:.0f} tokens/s",
                 flush=True,
             )
-    ours = median([r["api_us_per_token"] for r in results["this checkout"]])
+    first = next(iter(variants))
+    ours = median([r["api_us_per_token"] for r in results[first]])
     lines = [
-        "| tree | API CPU a token (us), per run | median | ratio to this checkout | "
-        "one API process's ceiling | chunks a token |",
-        "|---|---|---|---|---|---|",
+        "| tree | API CPU a token (us), per run | median | ratio to the first row | "
+        "busiest API process's share | one API process's ceiling | chunks a token |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, repo in trees.items():
+    for name, (repo, _) in variants.items():
         values = [r["api_us_per_token"] for r in results[name]]
         chunks = median([r["chunks_per_token"] for r in results[name]])
+        share = median([r["busiest_api_share"] for r in results[name]])
         lines.append(
             f"| {name} ({tree_commit(repo)}) | {', '.join(f'{v:.1f}' for v in values)} | "
-            f"{median(values):.1f} | {median(values) / ours:.2f} | "
+            f"{median(values):.1f} | {median(values) / ours:.2f} | {share:.0%} | "
             f"{1e6 / median(values):,.0f} tokens/s | {chunks:.2f} |"
         )
     print("\n".join(lines))

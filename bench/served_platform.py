@@ -25,7 +25,8 @@ class ServedBench:
     base_url: str
     key: str  # the bench tenant's API key
     engine: Child
-    daphne: Child
+    daphne: Child  # the first API process
+    api: list[Child]  # every API process (``api_processes``)
 
 
 @contextmanager
@@ -43,6 +44,7 @@ def served_platform(
     extra_children: dict[str, list[str]] | None = None,
     daphne_wrapper: list[str] = (),
     api_redis_query: str = "",
+    api_processes: int = 1,
     ready_timeout: float = 180.0,
 ) -> Iterator[ServedBench]:
     """The platform serving ``checkpoint`` as ``model_name``; every child stops after the block.
@@ -50,7 +52,9 @@ def served_platform(
     ``env``: settings for every process (LOG_LEVEL is WARNING unless given). Logs go to
     ``log_dir`` (default ``workdir``) as ``<log_prefix><name>.log``. ``daphne_wrapper`` runs
     in front of Daphne's command (a profiler); ``api_redis_query`` is appended to the API's
-    Redis URL only (``max_connections=300``). ``extra_models``: more names for the same
+    Redis URL only (``max_connections=300``). ``api_processes``: Daphnes on the port, as
+    ``bin/serve --api-processes`` runs them (without a wrapper, Daphne is started as serve
+    starts it, on a socket the launcher holds). ``extra_models``: more names for the same
     checkpoint, each served by an engine of its own with those options (``engine-<name>``);
     the platform is ready once each has loaded."""
     log_dir = log_dir or workdir
@@ -98,17 +102,22 @@ def served_platform(
             )
         for name, command in (extra_children or {}).items():
             stack.start(name, command, log=log_dir / f"{log_prefix}{name}.log")
-        port = free_port()
         api_env = dict(stack.env)
         if api_redis_query:
             api_env["REDIS_URL"] = f"{stack.redis_url}?{api_redis_query}"
-        daphne = stack.start(
-            "daphne",
-            [*daphne_wrapper, *daphne_command("127.0.0.1", port)],
-            log=log_dir / f"{log_prefix}daphne.log",
-            env=api_env,
-        )
-        base_url = f"http://127.0.0.1:{port}"
+        api_log = log_dir / f"{log_prefix}daphne.log"
+        if daphne_wrapper:
+            if api_processes != 1:
+                raise ValueError("a wrapped Daphne runs as one process")
+            port = free_port()
+            command = [*daphne_wrapper, *daphne_command("127.0.0.1", port)]
+            api = [stack.start("daphne", command, log=api_log, env=api_env)]
+            base_url = f"http://127.0.0.1:{port}"
+        else:
+            base_url = stack.start_api(
+                "127.0.0.1", 0, processes=api_processes, env=api_env, log=api_log
+            )
+            api = stack.api_children
         stack.wait_until(
             lambda: http_ok(f"{base_url}/ready"),
             timeout=ready_timeout,
@@ -120,4 +129,4 @@ def served_platform(
                 timeout=ready_timeout,
                 what=f"the engine serving {name}",
             )
-        yield ServedBench(stack, base_url, key, engine, daphne)
+        yield ServedBench(stack, base_url, key, engine, api[0], api)

@@ -105,6 +105,12 @@ def engine_live(redis_url: str, prefix: str, model: str) -> bool:
         client.close()
 
 
+def _numbered(log: str | Path, number: int) -> Path:
+    """``daphne.log`` -> ``daphne-2.log``: one log per API process."""
+    path = Path(log)
+    return path.with_name(f"{path.stem}-{number}{path.suffix}")
+
+
 class Stack:
     """One platform's processes and their shared environment.
 
@@ -290,7 +296,7 @@ class Stack:
                 "daphne" if processes == 1 else f"daphne-{number}",
                 daphne_socket_command(sock.fileno()),
                 env=env,
-                log=log,
+                log=_numbered(log, number) if log and processes > 1 else log,
                 pass_fds=(sock.fileno(),),
             )
             for number, sock in enumerate(self.api_sockets, start=1)
