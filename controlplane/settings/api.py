@@ -76,6 +76,7 @@ API_LANE_WIDTH = env.int("API_LANE_WIDTH", 4)
 API_LANE_LEASE_S = env.float("API_LANE_LEASE_S", 0.25)
 
 # Daphne processes `manage.py serve` runs on the API port (each on its own SO_REUSEPORT socket;
-# controlplane/launcher/api_sockets.py). One process streams about 20,000 tokens/s on a
-# 2-core host's core; a host that serves more than that raises it.
+# controlplane/launcher/api_sockets.py). One process streams at most one core's worth of
+# tokens (10,000-22,000 tokens/s on the 2-core VMs measured); a host whose engines produce
+# more raises it. On a 2-core host a second one only takes CPU from the engine.
 API_PROCESSES = env.int("API_PROCESSES", 1)
