@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.launcher.api_sockets import ApiSocketError, listening_sockets
+from controlplane.launcher.redis_server import free_port
 from tests.support.platform_services import platform_stack
 
 pytestmark = pytest.mark.xdist_group("api_processes")
@@ -78,7 +79,9 @@ def _health_on_a_new_connection(base_url: str) -> tuple[int, float]:
 
 def test_two_api_processes_count_as_one_and_a_crashed_one_loses_no_connection(tmp_path):
     with platform_stack(tmp_path, redis_prefix="apiprocs") as stack:
-        base_url = stack.start_daphne(timeout=90, processes=2)
+        metrics_port = free_port()
+        env = {**stack.env, "METRICS_PORT": str(metrics_port)}
+        base_url = stack.start_daphne(timeout=90, processes=2, env=env)
         first, second = stack.api_children
         assert first.pid != second.pid and first.running() and second.running()
 
@@ -92,6 +95,10 @@ def test_two_api_processes_count_as_one_and_a_crashed_one_loses_no_connection(tm
         # the socket the launcher holds; the restarted process answers them.
         os.kill(first.pid, signal.SIGKILL)
         first.process.wait(timeout=10)
+        # Both processes listened on the metrics port: it outlives either.
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+        assert metrics.status_code == 200
+        assert "django_http_responses_total_by_status_view_method" in metrics.text
         with ThreadPoolExecutor(max_workers=16) as pool:
             pending = [pool.submit(_health_on_a_new_connection, base_url) for _ in range(16)]
             time.sleep(1.5)
@@ -107,6 +114,12 @@ def test_two_api_processes_count_as_one_and_a_crashed_one_loses_no_connection(tm
 
         # The killed process's counts are kept: totals never go back.
         assert _answered_health(base_url) >= 30 + 16
+
+        # The other one killed: the restarted process took the metrics port up again.
+        os.kill(second.pid, signal.SIGKILL)
+        second.process.wait(timeout=10)
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+        assert metrics.status_code == 200
 
 
 def test_stopping_closes_the_port_before_the_slow_children_are_done(tmp_path):
