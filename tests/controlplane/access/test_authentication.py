@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from datetime import timedelta
 
@@ -195,6 +196,18 @@ def test_the_stored_row_never_contains_the_secret(tenant_and_secret):
 def _check_cached(secret: str):
     """The key policy on the record the key cache holds (its synchronous path)."""
     return access.check_key(key_cache.get(prefix_of(secret)), secret, endpoint="models")
+
+
+async def test_last_use_lost_to_a_redis_outage_is_one_log_line(tenant_and_secret, settings, caplog):
+    _, key, secret = tenant_and_secret
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    access._last_used_pushed.pop(key.pk, None)  # its last use is due
+    with caplog.at_level(logging.WARNING, logger="controlplane.access.principals"):
+        principal = await access.key_principal(secret, endpoint="models")
+    assert principal.key_prefix == key.prefix
+    (record,) = [r for r in caplog.records if "could not record last use" in r.getMessage()]
+    # The outage is told on the request path; this line adds the key, not a traceback.
+    assert record.exc_info is None and "Error" in record.getMessage()
 
 
 def test_keys_still_authenticate_while_redis_is_unreachable(tenant_and_secret, settings):
