@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 
+from engine.redis_outage import TRANSPORT_ERRORS
+
 if TYPE_CHECKING:
     from controlplane.fleet.demand import Wake
 
@@ -60,6 +62,8 @@ class ColdStarts:
 
         try:
             await atouch_used(self.redis, model)
+        except TRANSPORT_ERRORS as exc:  # Redis away: the request path tells it already
+            logger.warning("could not record the last use of %s: %s", model, exc)
         except Exception:  # the idle clock is not worth failing a request over
             logger.warning("could not record the last use of %s", model, exc_info=True)
 
