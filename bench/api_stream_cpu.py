@@ -77,7 +77,7 @@ async def _streams(base_url: str, key: str, vocab: int, args, rounds: int) -> in
 def worker(repo: Path, args) -> dict:
     """One run in ``repo``'s checkout: its platform, a warm-up round, then the measured ones."""
     sys.path.insert(0, str(repo))
-    from bench.peers import cpu_seconds
+    from bench.process_cpu import ProcessCpu
     from bench.served_platform import served_platform
     from engine.model_config import ModelConfig
     from engine.tooling.demo.checkpoint import make_checkpoint
@@ -93,15 +93,13 @@ def worker(repo: Path, args) -> dict:
     ) as p:
         asyncio.run(_streams(p.base_url, p.key, vocab, args, 1))
         processes = getattr(p, "api", [p.daphne])
-        api = [cpu_seconds(child.pid) for child in processes]
-        engine = cpu_seconds(p.engine.pid)
-        began = time.monotonic()
+        cpu = ProcessCpu({"engine": p.engine.pid} | {f"api{c.pid}": c.pid for c in processes})
+        mark, began = cpu.mark(), time.monotonic()
         chunks = asyncio.run(_streams(p.base_url, p.key, vocab, args, args.rounds))
         elapsed = time.monotonic() - began
-        api = [
-            cpu_seconds(child.pid) - before for child, before in zip(processes, api, strict=True)
-        ]
-        engine = cpu_seconds(p.engine.pid) - engine
+        used = cpu.since(mark)
+    engine = used.pop("engine")
+    api = list(used.values())
     tokens = args.rounds * args.streams * args.tokens
     return {
         "api_us_per_token": sum(api) / tokens * 1e6,

@@ -25,8 +25,12 @@ class ServedBench:
     base_url: str
     key: str  # the bench tenant's API key
     engine: Child
-    daphne: Child  # the first API process
     api: list[Child]  # every API process (``api_processes``)
+
+    @property
+    def daphne(self) -> Child:
+        """The first API process (the only one unless ``api_processes`` says more)."""
+        return self.api[0]
 
 
 @contextmanager
@@ -129,4 +133,4 @@ def served_platform(
                 timeout=ready_timeout,
                 what=f"the engine serving {name}",
             )
-        yield ServedBench(stack, base_url, key, engine, api[0], api)
+        yield ServedBench(stack, base_url, key, engine, api)
