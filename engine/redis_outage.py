@@ -22,26 +22,36 @@ logger = logging.getLogger(__name__)
 
 
 class OutageLog:
-    """What one thread (or asyncio task) logs of a Redis outage it waits out: a warning at its
-    first failure and a line when Redis answers again, with how long it was away; not a line
-    per retry."""
+    """What one thread (or asyncio task) logs of an outage it waits out (Redis', unless
+    ``service`` names another): a warning at its first failure and a line when the service
+    answers again, with how long it was away; not a line per retry."""
 
-    def __init__(self, logger: logging.Logger, thread: str):
-        self.logger, self.thread = logger, thread
+    def __init__(self, logger: logging.Logger, thread: str, *, service: str = "Redis"):
+        self.logger, self.thread, self.service = logger, thread, service
         self.failing_since: float | None = None  # monotonic: the outage's first failure
 
     def failed(self, exc: Exception) -> None:
         if self.failing_since is None:
             self.failing_since = time.monotonic()
-            self.logger.warning("%s: %s (retried until Redis answers)", self.thread, exc)
+            self.logger.warning(
+                "%s: %s (retried until %s answers)", self.thread, _one_line(exc), self.service
+            )
         else:
-            self.logger.debug("%s: %s (retried)", self.thread, exc)
+            self.logger.debug("%s: %s (retried)", self.thread, _one_line(exc))
 
     def answered(self) -> None:
         if self.failing_since is not None:
             down_s = time.monotonic() - self.failing_since
-            self.logger.info("%s: Redis answers again (unreachable for %.1fs)", self.thread, down_s)
+            self.logger.info(
+                "%s: %s answers again (unreachable for %.1fs)", self.thread, self.service, down_s
+            )
             self.failing_since = None
+
+
+def _one_line(exc: Exception) -> str:
+    """The error's class and first line: a database driver's message can span several."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class Worker(threading.Thread):

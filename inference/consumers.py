@@ -16,8 +16,10 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from controlplane.access.principals import AccessError, Principal
+from engine.redis_outage import TRANSPORT_ERRORS, OutageLog
 from inference import credentials
 from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
@@ -30,6 +32,9 @@ from inference.responses.stream import generation_events
 from inference.schemas.validation import parse_json_body
 
 logger = logging.getLogger(__name__)
+
+# What a credential check fails on while the database or Redis is away.
+OUTAGE_ERRORS = (OperationalError, InterfaceError, *TRANSPORT_ERRORS)
 
 # Message type -> its planner; the type is also the scope a key needs for it, as over HTTP.
 PLANNERS: dict[str, Planner] = {
@@ -185,6 +190,9 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
         the key cache's (Redis' auth epoch at most every AUTH_EPOCH_CHECK_SECONDS per process), so
         a revocation ends the session within about the sum of the two."""
         interval = float(getattr(settings, "WEBSOCKET_AUTH_RECHECK_SECONDS", 0.5))
+        # The database or Redis away: keep serving and check again; one line when the outage
+        # starts and one when it ends, not a traceback every interval on every open socket.
+        outage = OutageLog(logger, "websocket credential check", service="the database or Redis")
         while not self.ended:
             await asyncio.sleep(interval)
             credential = self.credential
@@ -193,12 +201,17 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             try:
                 principal = await credential.recheck()
             except AccessError as exc:
+                outage.answered()
                 if exc.status == 401 and credential is self.credential:
                     await self._end_session(exc)
                 continue
-            except Exception:  # the database or Redis away: keep serving, check again later
+            except OUTAGE_ERRORS as exc:
+                outage.failed(exc)
+                continue
+            except Exception:  # a bug: told in full, and the socket keeps serving
                 logger.warning("could not check a websocket's credential again", exc_info=True)
                 continue
+            outage.answered()
             if credential is self.credential:
                 self.principal = principal
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 import websockets
@@ -253,3 +254,44 @@ async def test_a_new_generation_checks_the_key_again(key_for, settings):
     await sync_to_async(api_key_revoke)(key=key)  # this process's cache is dropped at once
     await ws.send_json_to({"type": "chat.completions", "id": "a", "body": CHAT})
     await _assert_session_ended(ws)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_database_outage_during_rechecks_is_two_log_lines(
+    key_for, settings, monkeypatch, caplog
+):
+    """Rechecks that fail while the database is away keep the socket serving and log the
+    outage once when it starts and once when it ends: not a traceback per interval."""
+    from django.db import OperationalError
+
+    from inference import credentials
+
+    settings.WEBSOCKET_AUTH_RECHECK_SECONDS = 0.02
+    _, secret = await key_for(["websocket", "models"])
+    ws = await _connect(secret)
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
+    recheck, failures = credentials.Credential.recheck, []
+
+    async def database_away(self, *, endpoint=None):
+        if endpoint is None:  # the periodic check; a message's own check still answers
+            failures.append(endpoint)
+            raise OperationalError("connection to server failed\nIs the server running?")
+        return await recheck(self, endpoint=endpoint)
+
+    with caplog.at_level(logging.DEBUG, logger="inference.consumers"):
+        monkeypatch.setattr(credentials.Credential, "recheck", database_away)
+        while len(failures) < 5:
+            await asyncio.sleep(0.02)
+        await ws.send_json_to({"type": "models"})
+        assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "models"
+        monkeypatch.setattr(credentials.Credential, "recheck", recheck)
+        for _ in range(250):
+            if any("answers again" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.02)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].exc_info is None
+    assert "OperationalError: connection to server failed" in warnings[0].getMessage()
+    (back,) = [r for r in caplog.records if "answers again" in r.getMessage()]
+    assert "the database or Redis answers again" in back.getMessage()
+    await ws.disconnect()

@@ -3,6 +3,7 @@ never written twice by a flush that crashed or an event pushed twice (issue 15.4
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -70,6 +71,19 @@ async def test_usage_finished_while_redis_is_away_is_spooled_then_replayed(
     assert await sync_to_async(usage_flush)() == 2
     tokens = sorted([r.completion_tokens async for r in UsageRecord.objects.filter(tenant=tenant)])
     assert tokens == [4, 7]
+
+
+def test_a_replay_that_finds_redis_gone_again_keeps_the_spool_and_logs_one_line(
+    settings, make_tenant, caplog
+):
+    tenant = make_tenant("Replayed")
+    spool.append(encode_event(_event(tenant.pk, completion=3)))
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # Redis went away again
+    with caplog.at_level(logging.WARNING, logger="controlplane.access.admission"):
+        admission_policy._replay_spool()
+    assert len(spool.path.read_bytes().splitlines()) == 1  # kept for the next replay
+    (record,) = caplog.records
+    assert "not replayed yet" in record.getMessage() and record.exc_info is None
 
 
 def test_a_flush_that_crashed_after_its_commit_is_finished_without_duplicates(
