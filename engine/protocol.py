@@ -92,6 +92,11 @@ class SamplingOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     structured: StructuredOutput | None = None
     # False: no speculative decoding for this request, even where its engine speculates.
     speculative_decoding: bool = True
+    # OpenAI's logit_bias: token id -> a bias in [-100, 100] added to its logit before the
+    # penalties and the draw (vLLM's order); -100 all but bans a token, 100 all but forces it.
+    logit_bias: dict[int, float] = msgspec.field(default_factory=dict)
+    # vLLM's allowed_token_ids: only these tokens may be sampled (None: any).
+    allowed_token_ids: list[int] | None = None
 
 
 class AdapterRef(msgspec.Struct, kw_only=True, omit_defaults=True):

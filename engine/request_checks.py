@@ -19,6 +19,12 @@ def check_prompt(
     # hashing it.
     if set(map(type, prompt)) != {int} or min(prompt) < 0 or max(prompt) >= vocab_size:
         raise ValueError(f"prompt token ids must be integers in [0, {vocab_size})")
+    named = params.token_ids_named
+    if named and max(named) >= vocab_size:
+        raise ValueError(
+            f"token id {max(named)} in logit_bias or allowed_token_ids is outside the "
+            f"vocabulary [0, {vocab_size})"
+        )
     if len(prompt) >= max_model_len:
         raise ValueError(
             f"the prompt has {len(prompt)} tokens; max_model_len is {max_model_len}, which "

@@ -43,6 +43,10 @@ class SamplingParams:
     structured: StructuredOutput | None = _DEFAULTS.structured
     # False: never speculate for this request (engine/spec_decode/); True: as the engine does.
     speculative_decoding: bool = _DEFAULTS.speculative_decoding
+    # Token id -> bias added to its logit (OpenAI's logit_bias; at most +-100).
+    logit_bias: dict[int, float] | None = None
+    # Only these tokens may be sampled (vLLM's allowed_token_ids; None: any).
+    allowed_token_ids: list[int] | None = None
     _stop_token_set: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
@@ -50,6 +54,7 @@ class SamplingParams:
         """The engine's params for a request off the wire; ValueError for refused values."""
         fields = msgspec.structs.asdict(options)
         fields["stop_token_ids"] = list(fields["stop_token_ids"])
+        fields["logit_bias"] = dict(fields["logit_bias"]) or None
         return cls(**fields)
 
     def __post_init__(self) -> None:
@@ -103,6 +108,20 @@ class SamplingParams:
             )
         if self.structured is not None and not isinstance(self.structured, StructuredOutput):
             raise ValueError("structured must be an engine.protocol.StructuredOutput")
+        self.logit_bias = _checked_logit_bias(self.logit_bias)
+        if self.allowed_token_ids is not None:
+            ids = list(self.allowed_token_ids)
+            if not ids or not all(_is_token_id(t) for t in ids):
+                raise ValueError(
+                    "allowed_token_ids must be a non-empty list of non-negative integers"
+                )
+            self.allowed_token_ids = ids
+
+    @property
+    def token_ids_named(self) -> list[int]:
+        """Every token id the params name for the sampler to index (logit_bias, allowed
+        tokens): the engine checks them against the vocabulary (request_checks.py)."""
+        return [*(self.logit_bias or ()), *(self.allowed_token_ids or ())]
 
     @property
     def is_greedy(self) -> bool:
@@ -119,6 +138,28 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or self.repetition_penalty != 1.0
         )
+
+
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range, either way
+
+
+def _is_token_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _checked_logit_bias(bias: object) -> dict[int, float] | None:
+    """``bias`` as token id -> float (None when empty); ValueError naming a bad entry."""
+    if not bias:
+        return None
+    if not isinstance(bias, dict):
+        raise ValueError("logit_bias must be a dict of token id -> bias")
+    checked = {}
+    for token, value in bias.items():
+        if not _is_token_id(token):
+            raise ValueError(f"logit_bias keys must be non-negative integers, got {token!r}")
+        _number_in(f"logit_bias[{token}]", value, -MAX_LOGIT_BIAS, MAX_LOGIT_BIAS)
+        checked[token] = float(value)
+    return checked
 
 
 def _int_at_least(name: str, value: object, low: int) -> None:

@@ -26,6 +26,8 @@ PASSED_THROUGH = (
     "ignore_eos",
     "min_tokens",
     "speculative_decoding",
+    "logit_bias",
+    "allowed_token_ids",
 )
 
 

@@ -17,6 +17,7 @@ from engine.device_copy import to_device
 if TYPE_CHECKING:
     from engine.request import Request
     from engine.sample.penalties import PenalizedRow
+    from engine.sampling_params import SamplingParams
     from engine.worker.step_inputs import InFlightTokens
 
 
@@ -42,6 +43,12 @@ class SamplingBatch:
     pending_tokens: torch.Tensor | None = None
     # (row, token ids) that must not be sampled yet (stop tokens before min_tokens)
     banned_tokens: list[tuple[int, list[int]]] = field(default_factory=list)
+    # OpenAI's logit_bias of the rows that have one, flat: (rows [N], token ids [N], biases
+    # [N]); None when no row has one.
+    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    # vLLM's allowed_token_ids: (the rows that restrict [R], then flat (rows [N], token ids
+    # [N])); every other token of those rows is masked. None when no row restricts.
+    allowed_tokens: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     num_logprobs: list[int | None] = field(default_factory=list)  # per row, None: no logprobs
 
     def add_pending_tokens(self, in_flight: InFlightTokens) -> None:
@@ -86,8 +93,11 @@ class SamplingBatch:
                 stops = set(p.stop_token_ids or ())
                 if not p.ignore_eos:
                     stops |= eos_token_ids
+                # A stop token id past the logits (the offline LLM does not check them) can
+                # never be sampled anyway.
+                stops = sorted(t for t in stops if t < vocab_size)
                 if stops:
-                    banned.append((row, sorted(stops)))
+                    banned.append((row, stops))
         batch = cls(
             temperature=to_device(
                 [1.0 if g else p.temperature for g, p in zip(greedy_list, params, strict=True)],
@@ -115,6 +125,8 @@ class SamplingBatch:
                 batch.top_p = to_device([p.top_p for p in params], torch.float32, device)
             if any(p.min_p > 0.0 for p in params):
                 batch.min_p = to_device([p.min_p for p in params], torch.float32, device)
+        batch.logit_bias = _logit_bias(params, device)
+        batch.allowed_tokens = _allowed_tokens(params, device)
         if any(p.has_penalties for p in params):
             batch.presence_penalty = to_device(
                 [p.presence_penalty for p in params], torch.float32, device
@@ -131,3 +143,28 @@ class SamplingBatch:
                 if p.has_penalties
             ]
         return batch
+
+
+def _logit_bias(params: list[SamplingParams], device: torch.device):
+    pairs = [(row, p.logit_bias) for row, p in enumerate(params) if p.logit_bias]
+    if not pairs:
+        return None
+    rows = [row for row, bias in pairs for _ in bias]
+    token_ids = [token for _, bias in pairs for token in bias]
+    biases = [value for _, bias in pairs for value in bias.values()]
+    return (
+        to_device(rows, torch.long, device),
+        to_device(token_ids, torch.long, device),
+        to_device(biases, torch.float32, device),
+    )
+
+
+def _allowed_tokens(params: list[SamplingParams], device: torch.device):
+    pairs = [(row, p.allowed_token_ids) for row, p in enumerate(params) if p.allowed_token_ids]
+    if not pairs:
+        return None
+    return (
+        to_device([row for row, _ in pairs], torch.long, device),
+        to_device([row for row, ids in pairs for _ in ids], torch.long, device),
+        to_device([token for _, ids in pairs for token in ids], torch.long, device),
+    )

@@ -190,9 +190,11 @@ async def _validated(
     return body, entry, tokenizer
 
 
-def _check_stop_token_ids(body: dict[str, Any], tokenizer: ChatTokenizer) -> None:
-    if body.get("stop_token_ids"):
-        check_token_ids(tokenizer, body["stop_token_ids"], param="stop_token_ids")
+def _check_token_id_fields(body: dict[str, Any], tokenizer: ChatTokenizer) -> None:
+    """The fields that name token ids, against the model's vocabulary."""
+    for param in ("stop_token_ids", "allowed_token_ids", "logit_bias"):
+        if body.get(param):
+            check_token_ids(tokenizer, list(body[param]), param=param)
 
 
 async def _chat_request(
@@ -208,7 +210,7 @@ async def _chat_request(
             "/v1/completions only; send it a prompt there.",
             param="model",
         )
-    _check_stop_token_ids(body, tokenizer)
+    _check_token_id_fields(body, tokenizer)
     length = chat_text_length(body["messages"])
     refuse_text_too_long(length, max_model_len=entry.max_model_len, param="messages")
     return body, entry, tokenizer
@@ -239,7 +241,7 @@ async def prepare_completion(
 ) -> tuple[GenerationPlan, ChatTokenizer]:
     """Validate a /v1/completions body and plan it; raises ApiError for anything wrong."""
     body, entry, tokenizer = await _validated("completion", principal, raw_body)
-    _check_stop_token_ids(body, tokenizer)
+    _check_token_id_fields(body, tokenizer)
     refuse_prompts_too_long(body["prompt"], max_model_len=entry.max_model_len, param="prompt")
     catalog = await acatalog_snapshot()
     plan = await off_loop(_planned, plan_completion, principal, body, entry, tokenizer, catalog)

@@ -22,6 +22,8 @@ from inference.schemas.structured import StructuredRequestFields
 MAX_N = 128
 MAX_TOP_LOGPROBS = 20
 MAX_STOP_TOKEN_IDS = 1024
+MAX_LOGIT_BIAS = 300  # entries; OpenAI's limit
+MAX_ALLOWED_TOKEN_IDS = 65536
 # Far above any useful penalty, and small enough that penalised logits stay finite.
 MAX_REPETITION_PENALTY = 100.0
 
@@ -87,7 +89,17 @@ class SamplingRequestSerializer(StructuredRequestFields, SamplingFields):
     max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     stream = StrictBooleanField(required=False, default=False)
     stream_options = StreamOptionsSerializer(required=False, allow_null=True)
-    logit_bias = serializers.DictField(required=False, allow_null=True, allow_empty=True)
+    logit_bias = serializers.DictField(
+        required=False,
+        allow_null=True,
+        allow_empty=True,
+        help_text="Token id (as a string) -> a bias from -100 to 100 added to that token's logit "
+        f"before sampling; at most {MAX_LOGIT_BIAS} entries.",
+    )
+    # vLLM's: only these tokens may be sampled.
+    allowed_token_ids = TokenIdListField(
+        required=False, allow_null=True, min_length=1, max_length=MAX_ALLOWED_TOKEN_IDS
+    )
     min_tokens = StrictIntegerField(required=False, min_value=0)
     stop_token_ids = TokenIdListField(
         required=False, allow_null=True, max_length=MAX_STOP_TOKEN_IDS
@@ -96,9 +108,30 @@ class SamplingRequestSerializer(StructuredRequestFields, SamplingFields):
     include_stop_str_in_output = StrictBooleanField(required=False, default=False)
 
     def validate_logit_bias(self, value):
-        if value:
-            raise serializers.ValidationError("logit_bias is not supported by this server.")
-        return value
+        """OpenAI's shape ({"50256": -100}) as the engine takes it: {50256: -100.0}."""
+        if not value:
+            return None
+        if len(value) > MAX_LOGIT_BIAS:
+            raise serializers.ValidationError(
+                f"at most {MAX_LOGIT_BIAS} entries are allowed; got {len(value)}."
+            )
+        bias = {}
+        for key, number in value.items():
+            # The length first: int() refuses a string of more than 4,300 digits.
+            if not (key.isascii() and key.isdigit() and len(key) <= 10) or int(key) > INT32_MAX:
+                raise serializers.ValidationError(
+                    f"Invalid key {key!r}: keys are token ids, non-negative integers."
+                )
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                raise serializers.ValidationError(
+                    f"Invalid value for key {key!r}: a number from -100 to 100 is expected."
+                )
+            if not -100 <= number <= 100:  # NaN fails too
+                raise serializers.ValidationError(
+                    f"Invalid value {number!r} for key {key!r}: biases range from -100 to 100."
+                )
+            bias[int(key)] = float(number)
+        return bias
 
     def num_prompts(self, attrs) -> int:
         """Prompts of the request (each one engine request of ``n`` sequences)."""

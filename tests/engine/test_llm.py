@@ -115,3 +115,27 @@ def test_unknown_engine_argument_is_an_error(tiny_engine_path):
 def test_mismatched_sampling_params_list_is_an_error(llm):
     with pytest.raises(ValueError, match="2 prompts but 1 sampling_params"):
         llm.generate(["a", "b"], [SamplingParams()])
+
+
+def test_logit_bias_and_allowed_tokens_steer_generation(llm):
+    """Greedy text moves where the bias and the allowed list say, and the speculating engine
+    (drafts verified by the same sampler) keeps to them too."""
+    prompt = {"prompt_token_ids": [5, 6, 7, 8]}
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    free = llm.generate(prompt, greedy)[0].outputs[0].token_ids
+    forced = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logit_bias={42: 100})
+    assert llm.generate(prompt, forced)[0].outputs[0].token_ids == [42] * 8
+    banned = SamplingParams(
+        temperature=0, max_tokens=8, ignore_eos=True, logit_bias={free[0]: -100}
+    )
+    assert llm.generate(prompt, banned)[0].outputs[0].token_ids[0] != free[0]
+    allowed = SamplingParams(
+        temperature=1.0, seed=1, max_tokens=8, ignore_eos=True, allowed_token_ids=[9, 10, 11]
+    )
+    assert set(llm.generate(prompt, allowed)[0].outputs[0].token_ids) <= {9, 10, 11}
+
+
+def test_a_bias_for_a_token_past_the_vocabulary_is_refused(llm):
+    vocab = llm.llm_engine.model_config.vocab_size
+    with pytest.raises(ValueError, match=f"token id {vocab} .* outside the vocabulary"):
+        llm.generate("The", SamplingParams(logit_bias={vocab: 1.0}))

@@ -28,6 +28,13 @@ from engine.sampling_params import SamplingParams
         ({"stop": [1]}, "stop"),
         ({"seed": "x"}, "seed"),
         ({"temperature": "hot"}, "temperature"),
+        ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+        ({"logit_bias": {-1: 1.0}}, "logit_bias"),
+        ({"logit_bias": {5: 100.5}}, "logit_bias"),
+        ({"logit_bias": {5: float("nan")}}, "logit_bias"),
+        ({"logit_bias": [(5, 1.0)]}, "logit_bias"),
+        ({"allowed_token_ids": []}, "allowed_token_ids"),
+        ({"allowed_token_ids": [3, -1]}, "allowed_token_ids"),
     ],
 )
 def test_invalid_sampling_values_name_the_field(kwargs, field):

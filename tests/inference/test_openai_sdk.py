@@ -256,3 +256,48 @@ def test_speculative_decoding_shows_in_usage_and_can_be_turned_off(platform):
     assert plain.usage.completion_tokens_details is None
     with pytest.raises(openai.BadRequestError):
         client.completions.create(**common, extra_body={"speculative_decoding": "yes"})
+
+
+def test_logit_bias_and_allowed_token_ids_through_the_sdk(platform):
+    """OpenAI's logit_bias steers the tokens (forces one, bans the greedy choice) in chat and
+    completions, and a token id past the vocabulary is a 400 naming the field."""
+    client = platform.sdk()
+    tokenizer = ChatTokenizer(platform.checkpoint)
+    forced = tokenizer.encode(" list")[-1]
+    common = dict(model=platform.chat_model, max_tokens=4, temperature=0)
+    ignore_eos = {"ignore_eos": True}
+    chat = client.chat.completions.create(
+        messages=USER, logit_bias={str(forced): 100}, extra_body=ignore_eos, logprobs=True, **common
+    )
+    assert [t.token for t in chat.choices[0].logprobs.content] == [tokenizer.decode([forced])] * 4
+    plain = client.completions.create(
+        prompt="The list", logprobs=1, extra_body=ignore_eos, **common
+    )
+    first = plain.choices[0].logprobs.tokens[0]
+    first_id = tokenizer.encode(first)[-1]
+    banned = client.completions.create(
+        prompt="The list",
+        logprobs=1,
+        logit_bias={str(first_id): -100},
+        extra_body=ignore_eos,
+        **common,
+    )
+    assert banned.choices[0].logprobs.tokens[0] != first
+    allowed = [tokenizer.encode(w)[-1] for w in (" a", " b")]
+    sampled = client.completions.create(
+        prompt="The list",
+        n=4,
+        seed=3,
+        extra_body={**ignore_eos, "allowed_token_ids": allowed},
+        **{**common, "temperature": 1.5},
+    )
+    for choice in sampled.choices:
+        assert choice.text.replace(" a", "").replace(" b", "") == ""
+    for field, value in (
+        ("logit_bias", {str(tokenizer.vocab_size): 5}),
+        ("logit_bias", {"1": 101}),
+        ("allowed_token_ids", [tokenizer.vocab_size]),
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(prompt="The list", extra_body={field: value}, **common)
+        assert refused.value.body["param"] == field

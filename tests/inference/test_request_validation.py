@@ -95,7 +95,15 @@ def test_text_content_parts_are_joined():
         ("seed", "7"),
         ("stream", 1),
         ("top_logprobs", 3),
-        ("logit_bias", {"1": 5}),
+        ("logit_bias", {"one": 5}),
+        ("logit_bias", {"-1": 5}),
+        ("logit_bias", {"1" * 5000: 5}),
+        ("logit_bias", {"４２": 5}),
+        ("logit_bias", {"1": "5"}),
+        ("logit_bias", {"1": True}),
+        ("logit_bias", {"1": 100.5}),
+        ("logit_bias", [1, 5]),
+        ("allowed_token_ids", []),
         ("tools", {"type": "function"}),
         ("tool_choice", "sometimes"),
     ],
@@ -104,6 +112,14 @@ def test_wrong_types_and_unsupported_fields(field, value):
     error = _error(ChatCompletionRequestSerializer, {"model": "m", "messages": USER, field: value})
     assert error.param == field
     assert field in error.message
+
+
+def test_logit_bias_reaches_the_engine_as_token_ids_and_floats():
+    body = validate_body(ChatCompletionRequestSerializer, _chat(logit_bias={"7": -100, "42": 2}))
+    assert body["logit_bias"] == {7: -100.0, 42: 2.0}
+    assert (
+        validate_body(ChatCompletionRequestSerializer, _chat(logit_bias={}))["logit_bias"] is None
+    )
 
 
 def test_stream_options_need_stream():
@@ -135,6 +151,8 @@ def test_json_body_must_be_an_object():
         ("min_tokens", 2**70, INT64_MAX),
         ("repetition_penalty", 1e30, 100.0),
         ("stop_token_ids", [0] * 1025, [0] * 1024),
+        ("logit_bias", {str(i): -100 for i in range(301)}, {str(i): 100 for i in range(300)}),
+        ("allowed_token_ids", [0] * 65537, [0] * 65536),
         ("stop", ["x"] * 17, ["x"] * 16),
         ("stop", "x" * 257, "x" * 256),
         ("model", "m" * 257, "m" * 256),

@@ -107,6 +107,48 @@ def test_min_tokens_bans_eos_and_stop_tokens_until_reached():
     assert out.token_ids == [7, 0]  # row 0 has 0 outputs: EOS (0) and stop (3) banned
 
 
+def test_a_stop_token_past_the_vocabulary_is_not_indexed_while_min_tokens_bans_stops():
+    params = SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[3, VOCAB + 5])
+    out = Sampler()(logits_rows([9, 0, 0, 8, 0, 0, 0, 1]), batch_for([params]))
+    assert out.token_ids == [7]
+
+
+def test_logit_bias_is_added_before_the_argmax_and_the_draw():
+    logits = logits_rows([0, 1, 5, 2, 0, 0, 0, 0]).repeat(3, 1)
+    params = [
+        SamplingParams(temperature=0, logit_bias={3: 3.5}),  # 5.5 beats 5
+        SamplingParams(temperature=0, logit_bias={2: -100}),  # the best banned: 2 next
+        SamplingParams(temperature=0),  # a row without bias is untouched
+    ]
+    biased = logits.clone()
+    assert Sampler()(biased, batch_for(params)).token_ids == [3, 3, 2]
+    assert biased[0, 3].item() == 5.5 and biased[1, 2].item() == -95.0
+    assert torch.equal(biased[2], logits[2])
+    gen = torch.Generator().manual_seed(0)
+    forced = SamplingParams(temperature=1.5, logit_bias={6: 100})
+    draws = {Sampler(gen)(logits[:1].clone(), batch_for([forced])).token_ids[0] for _ in range(50)}
+    assert draws == {6}
+
+
+def test_allowed_token_ids_keep_sampling_inside_the_list_and_greedy_takes_its_best():
+    logits = logits_rows([0, 1, 5, 2, 0, 0, 0, 0]).repeat(2, 1)
+    params = [
+        SamplingParams(temperature=0, allowed_token_ids=[1, 3]),
+        SamplingParams(temperature=0),
+    ]
+    assert Sampler()(logits.clone(), batch_for(params)).token_ids == [3, 2]
+    gen = torch.Generator().manual_seed(0)
+    sampled = SamplingParams(temperature=5.0, allowed_token_ids=[4, 5, 7])
+    seen = {Sampler(gen)(logits[:1].clone(), batch_for([sampled])).token_ids[0] for _ in range(200)}
+    assert seen == {4, 5, 7}
+
+
+def test_allowed_tokens_do_not_bring_back_a_token_banned_before_min_tokens():
+    params = SamplingParams(temperature=0, min_tokens=1, allowed_token_ids=[0, 4])
+    out = Sampler()(logits_rows([9, 0, 0, 0, 1, 0, 0, 0]), batch_for([params]))
+    assert out.token_ids == [4]  # EOS (0) is allowed but still banned this step
+
+
 def test_penalties_follow_vllm_semantics():
     logits = logits_rows([2.0, -2.0, 1.0, 1.0, 0, 0, 0, 0])
     params = SamplingParams(temperature=0, repetition_penalty=2.0)

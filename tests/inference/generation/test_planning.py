@@ -202,6 +202,8 @@ def test_sampling_fields_sent_are_passed_on_unchanged(plan):
         stop_token_ids=[3],
         min_tokens=2,
         ignore_eos=True,
+        logit_bias={"5": -100, "6": 1.5},
+        allowed_token_ids=[5, 6, 7],
     )
     assert sent_to_engine(chat.sampling) == {
         "max_tokens": 8,
@@ -213,6 +215,8 @@ def test_sampling_fields_sent_are_passed_on_unchanged(plan):
         "stop_token_ids": [3],
         "min_tokens": 2,
         "ignore_eos": True,
+        "logit_bias": {5: -100.0, 6: 1.5},
+        "allowed_token_ids": [5, 6, 7],
     }
 
 
@@ -300,11 +304,22 @@ async def test_prepare_generation_refuses_an_embedding_model(served):
 
 
 @pytest_db
-async def test_prepare_generation_refuses_stop_token_ids_outside_the_vocabulary(served):
-    raw = {"model": MODEL, "prompt": "x", "stop_token_ids": [3, 50_000]}
-    with pytest.raises(ApiError) as info:
-        await prepare_completion(make_principal(), raw)
-    assert (info.value.status, info.value.param) == (400, "stop_token_ids")
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("stop_token_ids", [3, 50_000]),
+        ("allowed_token_ids", [3, 50_000]),
+        ("logit_bias", {"3": 1, "50000": -100}),
+    ],
+)
+async def test_prepare_generation_refuses_token_ids_outside_the_vocabulary(served, field, value):
+    for kind, prepare in (("prompt", prepare_completion), ("messages", prepare_chat)):
+        body = {"prompt": "x"} if kind == "prompt" else {"messages": USER}
+        raw = {"model": MODEL, **body, field: value}
+        with pytest.raises(ApiError) as info:
+            await prepare(make_principal(), raw)
+        assert (info.value.status, info.value.param) == (400, field)
+        assert "50000 is out of vocabulary" in info.value.message
 
 
 @pytest_db
