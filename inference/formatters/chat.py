@@ -78,6 +78,19 @@ def tool_calls_json(calls: list[ToolCall]) -> list[dict]:
     ]
 
 
+def legacy_call_delta(calls: list[dict]) -> dict | None:
+    """A stream's ``tool_calls`` entries in the deprecated ``function_call`` shape: the first
+    call's name, then its arguments; the old API made one call a turn."""
+    first = next((c for c in calls if c["index"] == 0), None)
+    if first is None:
+        return None
+    function = first["function"]
+    delta = {"arguments": function["arguments"]}
+    if "name" in function:
+        delta = {"name": function["name"], **delta}
+    return delta
+
+
 class ChatFormatter(ChoiceFormatter):
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
@@ -91,9 +104,15 @@ class ChatFormatter(ChoiceFormatter):
     def _new_parser(self) -> ToolCallParser | None:
         return parser_for(self.plan.tools) if self.plan.tools is not None else None
 
+    @property
+    def _legacy(self) -> bool:
+        return self.plan.tools is not None and self.plan.tools.legacy
+
     def _finish_reason(self, reason: str | None, called: bool) -> str | None:
         # OpenAI's "tool_calls": the turn ended in calls (a cut one stays "length").
-        return "tool_calls" if called and reason == "stop" else reason
+        if called and reason == "stop":
+            return "function_call" if self._legacy else "tool_calls"
+        return reason
 
     def opening_choices(self) -> list[dict]:
         return [
@@ -116,7 +135,12 @@ class ChatFormatter(ChoiceFormatter):
             content, calls = tool_call_deltas(events)
             if content:
                 delta["content"] = content
-            if calls:
+            if calls and self._legacy:
+                call = legacy_call_delta(calls)
+                if call is not None:
+                    delta["function_call"] = call
+                    self._called[choice] = True
+            elif calls:
                 delta["tool_calls"] = calls
                 self._called[choice] = True
         if not (delta or wants_logprobs):
@@ -133,12 +157,15 @@ class ChatFormatter(ChoiceFormatter):
         if parser is not None:
             parsed = parser.parse(output.text)
             message["content"] = parsed.content
-            if parsed.calls:
+            if parsed.calls and self._legacy:
+                call = parsed.calls[0]  # the old API made one call a turn
+                message["function_call"] = {"name": call.name, "arguments": call.arguments}
+            elif parsed.calls:
                 message["tool_calls"] = tool_calls_json(parsed.calls)
         if self.plan.reasoning is not None:  # a thinking model: its thinking apart, by both names
             message.update(reasoning_fields(output.reasoning_text))
             message["content"] = message["content"] or None
-        called = bool(message.get("tool_calls"))
+        called = bool(message.get("tool_calls") or message.get("function_call"))
         return {
             "index": choice,
             "message": message,

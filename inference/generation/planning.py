@@ -94,6 +94,7 @@ def chat_prompt(
         tool_choice=body.get("tool_choice"),
         parallel_tool_calls=body.get("parallel_tool_calls"),
         parser=entry.tool_parser,
+        legacy=body.get("legacy_functions", False),
     )
     return tools, *render_chat_prompt(tokenizer, body, tools)
 

@@ -15,10 +15,12 @@ from inference.schemas.fields import (
     StrictIntegerField,
     is_valid_text,
 )
+from inference.schemas.legacy_functions import LegacyFunctionFields
 from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingRequestSerializer
-from inference.schemas.tools import ToolRequestFields, tool_calls_field
+from inference.schemas.tools import CalledFunctionSerializer, ToolRequestFields, tool_calls_field
 
-ROLES = ["system", "developer", "user", "assistant", "tool"]
+# "function": a result in the deprecated function-calling shape (schemas/legacy_functions.py).
+ROLES = ["system", "developer", "user", "assistant", "tool", "function"]
 # OpenAI's limit; validating a message costs the event loop about 12 microseconds.
 MAX_MESSAGES = 2048
 
@@ -67,6 +69,8 @@ class ChatMessageSerializer(serializers.Serializer):
     # An assistant turn's calls, and the call a ``tool`` message answers.
     tool_calls = tool_calls_field()
     tool_call_id = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
+    # An assistant turn's call in the deprecated shape (read as a one-entry ``tool_calls``).
+    function_call = CalledFunctionSerializer(required=False, allow_null=True)
     # An assistant turn's thinking, sent back in tool loops, under either name it is returned
     # by; kept as ``reasoning_content`` and rendered as the template expects (or dropped).
     reasoning_content = MessageContentField(required=False, allow_null=True)
@@ -83,9 +87,18 @@ class ChatMessageSerializer(serializers.Serializer):
                     {"reasoning_content": "only assistant messages carry reasoning."}
                 )
             attrs["reasoning_content"] = thinking
-        if attrs.get("tool_calls") and attrs["role"] != "assistant":
+        for calls in ("tool_calls", "function_call"):
+            if attrs.get(calls) and attrs["role"] != "assistant":
+                raise serializers.ValidationError({calls: f"only assistant messages have {calls}."})
+        if attrs.get("function_call") is None:
+            attrs.pop("function_call", None)
+        elif attrs.get("tool_calls"):
             raise serializers.ValidationError(
-                {"tool_calls": "only assistant messages have tool_calls."}
+                {"function_call": "an assistant message has tool_calls or function_call, not both."}
+            )
+        if attrs["role"] == "function" and not attrs.get("name"):
+            raise serializers.ValidationError(
+                {"name": "a function message must name the function it answers (name)."}
             )
         if attrs["role"] == "tool" and not attrs.get("tool_call_id"):
             raise serializers.ValidationError(
@@ -112,7 +125,9 @@ def chat_messages_field(**kwargs) -> ChatMessageSerializer:
     return ChatMessageSerializer(many=True, allow_empty=False, max_length=MAX_MESSAGES, **kwargs)
 
 
-class ChatCompletionRequestSerializer(ToolRequestFields, SamplingRequestSerializer):
+class ChatCompletionRequestSerializer(
+    LegacyFunctionFields, ToolRequestFields, SamplingRequestSerializer
+):
     messages = chat_messages_field()
     max_completion_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     logprobs = StrictBooleanField(required=False, default=False)
@@ -131,6 +146,7 @@ class ChatCompletionRequestSerializer(ToolRequestFields, SamplingRequestSerializ
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
+        self.validate_legacy_functions(attrs)
         self.validate_tool_fields(attrs)
         if attrs.get("top_logprobs") and not attrs.get("logprobs"):
             raise serializers.ValidationError(

@@ -122,3 +122,12 @@ class StopField(serializers.Field):
 
 class TokenIdListField(serializers.ListField):
     child = StrictIntegerField(min_value=0)
+
+
+def optional_list(child: serializers.Field, **kwargs) -> serializers.ListSerializer:
+    """A list that may be absent or null, of items that may not be null. DRF's ``many=True``
+    hands ``allow_null`` to the items as well, so ``"tools": [null]`` got through validation
+    and failed later with a 500."""
+    return serializers.ListSerializer(
+        child=child, required=False, allow_null=True, allow_empty=True, **kwargs
+    )

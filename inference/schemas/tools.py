@@ -6,7 +6,12 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inference.schemas.fields import MAX_NAME_LENGTH, StrictBooleanField, StrictCharField
+from inference.schemas.fields import (
+    MAX_NAME_LENGTH,
+    StrictBooleanField,
+    StrictCharField,
+    optional_list,
+)
 from inference.schemas.structured import NAME_ERROR, NAME_PATTERN, JsonSchemaField
 
 MAX_TOOLS = 128  # OpenAI's limit
@@ -100,16 +105,12 @@ class ToolCallSerializer(serializers.Serializer):
     function = CalledFunctionSerializer()
 
 
-def tool_calls_field() -> ToolCallSerializer:
-    return ToolCallSerializer(
-        many=True, required=False, allow_null=True, allow_empty=True, max_length=MAX_TOOL_CALLS
-    )
+def tool_calls_field() -> serializers.ListSerializer:
+    return optional_list(ToolCallSerializer(), max_length=MAX_TOOL_CALLS)
 
 
 class ToolRequestFields(serializers.Serializer):
-    tools = ToolSerializer(
-        many=True, required=False, allow_null=True, allow_empty=True, max_length=MAX_TOOLS
-    )
+    tools = optional_list(ToolSerializer(), max_length=MAX_TOOLS)
     tool_choice = ToolChoiceField(required=False, allow_null=True)
     parallel_tool_calls = StrictBooleanField(required=False, allow_null=True)
 

@@ -52,7 +52,9 @@ class ToolSetup:
     ``mode``: "auto" (the model decides; its own output format is parsed with ``parser``),
     "none" (tools are shown to the model, no call is parsed), "required" (at least one call,
     grammar-enforced) or "named" (exactly one call of ``named``, grammar-enforced).
-    ``parallel``: more than one call per turn allowed.
+    ``parallel``: more than one call per turn allowed. ``legacy``: the request used the
+    deprecated ``functions`` (inference/schemas/legacy_functions.py), so calls are answered
+    as ``function_call``.
     """
 
     functions: tuple[ToolFunction, ...]
@@ -60,6 +62,7 @@ class ToolSetup:
     named: str | None = None
     parallel: bool = True
     parser: str = DEFAULT_PARSER
+    legacy: bool = False
 
     @classmethod
     def from_request(
@@ -69,6 +72,7 @@ class ToolSetup:
         tool_choice: str | dict[str, Any] | None,
         parallel_tool_calls: bool | None = None,
         parser: str | None = None,
+        legacy: bool = False,
     ) -> ToolSetup | None:
         """From validated OpenAI fields; None when the request has no tools."""
         if not tools:
@@ -93,6 +97,7 @@ class ToolSetup:
             named=named,
             parallel=parallel_tool_calls is not False,
             parser=parser or DEFAULT_PARSER,
+            legacy=legacy,
         )
 
     @property

@@ -122,6 +122,25 @@ def test_logit_bias_reaches_the_engine_as_token_ids_and_floats():
     )
 
 
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tools": [None]}, "tools[0]"),
+        ({"functions": [None]}, "functions[0]"),
+        (
+            {"messages": [*USER, {"role": "assistant", "content": "x", "tool_calls": [None]}]},
+            "messages[1].tool_calls[0]",
+        ),
+    ],
+)
+def test_a_null_item_in_a_list_that_may_be_null_is_a_400(fields, param):
+    # DRF hands a list's allow_null to its items: these were accepted, then a 500.
+    assert _error(ChatCompletionRequestSerializer, _chat(**fields)).param == param
+    empty = next(iter(fields))
+    if empty != "messages":
+        assert validate_body(ChatCompletionRequestSerializer, _chat(**{empty: None}))
+
+
 def test_stream_options_need_stream():
     error = _error(
         ChatCompletionRequestSerializer,

@@ -205,3 +205,55 @@ def test_a_conversation_with_calls_and_results_goes_on(stack):
         model=SMOLLM2, messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=1
     )
     assert reply.usage.prompt_tokens > alone.usage.prompt_tokens + 20
+
+
+def test_the_deprecated_functions_fields_are_answered_in_their_shape(stack):
+    """A client on the old function-calling fields gets a validated ``function_call``, whole
+    and streamed, and its next turn (the call and a ``function`` result) goes on."""
+    client = stack.sdk(timeout=600)
+    functions = [tool["function"] for tool in TOOLS]
+    kwargs = dict(
+        model=RANDOM,
+        messages=ASK,
+        functions=functions,
+        function_call={"name": "get_weather"},
+        n=4,
+        max_tokens=200,
+    )
+    whole = client.chat.completions.create(**kwargs)
+    for choice in whole.choices:
+        call = choice.message.function_call
+        assert call.name == "get_weather" and choice.message.tool_calls is None
+        assert_valid("get_weather", call.arguments)
+        assert choice.finish_reason == "function_call"
+
+    streamed: dict[int, dict] = defaultdict(lambda: {"name": [], "arguments": ""})
+    finish: dict[int, str] = {}
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        for choice in chunk.choices:
+            assert choice.delta.tool_calls is None
+            if choice.delta.function_call:
+                call = streamed[choice.index]
+                if choice.delta.function_call.name:
+                    call["name"].append(choice.delta.function_call.name)
+                call["arguments"] += choice.delta.function_call.arguments or ""
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    assert sorted(streamed) == [0, 1, 2, 3] and set(finish.values()) == {"function_call"}
+    for call in streamed.values():
+        assert call["name"] == ["get_weather"]  # the name once, in the first delta
+        assert_valid("get_weather", call["arguments"])
+
+    history = [
+        *ASK,
+        whole.choices[0].message.model_dump(exclude_none=True),
+        {"role": "function", "name": "get_weather", "content": '{"temperature": 18}'},
+    ]
+    reply = client.chat.completions.create(
+        model=RANDOM, messages=history, functions=functions, function_call="none", max_tokens=8
+    )
+    assert reply.choices[0].message.function_call is None
+    alone = client.chat.completions.create(
+        model=RANDOM, messages=ASK, functions=functions, function_call="none", max_tokens=1
+    )
+    assert reply.usage.prompt_tokens > alone.usage.prompt_tokens + 10  # the call and result
