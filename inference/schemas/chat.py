@@ -143,9 +143,31 @@ class ChatCompletionRequestSerializer(
         help_text="Passed to chat templates that take it (gpt-oss: reasoning_effort; Qwen3: "
         "'none' turns enable_thinking off); ignored by templates that take neither.",
     )
+    # Asks for output the served models cannot make: refused rather than ignored, since a
+    # client asking for audio or web search would take a plain answer for that.
+    modalities = serializers.ListField(
+        child=serializers.ChoiceField(choices=["text", "audio"]),
+        required=False,
+        allow_null=True,
+        max_length=2,
+    )
+    audio = serializers.JSONField(required=False, allow_null=True)
+    web_search_options = serializers.JSONField(required=False, allow_null=True)
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
+        if "audio" in (attrs.get("modalities") or ()) or attrs.get("audio") is not None:
+            field = "audio" if attrs.get("audio") is not None else "modalities"
+            raise serializers.ValidationError(
+                {field: "this server's models answer in text only; audio output is not supported."}
+            )
+        if attrs.get("web_search_options") is not None:
+            raise serializers.ValidationError(
+                {
+                    "web_search_options": "web search is not supported: the served models answer "
+                    "from their prompt only."
+                }
+            )
         self.validate_legacy_functions(attrs)
         self.validate_tool_fields(attrs)
         if attrs.get("top_logprobs") and not attrs.get("logprobs"):

@@ -141,6 +141,24 @@ def test_a_null_item_in_a_list_that_may_be_null_is_a_400(fields, param):
         assert validate_body(ChatCompletionRequestSerializer, _chat(**{empty: None}))
 
 
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+        ({"web_search_options": {}}, "web_search_options"),
+        ({"modalities": ["video"]}, "modalities"),
+    ],
+)
+def test_output_the_models_cannot_make_is_refused_not_ignored(fields, param):
+    assert _error(ChatCompletionRequestSerializer, _chat(**fields)).param.startswith(param)
+
+
+def test_text_output_fields_are_accepted():
+    for fields in ({"modalities": ["text"]}, {"audio": None}, {"web_search_options": None}):
+        validate_body(ChatCompletionRequestSerializer, _chat(**fields))
+
+
 def test_stream_options_need_stream():
     error = _error(
         ChatCompletionRequestSerializer,
