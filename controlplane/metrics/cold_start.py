@@ -19,6 +19,7 @@ from prometheus_client.utils import floatToGoString
 from controlplane.common.redis_clients import sync_redis
 from controlplane.fleet.cold_starts import COLD_START_BUCKETS, cold_start_tallies
 from controlplane.metrics.definitions import MetricSpec
+from engine.redis_outage import TRANSPORT_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class ColdStartCollector(Collector):
         counter, histogram = self._counter(), self._histogram()
         try:
             tallies = cold_start_tallies(sync_redis())
+        except TRANSPORT_ERRORS as exc:  # Redis away: a line each scrape, not a traceback
+            logger.warning("metrics: cannot read cold starts from Redis: %s", exc)
+            tallies = []
         except Exception:  # /metrics must still answer
             logger.warning("metrics: cannot read cold starts from Redis", exc_info=True)
             tallies = []

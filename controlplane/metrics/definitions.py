@@ -322,7 +322,8 @@ FLEET_REPLICAS_UNPLACED = MetricSpec(
 FLEET_NODES = MetricSpec(
     "platform:fleet_nodes",
     "gauge",
-    "Registered nodes by whether their heartbeat is live now.",
+    "Registered nodes (but those whose agent stopped cleanly) by whether their heartbeat is "
+    "live now.",
     ("live",),
 )
 

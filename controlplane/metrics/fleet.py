@@ -26,7 +26,7 @@ def fleet_families() -> Iterator[Metric]:
     # Imported here, not above: the metrics package is also imported where Django's apps are
     # not loaded (the engine readiness probe, python -m controlplane.metrics.engine_ready).
     from controlplane.fleet import selectors
-    from controlplane.fleet.models import Replica
+    from controlplane.fleet.models import Node, Replica
 
     # Every state a replica holds a slot or a record in; stopped replicas are history.
     states = [state for state in Replica.State.values if state != Replica.State.STOPPED]
@@ -36,7 +36,8 @@ def fleet_families() -> Iterator[Metric]:
         deployments = selectors.deployment_list()
         counts = {(name, state): n for name, _, state, n in selectors.replica_state_counts()}
         waiting = selectors.replicas_unplaced()
-        registered = [node.name for node in selectors.node_list()]
+        # A node whose agent stopped cleanly was taken out on purpose: not down.
+        registered = [n.name for n in selectors.node_list() if n.state != Node.State.GONE]
         live = selectors.nodes_live()
     except Exception:  # /metrics must still answer, with every family announced
         logger.warning("metrics: cannot read the fleet, its series left out", exc_info=True)

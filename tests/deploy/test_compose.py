@@ -115,10 +115,10 @@ def test_platform_waits_for_its_database_and_redis(services):
 
 
 def _prometheus_job(services) -> dict:
-    (mount,) = services["prometheus"]["volumes"]
-    source, target = split_mount(mount)
-    assert target == "/etc/prometheus/prometheus.yml"
-    config = yaml.safe_load((DEPLOY / source).read_text())
+    mounts = {
+        target: source for source, target in map(split_mount, services["prometheus"]["volumes"])
+    }
+    config = yaml.safe_load((DEPLOY / mounts["/etc/prometheus/prometheus.yml"]).read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     return jobs["llm-platform"]
 
