@@ -56,6 +56,7 @@ class ChoiceOutput:
     texts: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
@@ -216,6 +217,8 @@ async def _whole_response(
             output.reasoning.append(chunk.reasoning)
         if chunk.logprobs:
             output.logprobs.extend(chunk.logprobs)
+        if chunk.prompt_logprobs:
+            output.prompt_logprobs = chunk.prompt_logprobs
         if chunk.finish_reason:
             output.finish_reason, output.stop_reason = chunk.finish_reason, chunk.stop_reason
     return formatter.response([formatter.whole_choice(i, o) for i, o in enumerate(outputs)])

@@ -43,6 +43,11 @@ class GenerationPlan:
     service_class: str = "interactive"
     logprobs: bool = False
     echo: bool = False
+    # Completions with echo and logprobs: the prompt's tokens lead each choice's logprobs;
+    # ``echo_only`` (max_tokens 0): the prompt scored, and the one token the engine made
+    # to get there left out of the answer and its usage.
+    prompt_logprobs: bool = False
+    echo_only: bool = False
     stream: bool = False
     include_usage: bool = False
     continuous_usage: bool = False
@@ -132,6 +137,8 @@ class GenerationStats:
     # Refused before any engine took it (no engine, overloaded, none answered in time): it
     # is billed nothing (settlement records zero prompt tokens).
     never_reached_engine: bool = False
+    # False for an echo-only completion (max_tokens 0): its one generated token is not given.
+    counts_completion: bool = True
 
     def observe(self, prompt_index: int, choice: int, chunk: GenerationChunk) -> None:
         if chunk.token_ids:
@@ -142,7 +149,7 @@ class GenerationStats:
             if last is not None and self.observes_token_gaps:
                 self.inter_token_latencies.append(now - last)
             self.last_token_at[choice] = now
-        self.completion_tokens[choice] = chunk.completion_tokens
+        self.completion_tokens[choice] = chunk.completion_tokens if self.counts_completion else 0
         self.cached_tokens[prompt_index] = max(
             self.cached_tokens.get(prompt_index, 0), chunk.cached_tokens or 0
         )

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import msgspec
 from django.conf import settings
 
 from controlplane.access.admission import check_request_limits
@@ -152,14 +153,24 @@ def plan_completion(
     # Every prompt must fit; the longest decides whether the request does.
     longest = max(len(ids) for _text, ids in prompts)
     requested = body.get("max_tokens")
+    # max_tokens 0 (with echo: the schema checks): score the prompt. An engine makes at least
+    # one token; it is left out of the answer.
+    echo_only = requested == 0
     max_tokens = max_tokens_for(
         prompt_tokens=longest,
-        requested=requested,
+        requested=1 if echo_only else requested,
         max_model_len=entry.max_model_len,
         param="prompt",
     )
     if requested is None:
         max_tokens = min(DEFAULT_COMPLETION_MAX_TOKENS, max_tokens)
+    logprobs = body.get("logprobs")
+    sampling = build_sampling(
+        body, max_tokens=max_tokens, logprobs=logprobs, structured=structured_output_for(body)
+    )
+    prompt_logprobs = body.get("echo", False) and logprobs is not None
+    if prompt_logprobs:  # as many alternatives per prompt token as per generated one
+        sampling = msgspec.structs.replace(sampling, prompt_logprobs=logprobs)
     return GenerationPlan(
         kind="completion",
         model=entry.name,
@@ -167,14 +178,11 @@ def plan_completion(
         adapter=entry.adapter,
         request_id=f"cmpl-{uuid.uuid4().hex}",
         prompts=prompts,
-        sampling=build_sampling(
-            body,
-            max_tokens=max_tokens,
-            logprobs=body.get("logprobs"),
-            structured=structured_output_for(body),
-        ),
-        logprobs=body.get("logprobs") is not None,
+        sampling=sampling,
+        logprobs=logprobs is not None,
         echo=body.get("echo", False),
+        prompt_logprobs=prompt_logprobs,
+        echo_only=echo_only,
         **_common(body, principal),
     )
 

@@ -129,7 +129,9 @@ class Generation:
         self.tokenizer = tokenizer
         self.admission = admission
         self.stats = GenerationStats(
-            started=started, observes_token_gaps=not plan.reads_outputs_whole
+            started=started,
+            observes_token_gaps=not plan.reads_outputs_whole,
+            counts_completion=not plan.echo_only,
         )
         self.formatter = formatter_for(plan, self.stats)
         self._items: AsyncIterator[EngineItem] | None = None

@@ -83,6 +83,8 @@ class PromptField(serializers.Field):
 
 class CompletionRequestSerializer(SamplingRequestSerializer):
     prompt = PromptField()
+    # 0 with echo: the prompt scored (its logprobs), nothing generated, as OpenAI allows.
+    max_tokens = StrictIntegerField(required=False, allow_null=True, min_value=0)
     echo = StrictBooleanField(required=False, default=False)
     logprobs = StrictIntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_TOP_LOGPROBS
@@ -104,8 +106,11 @@ class CompletionRequestSerializer(SamplingRequestSerializer):
         best_of = attrs.get("best_of")
         if best_of is not None and best_of != attrs.get("n", 1):
             raise serializers.ValidationError({"best_of": "best_of must equal n on this server."})
-        if attrs.get("echo") and attrs.get("logprobs") is not None:
+        if attrs.get("max_tokens") == 0 and not attrs.get("echo"):
             raise serializers.ValidationError(
-                {"echo": "echo together with logprobs is not supported by this server."}
+                {
+                    "max_tokens": "max_tokens 0 needs echo: it asks for the prompt back (with "
+                    "logprobs, scored) and nothing generated."
+                }
             )
         return attrs

@@ -75,7 +75,9 @@ def resumed_request(
             max_tokens=max_tokens,
             min_tokens=max(0, sampling.min_tokens - done),
             seed=None if sampling.seed is None else sampling.seed + index,
-            prompt_logprobs=None,
+            # The prompt's own logprobs come with a sample's first tokens: asked again only
+            # when the lost engine sent none (its prompt is then the original's).
+            prompt_logprobs=None if done else sampling.prompt_logprobs,
         ),
         resumed_output_tokens=done,
     )
@@ -121,7 +123,6 @@ class Failover:
                 index=samples[0],
                 num_prompt_tokens=0,
                 num_cached_tokens=0,
-                prompt_logprobs=None,
             )
         if not delta.error and 0 <= delta.index < len(self.produced):
             self.produced[delta.index].extend(delta.new_token_ids)

@@ -27,7 +27,7 @@ class TokenLogprob:
 
     token_id: int
     token: str
-    logprob: float
+    logprob: float | None  # None only for a prompt's first token, which nothing predicts
     top: list[tuple[int, str, float]] = field(default_factory=list)
 
 
@@ -44,7 +44,9 @@ class GenerationChunk:
     prompt_tokens: int
     completion_tokens: int  # cumulative for this index
     cached_tokens: int
-    prompt_logprobs: list[TokenLogprob | None] | None = None
+    # Each prompt token's logprob (the first one's None) when the request asked for them:
+    # on the sample's first chunk only.
+    prompt_logprobs: list[TokenLogprob] | None = None
     # Engine-side intervals, on the final chunk of a sample (None when the engine sent none);
     # the queue time includes the wait in the API process for the tenant's turn.
     queue_time: float | None = None
@@ -115,7 +117,7 @@ class _SampleOutput:
         logprob = req.token_texts.logprob
         prompt_logprobs = None
         if delta.prompt_logprobs is not None:
-            prompt_logprobs = [None if lp is None else logprob(lp) for lp in delta.prompt_logprobs]
+            prompt_logprobs = req.prompt_logprobs(delta.prompt_logprobs)
         return GenerationChunk(
             index=self.index,
             text=update.text,
@@ -170,3 +172,13 @@ class RequestOutputProcessor:
 
     def process(self, delta: protocol.RequestDelta) -> GenerationChunk | None:
         return self.samples[delta.index].apply(delta, self)
+
+    def prompt_logprobs(self, entries: list) -> list[TokenLogprob]:
+        """The engine's prompt logprobs (None for the first token) with each token's text."""
+        first = self.prompt_token_ids[0]
+        return [
+            TokenLogprob(first, self.token_texts(first), None)
+            if lp is None
+            else self.token_texts.logprob(lp)
+            for lp in entries
+        ]

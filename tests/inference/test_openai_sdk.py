@@ -301,3 +301,50 @@ def test_logit_bias_and_allowed_token_ids_through_the_sdk(platform):
         with pytest.raises(openai.BadRequestError) as refused:
             client.completions.create(prompt="The list", extra_body={field: value}, **common)
         assert refused.value.body["param"] == field
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_eval_harnesses_ask(platform):
+    """lm-evaluation-harness and perplexity scripts send echo with logprobs (max_tokens 0 or 1)
+    and read the prompt's token logprobs: the first null, each a logprob its top alternatives
+    bound, the generated tokens after them as a request without echo gives them."""
+    client = platform.sdk()
+    tokenizer = ChatTokenizer(platform.checkpoint)
+    prompt = "The list of things"
+    num_prompt = len(tokenizer.encode(prompt))
+    common = dict(model=platform.chat_model, prompt=prompt, logprobs=2, temperature=0)
+    scored = client.completions.create(**common, echo=True, max_tokens=0)
+    (choice,) = scored.choices
+    lp = choice.logprobs
+    assert choice.text == prompt and choice.finish_reason == "length"
+    assert scored.usage.completion_tokens == 0 and scored.usage.prompt_tokens == num_prompt
+    assert len(lp.tokens) == num_prompt and "".join(lp.tokens).endswith("things")
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None and lp.text_offset[0] == 0
+    for logprob, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:], strict=True):
+        assert logprob <= 0 and len(top) == 2 and logprob <= max(top.values()) + 1e-5
+
+    ignore_eos = {"ignore_eos": True}
+    plain = client.completions.create(**common, max_tokens=3, extra_body=ignore_eos)
+    echoed = client.completions.create(**common, max_tokens=3, echo=True, extra_body=ignore_eos)
+    both = echoed.choices[0].logprobs
+    assert echoed.choices[0].text == prompt + plain.choices[0].text
+    assert both.token_logprobs[1:num_prompt] == pytest.approx(lp.token_logprobs[1:], abs=1e-4)
+    assert both.tokens[num_prompt:] == plain.choices[0].logprobs.tokens
+    assert both.token_logprobs[num_prompt:] == pytest.approx(
+        plain.choices[0].logprobs.token_logprobs, abs=1e-4
+    )
+    assert both.text_offset[num_prompt] == len(prompt)
+
+    stream = list(
+        client.completions.create(
+            **common, max_tokens=3, echo=True, stream=True, extra_body=ignore_eos
+        )
+    )
+    parts = [c.choices[0] for c in stream if c.choices]
+    assert "".join(p.text for p in parts) == echoed.choices[0].text
+    streamed = [t for p in parts if p.logprobs for t in p.logprobs.tokens]
+    assert streamed == both.tokens
+    offsets = [o for p in parts if p.logprobs for o in p.logprobs.text_offset]
+    assert offsets == both.text_offset
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(**common, max_tokens=0)  # nothing to give without echo
+    assert refused.value.body["param"] == "max_tokens"

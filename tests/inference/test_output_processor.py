@@ -8,7 +8,7 @@ from engine import protocol
 from engine.protocol import SamplingOptions
 from engine.text.tokenizer import ChatTokenizer
 from inference.transport.engine_request import EngineRequest, OutputOptions
-from inference.transport.output_processor import RequestOutputProcessor, TokenLogprob
+from inference.transport.output_processor import RequestOutputProcessor, TokenLogprob, TokenTexts
 
 PROMPT = [44, 402, 351]  # "Hello"
 IM_END = "<|im_end|>"
@@ -195,13 +195,13 @@ def test_logprobs_carry_token_texts(processor, tokenizer):
     assert processor().process(delta(ids)).logprobs is None  # not asked for
 
 
-def test_prompt_logprobs_carry_token_texts(processor):
+def test_prompt_logprobs_carry_token_texts(processor, tokenizer):
     first = protocol.TokenLogprob(402, -1.0, top_ids=[402], top_logprobs=[-1.0])
     chunk = processor().process(
         delta([5], prompt_logprobs=[None, first, protocol.TokenLogprob(351, -2.0)])
     )
     assert chunk.prompt_logprobs == [
-        None,
+        TokenLogprob(PROMPT[0], TokenTexts(tokenizer)(PROMPT[0]), None),  # nothing predicts it
         TokenLogprob(402, "el", -1.0, [(402, "el", -1.0)]),
         TokenLogprob(351, "lo", -2.0, []),
     ]

@@ -159,6 +159,14 @@ def test_text_output_fields_are_accepted():
         validate_body(ChatCompletionRequestSerializer, _chat(**fields))
 
 
+def test_max_tokens_zero_is_a_completion_with_echo_only():
+    prompt = {"model": "m", "prompt": "x", "max_tokens": 0}
+    body = validate_body(CompletionRequestSerializer, {**prompt, "echo": True, "logprobs": 1})
+    assert body["max_tokens"] == 0 and body["echo"] is True
+    assert _error(CompletionRequestSerializer, prompt).param == "max_tokens"
+    assert _error(ChatCompletionRequestSerializer, _chat(max_tokens=0)).param == "max_tokens"
+
+
 def test_stream_options_need_stream():
     error = _error(
         ChatCompletionRequestSerializer,
