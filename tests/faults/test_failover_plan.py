@@ -1,5 +1,6 @@
 """The re-submission a failover sends (inference/transport/failover.py), checked on the message itself:
-prompt + delivered tokens, the budget left, the sample's own seed, no prompt logprobs again."""
+prompt + delivered tokens, the budget left, the sample's own seed, no prompt logprobs again
+once some were delivered."""
 
 from __future__ import annotations
 
@@ -48,6 +49,14 @@ def test_sample_of_n_resumes_alone_with_its_own_seed():
     assert resumed.sampling.max_tokens is None
     assert resumed.sampling.min_tokens == 0
     assert resumed.sampling.temperature == 0.7
+
+
+def test_a_sample_lost_before_its_first_token_asks_for_the_prompt_logprobs_again():
+    """They come with a sample's first tokens: lost with none delivered, an echo with
+    logprobs would lack them, and the resumed prompt is the original's, so they still fit."""
+    resumed = resumed_request(_original(prompt_logprobs=2), 0, [], attempt=1)
+    assert resumed.sampling.prompt_logprobs == 2
+    assert resumed.prompt_token_ids == [1, 2, 3]
 
 
 def test_nothing_left_to_generate_means_no_resubmission():
