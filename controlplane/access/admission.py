@@ -15,7 +15,9 @@ import logging
 import math
 import os
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from controlplane.access.principals import AccessError, Principal
 from controlplane.access.ratelimit import RateLimiter, ratelimit_headers
@@ -26,6 +28,7 @@ from controlplane.usage.spool import spool
 from engine.redis_outage import TRANSPORT_ERRORS
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["Admission", "admit", "check_request_limits", "finish", "finish_pending"]
 
@@ -105,6 +108,18 @@ def _over_spend_budget(limits, reason: str, headers: dict) -> AccessError:
     )
 
 
+async def _limiter_decision(call: Awaitable[T]) -> T:
+    """The limiter's answer, or the 503 that says it cannot answer now."""
+    try:
+        return await call
+    except TRANSPORT_ERRORS as exc:  # Redis away: a line per request, not a traceback each
+        logger.warning("rate limiter unavailable: %s", exc)
+        raise _limiter_unavailable() from exc
+    except Exception as exc:
+        logger.exception("rate limiter unavailable")
+        raise _limiter_unavailable() from exc
+
+
 def _limiter_unavailable() -> AccessError:
     return AccessError(
         "The rate limiter is unavailable; try again shortly.",
@@ -120,16 +135,14 @@ async def check_request_limits(principal: Principal, *, model: str) -> None:
     or tokens left this minute, concurrency or budget used up), reserving nothing."""
     if principal.limits.unlimited:
         return
-    try:
-        decision = await _limiter.peek(
+    decision = await _limiter_decision(
+        _limiter.peek(
             async_redis(),
             tenant_id=principal.tenant_id,
             limits=principal.limits,
             key_prefix=principal.key_prefix,
         )
-    except Exception as exc:
-        logger.exception("rate limiter unavailable")
-        raise _limiter_unavailable() from exc
+    )
     if not decision.admitted:
         headers = ratelimit_headers(principal.limits, decision)
         raise _rate_limited(principal, model, decision, headers)
@@ -159,8 +172,8 @@ async def admit(
     )
     if principal.limits.unlimited:
         return admission
-    try:
-        decision = await _limiter.acquire(
+    decision = await _limiter_decision(
+        _limiter.acquire(
             async_redis(),
             tenant_id=principal.tenant_id,
             limits=principal.limits,
@@ -168,9 +181,7 @@ async def admit(
             ticket=admission.request_id,
             key_prefix=principal.key_prefix,
         )
-    except Exception as exc:
-        logger.exception("rate limiter unavailable")
-        raise _limiter_unavailable() from exc
+    )
     headers = ratelimit_headers(principal.limits, decision)
     if not decision.admitted:
         raise _rate_limited(principal, model, decision, headers)

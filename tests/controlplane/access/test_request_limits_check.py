@@ -6,6 +6,8 @@ minute, at the concurrency limit, over budget) and reserves nothing.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from controlplane.access import admission as admission_policy
@@ -70,3 +72,17 @@ async def test_a_tenant_over_budget_gets_insufficient_quota(redis_client):
 async def test_an_unlimited_tenant_costs_no_redis_round_trip(redis_client):
     await _check(_principal())
     assert not [k for k in redis_client.keys("*") if b":rl:" in k]
+
+
+async def test_redis_away_is_a_503_with_one_log_line_not_a_traceback(settings, caplog):
+    """Every request of a limited tenant asks the limiter: an outage must not log a
+    traceback per request (docs/operations.md, "Failure modes")."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    principal = _principal(requests_per_minute=5)
+    with caplog.at_level(logging.WARNING, logger="controlplane.access.admission"):
+        for attempt in (_check(principal), _admit(principal)):
+            with pytest.raises(AccessError) as info:
+                await attempt
+            assert info.value.status == 503 and info.value.headers["retry-after"] == "1"
+    lines = [r for r in caplog.records if "rate limiter unavailable" in r.getMessage()]
+    assert len(lines) == 2 and all(r.exc_info is None for r in lines)
