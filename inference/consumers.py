@@ -16,10 +16,10 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
 from controlplane.access.principals import AccessError, Principal
-from engine.redis_outage import TRANSPORT_ERRORS, OutageLog
+from controlplane.common.outages import DATA_OUTAGE_ERRORS
+from engine.redis_outage import OutageLog
 from inference import credentials
 from inference.catalog import visible_models
 from inference.errors import ApiError, error_from_exception, invalid_request
@@ -32,9 +32,6 @@ from inference.responses.stream import generation_events
 from inference.schemas.validation import parse_json_body
 
 logger = logging.getLogger(__name__)
-
-# What a credential check fails on while the database or Redis is away.
-OUTAGE_ERRORS = (OperationalError, InterfaceError, *TRANSPORT_ERRORS)
 
 # Message type -> its planner; the type is also the scope a key needs for it, as over HTTP.
 PLANNERS: dict[str, Planner] = {
@@ -205,7 +202,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 if exc.status == 401 and credential is self.credential:
                     await self._end_session(exc)
                 continue
-            except OUTAGE_ERRORS as exc:
+            except DATA_OUTAGE_ERRORS as exc:
                 outage.failed(exc)
                 continue
             except Exception:  # a bug: told in full, and the socket keeps serving

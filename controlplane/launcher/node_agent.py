@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from controlplane.common.engine_statuses import find_engine_statuses
+from controlplane.common.outages import DATA_OUTAGE_ERRORS
 from controlplane.fleet.agent_writes import (
     node_heartbeat,
     node_leave,
@@ -52,6 +53,7 @@ from controlplane.launcher.engine_launch import engine_environment, engine_optio
 from controlplane.launcher.process_commands import REPO, run_engine_command
 from controlplane.launcher.supervisor import Child, Supervisor
 from engine.protocol import Keys
+from engine.redis_outage import TRANSPORT_ERRORS, OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -153,12 +155,17 @@ class NodeAgent:
             return
         beating = threading.Thread(target=self._beat, args=(stop,), daemon=True)
         beating.start()
+        # The database or Redis away: a line when the outage starts and one when it ends,
+        # not a traceback every beat. The agent keeps its engines and tries again each beat.
+        outage = OutageLog(logger, "agent step", service="the database or Redis")
         try:
             while not stop.is_set():
                 try:
                     self.step()
-                except Exception:  # the database or Redis away, a log folder unwritable:
-                    # the agent keeps its engines and tries again next beat.
+                    outage.answered()
+                except DATA_OUTAGE_ERRORS as exc:
+                    outage.failed(exc)
+                except Exception:  # a log folder unwritable, a bug: told in full, retried
                     logger.exception("agent step failed; retrying")
                 stop.wait(self.config.heartbeat_s)
         finally:
@@ -174,9 +181,13 @@ class NodeAgent:
         return self.node is not None
 
     def _beat(self, stop: threading.Event) -> None:
+        outage = OutageLog(logger, "heartbeat")
         while not stop.is_set():
             try:
                 node_beat(self.client, self.config.name, ttl_s=self.config.node_ttl_s)
+                outage.answered()
+            except TRANSPORT_ERRORS as exc:
+                outage.failed(exc)
             except redis.RedisError:
                 logger.warning("heartbeat failed", exc_info=True)
             stop.wait(self.config.heartbeat_s)

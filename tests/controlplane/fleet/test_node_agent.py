@@ -4,12 +4,16 @@ test. test_agents.py runs real agents with real engines."""
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
+import redis
 from django.conf import settings
+from django.db import OperationalError
 
 from controlplane.deployments.models import ServedModel
 from controlplane.fleet import services
@@ -268,3 +272,63 @@ def test_shutdown_waits_one_drain_timeout_for_all_engines_then_kills_them(
     assert not any(child.running() for child in children)
     bound = 0.5 + node_agent.ENGINE_KILL_MARGIN_S
     assert bound - 0.5 <= took < bound + 3  # one shared deadline, not three in a row
+
+
+def _run_for(target, stop, seconds: float) -> None:
+    thread = threading.Thread(target=target, args=(stop,))
+    thread.start()
+    time.sleep(seconds)
+    stop.set()
+    thread.join(5)
+
+
+def test_a_redis_outage_is_two_lines_in_the_heartbeat_log_not_a_traceback_a_beat(agent, caplog):
+    agent.config.heartbeat_s = 0.02
+    real, stop = agent.client, threading.Event()
+    agent.client = redis.Redis(port=1)  # nothing listens on port 1
+    beating = threading.Thread(target=agent._beat, args=(stop,))
+
+    def lines():
+        return [r for r in caplog.records if r.getMessage().startswith("heartbeat")]
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(lines()) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    with caplog.at_level(logging.INFO, logger="controlplane.launcher.node_agent"):
+        beating.start()
+        wait_for(1)
+        time.sleep(0.3)  # more beats fail meanwhile: no more lines
+        agent.client = real  # Redis is back
+        wait_for(2)
+        stop.set()
+        beating.join(5)
+    lines = lines()
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO]
+    assert all(r.exc_info is None for r in lines)
+    assert "ConnectionError" in lines[0].getMessage()
+    assert "Redis answers again" in lines[1].getMessage()
+
+
+def test_steps_that_fail_on_the_database_or_redis_log_the_outage_once_and_its_end(
+    agent, monkeypatch, caplog
+):
+    agent.config.heartbeat_s = 0.02
+    outcomes = iter([redis.ConnectionError("Redis is loading"), OperationalError("db locked")] * 5)
+
+    def step():
+        failure = next(outcomes, None)
+        if failure is not None:
+            raise failure
+
+    monkeypatch.setattr(agent, "step", step)
+    monkeypatch.setattr(agent, "_registered", lambda: True)
+    monkeypatch.setattr(agent, "_beat", lambda stop: None)
+    monkeypatch.setattr(agent, "shutdown", lambda: None)
+    with caplog.at_level(logging.INFO, logger="controlplane.launcher.node_agent"):
+        _run_for(agent.run, threading.Event(), 0.5)  # ten failing steps, then good ones
+    lines = [r for r in caplog.records if r.getMessage().startswith("agent step")]
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO]
+    assert all(r.exc_info is None for r in lines)
+    assert "the database or Redis answers again" in lines[1].getMessage()
