@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inference.formatters.base import EngineItem, EventsFormatter
+from inference.formatters.chat import chat_logprobs
 from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.responses import objects
 from inference.responses.context import ResponseContext, new_item_id
@@ -37,6 +38,14 @@ class ResponsesFormatter(EventsFormatter):
         self._calls: dict[int, int] = {}  # parser's call index -> output index
         self._arguments: dict[int, list[str]] = {}
         self._held = ""  # whitespace before any message, while tools are parsed
+        # The answer's token logprobs (include "message.output_text.logprobs"): given where
+        # each token's text is plain answer, so not with tools parsed or a thinking model's
+        # answer split from its thinking; those come back without them.
+        self._with_logprobs = (
+            self.context.logprobs and self._parser is None and plan.reasoning is None
+        )
+        self._logprobs: list[dict[str, Any]] = []  # the open message's, so far
+        self._pending: list[dict[str, Any]] = []  # of tokens whose text is still to come
         self.final: dict[str, Any] | None = None
 
     # Events ----------------------------------------------------------------------------------
@@ -121,17 +130,26 @@ class ResponsesFormatter(EventsFormatter):
     def _text(self, text: str) -> list[dict]:
         events = self._open_message() if self._message is None else []
         self._texts.append(text)  # joined once, when the message closes
+        logprobs, self._pending = self._pending, []
+        self._logprobs.extend(logprobs)
         item = self.output[self._message]
         fields = dict(item_id=item["id"], output_index=self._message, content_index=0)
-        events.append(self.event("response.output_text.delta", **fields, delta=text, logprobs=[]))
+        events.append(
+            self.event("response.output_text.delta", **fields, delta=text, logprobs=logprobs)
+        )
         return events
 
     def _close_message(self, status: str) -> list[dict]:
         if self._message is None:
             return []
         index, self._message = self._message, None
+        # Tokens whose text never came (a stop string held, then cut) are not the answer's.
+        logprobs, self._logprobs, self._pending = self._logprobs, [], []
         part = objects.output_text_part("".join(self._texts))
-        return self._item_done(index, status, part, "response.output_text.done", logprobs=[])
+        part["logprobs"] = logprobs
+        return self._item_done(
+            index, status, part, "response.output_text.done", logprobs=copy.deepcopy(logprobs)
+        )
 
     def _call_start(self, call: ToolCallStart) -> list[dict]:
         events = self._close_reasoning("completed") + self._close_message("completed")
@@ -231,6 +249,8 @@ class ResponsesFormatter(EventsFormatter):
             if chunk.reasoning:
                 for event in self._think(chunk.reasoning):
                     yield event
+            if self._with_logprobs and chunk.logprobs:
+                self._pending.extend(chat_logprobs(chunk.logprobs)["content"])
             if not chunk.text:
                 continue
             if self._parser is None:

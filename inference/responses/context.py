@@ -36,6 +36,10 @@ class ResponseContext:
     top_p: float | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    # include "message.output_text.logprobs": the answer's token logprobs, each with
+    # ``top_logprobs`` alternatives (echoed as given).
+    logprobs: bool = False
+    top_logprobs: int = 0
     # The request's ``reasoning`` ({"effort", "summary"}), echoed as given.
     reasoning: dict[str, Any] = field(default_factory=lambda: {"effort": None, "summary": None})
     id: str = field(default_factory=new_response_id)

@@ -56,7 +56,7 @@ def response_object(
         "text": context.text,
         "tool_choice": context.tool_choice,
         "tools": [{**tool, "strict": tool.get("strict", True)} for tool in context.tools],
-        "top_logprobs": 0,
+        "top_logprobs": context.top_logprobs,
         "top_p": 1.0 if context.top_p is None else context.top_p,
         "truncation": "disabled",
         "usage": usage,

@@ -51,6 +51,10 @@ CHAT_TO_RESPONSES = {
 }
 
 
+# The ``include`` value that asks for the answer's token logprobs.
+OUTPUT_TEXT_LOGPROBS = "message.output_text.logprobs"
+
+
 def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     function = {"name": tool["name"]}
     for name in ("description", "parameters", "strict"):
@@ -87,6 +91,8 @@ def chat_body(body: dict[str, Any], context: ResponseContext) -> dict[str, Any]:
         chat["response_format"] = _response_format(text_format)
     if context.reasoning.get("effort") is not None:
         chat["reasoning_effort"] = context.reasoning["effort"]
+    if context.logprobs:
+        chat["logprobs"], chat["top_logprobs"] = True, context.top_logprobs
     return chat
 
 
@@ -108,6 +114,8 @@ def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> R
         top_p=body.get("top_p"),
         metadata=dict(body.get("metadata") or {}),
         user=body.get("user"),
+        logprobs=OUTPUT_TEXT_LOGPROBS in (body.get("include") or ()),
+        top_logprobs=body.get("top_logprobs") or 0,
         reasoning={
             "effort": (body.get("reasoning") or {}).get("effort"),
             "summary": (body.get("reasoning") or {}).get("summary"),

@@ -13,7 +13,7 @@ from inference.schemas.fields import (
     StrictCharField,
     StrictIntegerField,
 )
-from inference.schemas.sampling import SamplingFields
+from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingFields
 from inference.schemas.structured import StructuredOutputsSerializer
 
 MAX_TOOLS = 128
@@ -191,6 +191,14 @@ class ResponsesRequestSerializer(SamplingFields):
     )
     truncation = serializers.ChoiceField(
         choices=["disabled", "auto"], required=False, allow_null=True
+    )
+    # "message.output_text.logprobs" gives the answer's token logprobs (top_logprobs
+    # alternatives each); other values name what this server does not make, and are ignored.
+    include = serializers.ListField(
+        child=StrictCharField(max_length=128), required=False, allow_null=True, max_length=16
+    )
+    top_logprobs = StrictIntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_TOP_LOGPROBS
     )
 
     def validate_metadata(self, value):

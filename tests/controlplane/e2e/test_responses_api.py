@@ -421,3 +421,36 @@ def test_a_named_function_call_streams_its_arguments(live_platform, tenants):
     [done] = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert "".join(deltas) == done.arguments == call.arguments
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_output_text_logprobs_come_when_included(live_platform, tenants):
+    """include "message.output_text.logprobs" with top_logprobs: each answer token's logprob
+    and alternatives, in the output_text part and, streamed, on the deltas that carry it."""
+    client = _client(live_platform, tenants[0])
+    asked = dict(
+        model=MODEL,
+        input="Count.",
+        max_output_tokens=6,
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+        **GREEDY,
+    )
+    whole = client.responses.create(**asked)
+    (part,) = whole.output[0].content
+    assert whole.top_logprobs == 2 and len(part.logprobs) == whole.usage.output_tokens == 6
+    for entry in part.logprobs:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 2
+        assert entry.logprob == pytest.approx(max(t.logprob for t in entry.top_logprobs), abs=1e-4)
+    with client.responses.stream(**asked) as stream:
+        events = list(stream)
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    streamed = [entry for d in deltas for entry in d.logprobs]
+    assert [e.token for e in streamed] == [e.token for e in part.logprobs]
+    (done,) = [e for e in events if e.type == "response.output_text.done"]
+    assert [e.token for e in done.logprobs] == [e.token for e in part.logprobs]
+    plain = client.responses.create(
+        **{k: v for k, v in asked.items() if k not in ("include", "top_logprobs")}
+    )
+    assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs == 0
+    other = client.responses.create(**{**asked, "include": ["reasoning.encrypted_content"]})
+    assert other.output[0].content[0].logprobs == []  # asked for something else: ignored
