@@ -19,7 +19,7 @@ from controlplane.batches.selectors import batch_get, batch_result_counts, file_
 from controlplane.batches.storage import file_storage
 from controlplane.common.api_error import ApiError
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}
 # A queued batch (no worker yet) is sent again if no worker took it in this long.
 QUEUED_GRACE = timedelta(minutes=10)

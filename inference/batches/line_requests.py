@@ -18,8 +18,14 @@ from inference.embedding_use_case import create_embeddings
 from inference.errors import error_from_exception, invalid_request
 from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation
+from inference.responses.planning import prepare_response
+from inference.responses.stream import create_response
 
-PLANNERS = {"/v1/chat/completions": prepare_chat, "/v1/completions": prepare_completion}
+PLANNERS = {
+    "/v1/chat/completions": prepare_chat,
+    "/v1/completions": prepare_completion,
+    "/v1/responses": prepare_response,
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ async def _generate(endpoint: str, principal: Principal, body: dict, batch_id: s
     generation.plan.priority = settings.BATCH_ENGINE_PRIORITY
     generation.plan.service_class = "batch"  # after every interactive request (fair policy)
     await generation.open()
+    if endpoint == "/v1/responses":  # stored, as the endpoint stores it (unless store: false)
+        return await create_response(generation)
     return await generation.response()
 
 

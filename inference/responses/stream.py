@@ -1,4 +1,5 @@
-"""A Responses generation's stream events, with the finished response stored on the way."""
+"""A Responses generation's answer, whole or as stream events, with the finished response
+stored on the way (unless the request said ``store: false``)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,10 @@ def generation_events(generation: Generation) -> AsyncIterator[dict[str, Any]]:
     if generation.plan.kind == "response":
         return StoredEvents(generation)
     return generation.events()
+
+
+async def create_response(generation: Generation) -> dict[str, Any]:
+    """The whole response, stored unless the request said ``store: false``."""
+    response = await generation.response()
+    await store_response(generation.plan.response, response)
+    return response

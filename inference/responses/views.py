@@ -11,17 +11,10 @@ from inference.generation.use_case import Generation
 from inference.responses import objects, schema
 from inference.responses.planning import prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
-from inference.responses.storage import delete_response, store_response, stored_response
-from inference.responses.stream import StoredEvents
+from inference.responses.storage import delete_response, stored_response
+from inference.responses.stream import StoredEvents, create_response
 from inference.sse import TypedEventsBody
 from inference.views.base import AsyncApiView, event_stream, json_response
-
-
-async def create_response(generation: Generation) -> dict[str, Any]:
-    """The whole response, stored unless the request said ``store: false``."""
-    response = await generation.response()
-    await store_response(generation.plan.response, response)
-    return response
 
 
 class ResponsesView(AsyncApiView):

@@ -62,7 +62,7 @@ def test_a_batch_needs_its_three_strings_and_values_the_server_runs(client, auth
             assert _error(create(**{name: bad})) == (message, name), (name, bad)
     assert _error(create(endpoint="/v1/nope")) == (
         "Unsupported endpoint '/v1/nope'; batches run /v1/chat/completions, /v1/completions, "
-        "/v1/embeddings.",
+        "/v1/embeddings, /v1/responses.",
         "endpoint",
     )
     assert _error(create(completion_window="1h")) == (

@@ -289,3 +289,30 @@ def test_a_file_over_the_json_body_cap_uploads_downloads_byte_for_byte_and_delet
     assert deleted.deleted and deleted.id == uploaded.id
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(uploaded.id)
+
+
+def test_a_responses_batch_answers_response_objects_and_stores_them(batch_platform):
+    client = _client(batch_platform, "a")
+
+    def line(custom_id: str, **fields) -> str:
+        body = {"model": MODEL, "input": f"About {custom_id}", "max_output_tokens": 3, **fields}
+        return json.dumps(
+            {"custom_id": custom_id, "method": "POST", "url": "/v1/responses", "body": body}
+        )
+
+    lines = [line("kept"), line("unstored", store=False), line("bad", max_output_tokens=0)]
+    batch = client.batches.create(
+        input_file_id=_upload(client, lines).id, endpoint="/v1/responses", completion_window="24h"
+    )
+    done = _wait_status(client, batch.id, {"completed", "failed"}, timeout=120)
+    assert done.status == "completed" and done.request_counts.failed == 1, done
+    bodies = {o["custom_id"]: o["response"]["body"] for o in _jsonl(client, done.output_file_id)}
+    assert {b["object"] for b in bodies.values()} == {"response"}
+    assert (
+        client.responses.retrieve(bodies["kept"]["id"]).output_text
+        == (bodies["kept"]["output"][0]["content"][0]["text"])
+    )
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(bodies["unstored"]["id"])
+    (error,) = _jsonl(client, done.error_file_id)
+    assert error["custom_id"] == "bad" and error["response"]["status_code"] == 400
