@@ -149,7 +149,10 @@ class NodeAgent:
         """Step every beat until ``stop`` is set, then shut down. The Redis heartbeat has its
         own thread, so a step slowed by the database (SQLite waits on other writers' locks)
         does not make the node look lost."""
-        while not self._registered() and not stop.wait(self.config.heartbeat_s):
+        outage = OutageLog(
+            logger, f"registering node {self.config.name}", service="the database or Redis"
+        )
+        while not self._registered(outage) and not stop.wait(self.config.heartbeat_s):
             pass
         if self.node is None:
             return
@@ -173,9 +176,12 @@ class NodeAgent:
             beating.join()
             self.shutdown()
 
-    def _registered(self) -> bool:
+    def _registered(self, outage: OutageLog) -> bool:
         try:
             self.register()
+            outage.answered()
+        except DATA_OUTAGE_ERRORS as exc:  # an agent started before the database or Redis
+            outage.failed(exc)
         except (DatabaseError, redis.RedisError):
             logger.warning("registering node %s failed; retrying", self.config.name, exc_info=True)
         return self.node is not None

@@ -323,7 +323,7 @@ def test_steps_that_fail_on_the_database_or_redis_log_the_outage_once_and_its_en
             raise failure
 
     monkeypatch.setattr(agent, "step", step)
-    monkeypatch.setattr(agent, "_registered", lambda: True)
+    monkeypatch.setattr(agent, "_registered", lambda outage: True)
     monkeypatch.setattr(agent, "_beat", lambda stop: None)
     monkeypatch.setattr(agent, "shutdown", lambda: None)
     with caplog.at_level(logging.INFO, logger="controlplane.launcher.node_agent"):
@@ -332,3 +332,31 @@ def test_steps_that_fail_on_the_database_or_redis_log_the_outage_once_and_its_en
     assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO]
     assert all(r.exc_info is None for r in lines)
     assert "the database or Redis answers again" in lines[1].getMessage()
+
+
+@pytest.mark.django_db(transaction=True)  # the agent registers from its own thread
+def test_an_agent_started_before_redis_registers_once_it_answers_with_two_log_lines(
+    agent, monkeypatch, caplog
+):
+    agent.config.heartbeat_s = 0.02
+    agent.node, real, stop = None, agent.client, threading.Event()
+    agent.client = redis.Redis(port=1)  # nothing listens on port 1
+    monkeypatch.setattr(agent, "step", lambda: None)
+    monkeypatch.setattr(agent, "_beat", lambda stop: None)
+    monkeypatch.setattr(agent, "shutdown", lambda: None)
+    running = threading.Thread(target=agent.run, args=(stop,))
+    with caplog.at_level(logging.INFO, logger="controlplane.launcher.node_agent"):
+        running.start()
+        deadline = time.monotonic() + 10
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # more attempts fail meanwhile: no more lines
+        agent.client = real
+        while agent.node is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stop.set()
+        running.join(5)
+    assert agent.node is not None
+    lines = [r for r in caplog.records if r.getMessage().startswith("registering node n1")]
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO]
+    assert all(r.exc_info is None for r in lines)
