@@ -48,6 +48,16 @@ class OutageLog:
             self.failing_since = None
 
 
+def warn_failure(logger: logging.Logger, exc: BaseException, message: str, *args) -> None:
+    """``message`` as a warning for a call that failed and is not retried here: Redis away
+    gives one line with the error (the outage is told on the request path already, and a
+    traceback at every call would bury it), anything else its traceback (a bug)."""
+    if isinstance(exc, TRANSPORT_ERRORS):
+        logger.warning(f"{message}: %s", *args, exc)
+    else:
+        logger.warning(message, *args, exc_info=exc)
+
+
 def _one_line(exc: Exception) -> str:
     """The error's class and first line: a database driver's message can span several."""
     text = str(exc).strip().splitlines()

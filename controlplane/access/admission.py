@@ -25,7 +25,7 @@ from controlplane.billing.money import currency
 from controlplane.common.redis_clients import async_redis, sync_redis
 from controlplane.usage.events import UsageEvent, encode_event, new_event_id, usage_queue_key
 from controlplane.usage.spool import spool
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import TRANSPORT_ERRORS, warn_failure
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -263,10 +263,8 @@ async def _record(admission: Admission, event: UsageEvent, used: int) -> None:
 def _replay_spool() -> None:
     try:
         spool.replay(lambda lines: sync_redis().rpush(usage_queue_key(), *lines))
-    except TRANSPORT_ERRORS as exc:  # Redis gone again: the next request's finish retries
-        logger.warning("spooled usage events not replayed yet: %s", exc)
-    except Exception:
-        logger.warning("spooled usage events not replayed yet", exc_info=True)
+    except Exception as exc:  # Redis gone again: the next request's finish retries
+        warn_failure(logger, exc, "spooled usage events not replayed yet")
 
 
 async def finish_pending() -> None:

@@ -38,7 +38,7 @@ from controlplane.common.redis_clients import async_redis
 from controlplane.tenants.key_secrets import prefix_of, secret_matches
 from controlplane.tenants.selectors import KeyRecord, key_record_for
 from controlplane.tenants.services import last_used_redis_key, tenant_get_or_create_playground
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -251,12 +251,8 @@ async def key_principal(
     if _last_used_due(principal.key_id):
         try:
             await async_redis().hset(last_used_redis_key(), principal.key_id, int(time.time()))
-        except TRANSPORT_ERRORS as exc:
-            # One line: Redis being away is told by the request path already, and a
-            # traceback per key every 30 s would bury it.
-            logger.warning("could not record last use of %s: %s", principal.key_prefix, exc)
-        except Exception:
-            logger.warning("could not record last use of %s", principal.key_prefix, exc_info=True)
+        except Exception as exc:
+            warn_failure(logger, exc, "could not record last use of %s", principal.key_prefix)
     return principal
 
 

@@ -15,7 +15,7 @@ from controlplane.deployments.selectors import served_models_by_name
 from controlplane.fleet.liveness import live_node_names, node_is_live
 from controlplane.fleet.models import ACTIVE_STATES, Deployment, Node, Replica
 from controlplane.fleet.placement import GIB, Need, NodeRoom, replica_memory_bytes
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +100,8 @@ def nodes_live() -> set[str] | None:
     (the admin then says "unknown" rather than calling every node dead)."""
     try:
         return live_node_names(sync_redis())
-    except TRANSPORT_ERRORS as exc:  # Redis away: a line (each scrape), not a traceback
-        logger.warning("fleet: cannot read node heartbeats from Redis: %s", exc)
-        return None
-    except redis.RedisError:
-        logger.warning("fleet: cannot read node heartbeats from Redis", exc_info=True)
+    except redis.RedisError as exc:
+        warn_failure(logger, exc, "fleet: cannot read node heartbeats from Redis")
         return None
 
 

@@ -19,7 +19,7 @@ from prometheus_client.utils import floatToGoString
 from controlplane.common.redis_clients import sync_redis
 from controlplane.fleet.cold_starts import COLD_START_BUCKETS, cold_start_tallies
 from controlplane.metrics.definitions import MetricSpec
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,8 @@ class ColdStartCollector(Collector):
         counter, histogram = self._counter(), self._histogram()
         try:
             tallies = cold_start_tallies(sync_redis())
-        except TRANSPORT_ERRORS as exc:  # Redis away: a line each scrape, not a traceback
-            logger.warning("metrics: cannot read cold starts from Redis: %s", exc)
-            tallies = []
-        except Exception:  # /metrics must still answer
-            logger.warning("metrics: cannot read cold starts from Redis", exc_info=True)
+        except Exception as exc:  # /metrics must still answer
+            warn_failure(logger, exc, "metrics: cannot read cold starts from Redis")
             tallies = []
         for tally in tallies:
             counter.add_metric([tally.model], tally.count)

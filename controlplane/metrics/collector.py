@@ -33,7 +33,7 @@ from controlplane.metrics.cold_start import ColdStartCollector
 from controlplane.metrics.fleet import fleet_families
 from controlplane.metrics.store import MetricKeys, StoredSeries, parse_series_member
 from engine.protocol import EngineStatus, Keys
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +72,8 @@ class PlatformCollector(Collector):
         try:
             statuses = read_engine_statuses(client, Keys(prefix))
             request_series = _read_request_series(client, MetricKeys(prefix))
-        except TRANSPORT_ERRORS as exc:  # Redis away: a line each scrape, not a traceback
-            logger.warning("metrics: cannot read Redis, vllm:* series left out: %s", exc)
-            statuses, request_series = [], []
-        except Exception:  # /metrics must still answer, with django-prometheus's metrics
-            logger.warning("metrics: cannot read Redis, vllm:* series left out", exc_info=True)
+        except Exception as exc:  # /metrics must still answer, with django-prometheus's metrics
+            warn_failure(logger, exc, "metrics: cannot read Redis, vllm:* series left out")
             statuses, request_series = [], []
         yield from _engine_families(statuses)
         yield from _request_families(request_series)

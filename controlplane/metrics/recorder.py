@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from controlplane.common.redis_pools import async_blocking_pool
 from controlplane.metrics import definitions as d
 from controlplane.metrics.store import SEP, HistogramDelta, MetricKeys, series_member
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -128,14 +128,9 @@ class _Writer:
                 try:
                     names, args = batch.script_input(self.keys)
                     await self.script(keys=names, args=args)
-                except TRANSPORT_ERRORS as exc:
-                    # Redis away: the requests themselves are answered 503 meanwhile, and a
-                    # traceback a batch would bury the log of an outage.
+                except Exception as exc:
                     models = ", ".join(sorted(batch.models))
-                    logger.warning("request metrics for model %s dropped: %s", models, exc)
-                except Exception:
-                    models = ", ".join(sorted(batch.models))
-                    logger.warning("request metrics for model %s dropped", models, exc_info=True)
+                    warn_failure(logger, exc, "request metrics for model %s dropped", models)
                 finally:
                     batch.applied.set_result(None)
         finally:

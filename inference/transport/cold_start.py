@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 
 if TYPE_CHECKING:
     from controlplane.fleet.demand import Wake
@@ -62,10 +62,8 @@ class ColdStarts:
 
         try:
             await atouch_used(self.redis, model)
-        except TRANSPORT_ERRORS as exc:  # Redis away: the request path tells it already
-            logger.warning("could not record the last use of %s: %s", model, exc)
-        except Exception:  # the idle clock is not worth failing a request over
-            logger.warning("could not record the last use of %s", model, exc_info=True)
+        except Exception as exc:  # the idle clock is not worth failing a request over
+            warn_failure(logger, exc, "could not record the last use of %s", model)
 
     async def wait_for_engine(self, model: str, ready: Callable[[], Awaitable[bool]]) -> str:
         """Wake ``model``'s scale-to-zero deployment and wait until ``ready()``; "" once it

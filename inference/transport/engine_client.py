@@ -23,7 +23,7 @@ from controlplane.common.redis_pools import async_blocking_pool
 from controlplane.common.tenant_lanes import leave_lane
 from engine import protocol
 from engine.protocol import FIELD, EngineStatus, Keys, SamplingOptions
-from engine.redis_outage import TRANSPORT_ERRORS
+from engine.redis_outage import warn_failure
 from engine.text.detokenizer import Decoder
 from inference.transport.engine_capacity import EngineCapacity, EngineOverloaded, EngineUnavailable
 from inference.transport.engine_request import EngineRequest
@@ -298,7 +298,5 @@ class EngineClient:
     async def _abort_quietly(self, request_id: str) -> None:
         try:
             await self.abort(request_id)
-        except TRANSPORT_ERRORS as exc:  # Redis away: a line, not a traceback
-            logger.warning("could not send abort for %s: %s", request_id, exc)
-        except Exception:
-            logger.warning("could not send abort for %s", request_id, exc_info=True)
+        except Exception as exc:
+            warn_failure(logger, exc, "could not send abort for %s", request_id)
