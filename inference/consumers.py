@@ -28,8 +28,8 @@ from inference.generation.use_case import Generation, Planner
 from inference.messages.errors import anthropic_error
 from inference.messages.planning import prepare_messages
 from inference.responses.planning import prepare_response
-from inference.responses.stream import generation_events
 from inference.schemas.validation import parse_json_body
+from inference.stored_answers import generation_events
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
                 PLANNERS[message_type], principal, {**body, "stream": True}
             )
             await generation.open()
-            events = generation_events(generation)  # a Responses one stores its response
+            events = generation_events(generation)  # stored, if the request asked
             try:
                 async for event in events:
                     if gen_id in self.cancel_requested:

@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from controlplane.common.api_error import ApiError
+from inference.chat_store.views import ChatCompletionDetailView, ChatCompletionMessagesView
 from inference.errors import error_response
 from inference.messages.views import CountTokensView, MessagesView
 from inference.responses.views import ResponseDetailView, ResponseInputItemsView, ResponsesView
@@ -30,6 +31,16 @@ urlpatterns = [
     path("v1/models", ModelListView.as_view(), name="models"),
     path("v1/models/<path:model_id>", ModelDetailView.as_view(), name="model-detail"),
     path("v1/chat/completions", ChatCompletionsView.as_view(), name="chat-completions"),
+    path(
+        "v1/chat/completions/<str:completion_id>",
+        ChatCompletionDetailView.as_view(),
+        name="chat-completion-detail",
+    ),
+    path(
+        "v1/chat/completions/<str:completion_id>/messages",
+        ChatCompletionMessagesView.as_view(),
+        name="chat-completion-messages",
+    ),
     path("v1/completions", CompletionsView.as_view(), name="completions"),
     path("v1/embeddings", EmbeddingsView.as_view(), name="embeddings"),
     path("v1/rerank", RerankView.as_view(), name="rerank"),

@@ -52,15 +52,3 @@ def batch_object(batch: Batch) -> dict:
         },
         "metadata": batch.metadata,
     }
-
-
-def page(objects: list, *, limit: int, render) -> dict:
-    """OpenAI's cursor page; ``objects`` may hold one more than ``limit`` (there is more)."""
-    data = [render(o) for o in objects[:limit]]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(objects) > limit,
-    }

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
-
 from controlplane.batches.models import Batch, BatchResult, StoredFile
 from controlplane.common.api_error import ApiError
+from controlplane.common.cursor_pages import cursor_page
 from controlplane.tenants.selectors import KeyRecord, key_record_for
-
-MAX_PAGE = 100
 
 
 def not_found(kind: str, object_id: str) -> ApiError:
@@ -30,39 +27,17 @@ def batch_get(*, tenant_id: int, batch_id: str) -> Batch:
     return found
 
 
-def _page(queryset: QuerySet, *, after: str | None, limit: int, ascending: bool) -> list:
-    """OpenAI's cursor pages: ``after`` an id of the previous page, newest first by default.
-    One more than ``limit`` is read, to tell whether there is a next page."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise ApiError(f"limit must be between 1 and {MAX_PAGE}.", param="limit")
-    order = ("created_at", "pk") if ascending else ("-created_at", "-pk")
-    queryset = queryset.order_by(*order)
-    if after:
-        anchor = queryset.filter(pk=after).values_list("created_at", flat=True).first()
-        if anchor is None:
-            raise ApiError(f"No such object for `after`: '{after}'", param="after")
-        if ascending:
-            queryset = queryset.filter(created_at__gte=anchor).exclude(
-                created_at=anchor, pk__lte=after
-            )
-        else:
-            queryset = queryset.filter(created_at__lte=anchor).exclude(
-                created_at=anchor, pk__gte=after
-            )
-    return list(queryset[: limit + 1])
-
-
 def file_list(
     *, tenant_id: int, purpose: str | None, after: str | None, limit: int, ascending: bool
 ) -> list[StoredFile]:
     queryset = StoredFile.objects.filter(tenant_id=tenant_id)
     if purpose:
         queryset = queryset.filter(purpose=purpose)
-    return _page(queryset, after=after, limit=limit, ascending=ascending)
+    return cursor_page(queryset, after=after, limit=limit, ascending=ascending)
 
 
 def batch_list(*, tenant_id: int, after: str | None, limit: int) -> list[Batch]:
-    return _page(
+    return cursor_page(
         Batch.objects.filter(tenant_id=tenant_id), after=after, limit=limit, ascending=False
     )
 

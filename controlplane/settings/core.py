@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "controlplane.audit",
     "controlplane.batches",
     "controlplane.responses",
+    "controlplane.chat_store",
     "controlplane.portal",
     "controlplane.dashboard",
     "inference",

@@ -70,7 +70,12 @@ CELERY_BEAT_SCHEDULE = {
     "adapters-reconcile-registry": {"task": "adapters.reconcile_registry", "schedule": 10.0},
     # Batches whose worker died (lease run out) go back on the batch queue.
     "batches-requeue-stale": {"task": "batches.requeue_stale", "schedule": BATCH_REQUEUE_INTERVAL},
+    # Stored responses and chat completions past their retention are deleted.
+    "stored-purge-expired": {"task": "stored.purge_expired", "schedule": 3600.0},
 }
+# How long stored responses (Responses API) and stored chat completions (store: true) are
+# kept, in days; OpenAI keeps both 30 days. 0 keeps them until a client deletes them.
+STORED_OBJECT_RETENTION_DAYS = env.int("STORED_OBJECT_RETENTION_DAYS", 30)
 
 # Registering a Hugging Face hub id downloads it from here (a mirror, when set) with this
 # token (gated and private repos); huggingface_hub's own variable names.

@@ -19,7 +19,7 @@ from inference.errors import error_from_exception, invalid_request
 from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation
 from inference.responses.planning import prepare_response
-from inference.responses.stream import create_response
+from inference.stored_answers import whole_answer
 
 PLANNERS = {
     "/v1/chat/completions": prepare_chat,
@@ -51,9 +51,7 @@ async def _generate(endpoint: str, principal: Principal, body: dict, batch_id: s
     generation.plan.priority = settings.BATCH_ENGINE_PRIORITY
     generation.plan.service_class = "batch"  # after every interactive request (fair policy)
     await generation.open()
-    if endpoint == "/v1/responses":  # stored, as the endpoint stores it (unless store: false)
-        return await create_response(generation)
-    return await generation.response()
+    return await whole_answer(generation)  # stored, as the endpoint stores it
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -60,6 +60,17 @@ class ChoiceOutput:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
+    def add(self, chunk: GenerationChunk) -> None:
+        self.texts.append(chunk.text)
+        if chunk.reasoning:
+            self.reasoning.append(chunk.reasoning)
+        if chunk.logprobs:
+            self.logprobs.extend(chunk.logprobs)
+        if chunk.prompt_logprobs:
+            self.prompt_logprobs = chunk.prompt_logprobs
+        if chunk.finish_reason:
+            self.finish_reason, self.stop_reason = chunk.finish_reason, chunk.stop_reason
+
     @property
     def text(self) -> str:
         return "".join(self.texts)
@@ -103,6 +114,15 @@ class ChoiceFormatter(ResponseFormatter):
 
     object_name: str  # of a whole response
     chunk_object_name: str  # of a stream chunk
+    # A stream of a request to be stored: the whole response, as the same request unstreamed
+    # would have answered, once the stream has ended (see ``keeps_whole``).
+    final: dict[str, Any] | None = None
+
+    @property
+    def keeps_whole(self) -> bool:
+        """Whether a stream also gathers the whole response (``final``): a chat completion
+        asked to be stored."""
+        return self.plan.chat_store is not None
 
     def stream(self, items: AsyncIterator[EngineItem]) -> AsyncIterator[dict]:
         return _choice_chunks(self, items)
@@ -193,13 +213,18 @@ async def _choice_chunks(
     """Stream chunk objects: the opening choices, one chunk per new text or finish, usage."""
     for choice in formatter.opening_choices():
         yield formatter.stream_chunk([choice])
+    outputs = [ChoiceOutput() for _ in range(formatter.plan.num_choices)]
     async for prompt_index, choice, chunk in items:
         formatter.stats.observe(prompt_index, choice, chunk)
+        if formatter.keeps_whole:
+            outputs[choice].add(chunk)
         body = formatter.delta_choice(choice, chunk)
         if body is not None:
             yield formatter.stream_chunk([body])
         if chunk.finish_reason:
             yield formatter.stream_chunk([formatter.finish_choice(choice, chunk)])
+    if formatter.keeps_whole:
+        formatter.final = _whole(formatter, outputs)
     if formatter.plan.include_usage:
         yield formatter.stream_chunk([], final_usage=True)
 
@@ -211,14 +236,9 @@ async def _whole_response(
     outputs = [ChoiceOutput() for _ in range(formatter.plan.num_choices)]
     async for prompt_index, choice, chunk in items:
         formatter.stats.observe(prompt_index, choice, chunk)
-        output = outputs[choice]
-        output.texts.append(chunk.text)
-        if chunk.reasoning:
-            output.reasoning.append(chunk.reasoning)
-        if chunk.logprobs:
-            output.logprobs.extend(chunk.logprobs)
-        if chunk.prompt_logprobs:
-            output.prompt_logprobs = chunk.prompt_logprobs
-        if chunk.finish_reason:
-            output.finish_reason, output.stop_reason = chunk.finish_reason, chunk.stop_reason
+        outputs[choice].add(chunk)
+    return _whole(formatter, outputs)
+
+
+def _whole(formatter: ChoiceFormatter, outputs: list[ChoiceOutput]) -> dict[str, Any]:
     return formatter.response([formatter.whole_choice(i, o) for i, o in enumerate(outputs)])

@@ -14,6 +14,7 @@ from inference.tools import ToolSetup
 from inference.transport import EngineRequest, GenerationChunk, OutputOptions
 
 if TYPE_CHECKING:
+    from inference.chat_store.context import ChatStoreContext
     from inference.responses.context import ResponseContext
 
 Kind = Literal["chat", "completion", "response", "messages"]
@@ -56,6 +57,8 @@ class GenerationPlan:
     tools: ToolSetup | None = None
     # A Responses API request (kind "response"): what its Response object echoes and stores.
     response: ResponseContext | None = None
+    # A chat request with ``store: true``: where its finished completion is kept.
+    chat_store: ChatStoreContext | None = None
     # Per prompt, the declared shared prefix it starts with (inference/generation/
     # shared_prefixes.py), or None; empty: none matched.
     shared_prefixes: list[SharedPrefixMatch | None] = field(default_factory=list)

@@ -29,6 +29,7 @@ from controlplane.access.principals import Principal, engine_cache_salt
 from controlplane.catalog.cache import CatalogSnapshot, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
+from inference.chat_store.context import store_context
 from inference.errors import invalid_request
 from inference.generation.plan import GenerationPlan
 from inference.generation.prompt_limits import (
@@ -235,6 +236,7 @@ async def prepare_chat(
     catalog = await acatalog_snapshot()
     planner = functools.partial(plan_chat, fit_max_tokens=fit_max_tokens)
     plan = await off_loop(_planned, planner, principal, body, entry, tokenizer, catalog)
+    plan.chat_store = store_context(principal, body, raw_body["messages"])
     return plan, tokenizer
 
 

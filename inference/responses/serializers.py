@@ -9,6 +9,7 @@ from inference.reasoning.template import EFFORTS
 from inference.responses import items
 from inference.schemas.fields import (
     MAX_NAME_LENGTH,
+    MetadataField,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -17,7 +18,6 @@ from inference.schemas.sampling import MAX_TOP_LOGPROBS, SamplingFields
 from inference.schemas.structured import StructuredOutputsSerializer
 
 MAX_TOOLS = 128
-MAX_METADATA = 16
 _TEXT_PART = {
     "type": "object",
     "properties": {
@@ -178,9 +178,7 @@ class ResponsesRequestSerializer(SamplingFields):
     tool_choice = ToolChoiceField(required=False, allow_null=True)
     parallel_tool_calls = StrictBooleanField(required=False, allow_null=True)
     text = TextConfigSerializer(required=False, allow_null=True)
-    metadata = serializers.DictField(
-        child=StrictCharField(max_length=512), required=False, allow_null=True
-    )
+    metadata = MetadataField()
     # vLLM's extra: a regex, grammar, choice or JSON constraint on the output (text.format
     # covers JSON only), passed to the chat generation as chat's field of that name.
     structured_outputs = StructuredOutputsSerializer(required=False, allow_null=True)
@@ -200,11 +198,6 @@ class ResponsesRequestSerializer(SamplingFields):
     top_logprobs = StrictIntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_TOP_LOGPROBS
     )
-
-    def validate_metadata(self, value):
-        if value and len(value) > MAX_METADATA:
-            raise serializers.ValidationError(f"must hold at most {MAX_METADATA} pairs.")
-        return value
 
     def validate(self, attrs):
         choice = attrs.get("tool_choice")

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 
-from inference.errors import error_from_exception, invalid_request
+from inference.errors import error_from_exception
 from inference.generation.use_case import Generation
 from inference.responses import objects, schema
 from inference.responses.planning import prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.responses.storage import delete_response, stored_response
-from inference.responses.stream import StoredEvents, create_response
 from inference.sse import TypedEventsBody
+from inference.stored_answers import StoredEvents, whole_answer
 from inference.views.base import AsyncApiView, event_stream, json_response
+from inference.views.list_params import item_page, page_params
 
 
 class ResponsesView(AsyncApiView):
@@ -36,7 +35,7 @@ class ResponsesView(AsyncApiView):
         self.response_headers = generation.headers  # on errors from here on too
         await generation.open()
         if not generation.plan.stream:
-            return json_response(await create_response(generation))
+            return json_response(await whole_answer(generation))
         formatter = generation.formatter
         return event_stream(
             TypedEventsBody(
@@ -72,22 +71,6 @@ class ResponseDetailView(AsyncApiView):
         return json_response(objects.deleted(response_id))
 
 
-def _page(items: list[dict], *, order: str, after: str | None, limit: int) -> dict[str, Any]:
-    if order == "desc":
-        items = items[::-1]
-    if after:
-        ids = [item["id"] for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    page = items[:limit]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(items) > limit,
-    }
-
-
 class ResponseInputItemsView(AsyncApiView):
     """The input items a stored response answered (its whole conversation)."""
 
@@ -105,15 +88,7 @@ class ResponseInputItemsView(AsyncApiView):
     )
     async def get(self, request, response_id: str):
         principal = await self.authenticate()
-        order = request.GET.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise invalid_request("order must be 'asc' or 'desc'.", param="order")
-        try:
-            limit = int(request.GET.get("limit", "20"))
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= 100:
-            raise invalid_request("limit must be an integer from 1 to 100.", param="limit")
+        after, limit, ascending = page_params(request.GET, default_limit=20)
         stored = await stored_response(principal, response_id)
-        page = _page(stored.input_items, order=order, after=request.GET.get("after"), limit=limit)
+        page = item_page(stored.input_items, after=after, limit=limit, ascending=ascending)
         return json_response(page)

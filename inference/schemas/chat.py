@@ -10,6 +10,7 @@ from inference.reasoning.template import EFFORTS
 from inference.schemas.fields import (
     INVALID_TEXT,
     MAX_NAME_LENGTH,
+    MetadataField,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -153,6 +154,10 @@ class ChatCompletionRequestSerializer(
     )
     audio = serializers.JSONField(required=False, allow_null=True)
     web_search_options = serializers.JSONField(required=False, allow_null=True)
+    # Keep the finished completion for GET /v1/chat/completions[/{id}] (OpenAI's default:
+    # not kept); ``metadata`` is stored with it, to filter the list by.
+    store = StrictBooleanField(required=False, allow_null=True, default=False)
+    metadata = MetadataField()
 
     def validate(self, attrs):
         attrs = super().validate(attrs)

@@ -131,3 +131,27 @@ def optional_list(child: serializers.Field, **kwargs) -> serializers.ListSeriali
     return serializers.ListSerializer(
         child=child, required=False, allow_null=True, allow_empty=True, **kwargs
     )
+
+
+class MetadataField(serializers.DictField):
+    """OpenAI's ``metadata``: at most 16 pairs, keys up to 64 characters, values strings up
+    to 512."""
+
+    MAX_PAIRS = 16
+    MAX_KEY_LENGTH = 64
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(child=StrictCharField(max_length=512, allow_blank=True), **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if len(value) > self.MAX_PAIRS:
+            raise serializers.ValidationError(f"must hold at most {self.MAX_PAIRS} pairs.")
+        for key in value:
+            if not key or len(key) > self.MAX_KEY_LENGTH:
+                raise serializers.ValidationError(
+                    f"keys must be 1 to {self.MAX_KEY_LENGTH} characters long."
+                )
+        return value

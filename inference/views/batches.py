@@ -6,7 +6,8 @@ from asgiref.sync import sync_to_async
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from controlplane.batches import selectors, services
-from controlplane.batches.representation import batch_object, page
+from controlplane.batches.representation import batch_object
+from controlplane.common.cursor_pages import page_object
 from inference import credentials
 from inference.schemas.batches import BatchCreateSerializer, BatchObjectSerializer
 from inference.schemas.pages import PAGE_PARAMETERS, page_of
@@ -62,7 +63,7 @@ class BatchListView(AsyncApiView):
         batches = await sync_to_async(selectors.batch_list)(
             tenant_id=principal.tenant_id, after=after, limit=limit
         )
-        return json_response(page(batches, limit=limit, render=batch_object))
+        return json_response(page_object(batches, limit=limit, render=batch_object))
 
 
 class BatchDetailView(AsyncApiView):

@@ -15,7 +15,8 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 
 from controlplane.batches import selectors, services
 from controlplane.batches.models import StoredFile
-from controlplane.batches.representation import file_object, page
+from controlplane.batches.representation import file_object
+from controlplane.common.cursor_pages import page_object
 from inference.errors import invalid_request
 from inference.schemas.files import (
     FileDeletedSerializer,
@@ -89,7 +90,7 @@ class FileListView(AsyncApiView):
             limit=limit,
             ascending=ascending,
         )
-        return json_response(page(files, limit=limit, render=file_object))
+        return json_response(page_object(files, limit=limit, render=file_object))
 
 
 class FileDetailView(AsyncApiView):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
+from inference.chat_store.views import StoredCompletionListing
 from inference.errors import error_from_exception
 from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation, Planner
 from inference.schemas.chat import ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.sse import SseBody
+from inference.stored_answers import generation_events, whole_answer
 from inference.views.base import AsyncApiView, event_stream, json_response
 
 
@@ -24,16 +26,18 @@ class GenerationView(AsyncApiView):
         self.response_headers = generation.headers  # on errors from here on too
         await generation.open()
         if not generation.plan.stream:
-            return json_response(await generation.response())
+            return json_response(await whole_answer(generation))
         return event_stream(self.stream_body(generation))
 
     def stream_body(self, generation: Generation) -> SseBody:
         """OpenAI's chunks, ``data: [DONE]`` at the end, an error as one more chunk."""
-        return SseBody(generation.events(), on_error=lambda exc: error_from_exception(exc).body())
+        events = generation_events(generation)  # a chat completion stored if it asked
+        return SseBody(events, on_error=lambda exc: error_from_exception(exc).body())
 
 
-class ChatCompletionsView(GenerationView):
-    """Chat completion for a list of messages, rendered with the model's chat template."""
+class ChatCompletionsView(StoredCompletionListing, GenerationView):
+    """Chat completion for a list of messages, rendered with the model's chat template (POST);
+    the tenant's stored completions (GET)."""
 
     endpoint = "chat.completions"
     planner = prepare_chat

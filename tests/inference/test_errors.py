@@ -188,7 +188,7 @@ def test_bad_requests_never_reach_the_engine(platform):
 
 def test_wrong_method_is_405_with_an_error_body(platform):
     response = httpx.get(
-        f"{platform.base_url}/v1/chat/completions",
+        f"{platform.base_url}/v1/completions",
         headers={"Authorization": f"Bearer {platform.api_key}"},
     )
     _assert_error(response, 405)

@@ -316,3 +316,23 @@ def test_a_responses_batch_answers_response_objects_and_stores_them(batch_platfo
         client.responses.retrieve(bodies["unstored"]["id"])
     (error,) = _jsonl(client, done.error_file_id)
     assert error["custom_id"] == "bad" and error["response"]["status_code"] == 400
+
+
+def test_chat_lines_with_store_are_kept_as_stored_completions(batch_platform):
+    client = _client(batch_platform, "a")
+    kept = json.loads(_line("kept"))
+    kept["body"] |= {"store": True, "metadata": {"source": "batch-store-test"}}
+    lines = [json.dumps(kept), _line("plain")]
+    batch = client.batches.create(
+        input_file_id=_upload(client, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    done = _wait_status(client, batch.id, {"completed", "failed"}, timeout=120)
+    assert done.status == "completed" and done.request_counts.completed == 2, done
+    bodies = {o["custom_id"]: o["response"]["body"] for o in _jsonl(client, done.output_file_id)}
+    [stored] = client.chat.completions.list(metadata={"source": "batch-store-test"}).data
+    assert stored.id == bodies["kept"]["id"]
+    assert stored.choices[0].message.content == bodies["kept"]["choices"][0]["message"]["content"]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.retrieve(bodies["plain"]["id"])
