@@ -7,6 +7,7 @@ import json
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from inference.chat_store.context import ChatStoreContext
 from inference.formatters import collect_response, formatter_for, stream_events
 from inference.generation.plan import GenerationStats
 from inference.tools import ToolSetup
@@ -99,3 +100,27 @@ async def test_answer_in_words_stays_content_and_stops():
     cut = sample_chunks(['{"city": "Pa'], finish_reason="length")
     named = tools_plan({"type": "function", "function": {"name": "get_weather"}})
     assert (await whole(named, single_prompt(cut)))["choices"][0]["finish_reason"] == "length"
+
+
+async def test_a_stored_stream_keeps_what_the_unstreamed_request_answers():
+    """``store: true`` on a stream: the completion kept is the whole response, calls parsed,
+    choice by choice, as the same request unstreamed answers it (ids aside: each is new)."""
+    plan = tools_plan(n=2)
+    plan.chat_store = ChatStoreContext(tenant_id=1, key_prefix="sk-x", messages=[])
+    first = sample_chunks(HERMES, index=0)
+    second = sample_chunks(["It is ", "sunny."], index=1)
+    items = [(0, 0, c) for c in first] + [(0, 1, c) for c in second]
+    formatter = formatter_for(plan, GenerationStats())
+    chunks = [c async for c in stream_events(formatter, engine_items(*items))]
+    assert chunks and formatter.final is not None
+    ChatCompletion.model_validate(formatter.final)
+    answered = await whole(plan, items)
+
+    def without_ids(response):
+        for choice in response["choices"]:
+            for call in choice["message"].get("tool_calls") or []:
+                call.pop("id")
+        return response
+
+    assert without_ids(formatter.final) == without_ids(answered)
+    assert [c["finish_reason"] for c in answered["choices"]] == ["tool_calls", "stop"]
