@@ -25,6 +25,7 @@ from controlplane.usage.selectors import (
 )
 from controlplane.usage.spend import daily_cost_by_tenant, month_spend_by_tenant
 from engine.protocol import EngineStatus, Keys
+from engine.redis_outage import TRANSPORT_ERRORS, warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +51,24 @@ def engine_status_list() -> list[dict[str, Any]]:
     return sorted(map(_row, statuses), key=lambda s: (s["model"], s["engine_id"]))
 
 
+def live_engines() -> tuple[list[dict[str, Any]] | None, str | None]:
+    """(engine_status_list(), None), or (None, why) while Redis cannot be read: the page
+    then says the engines are unknown rather than that none is live."""
+    try:
+        return engine_status_list(), None
+    except TRANSPORT_ERRORS as exc:
+        warn_failure(logger, exc, "engine statuses unavailable to the dashboard")
+        return None, f"Redis cannot be read ({exc}): live engines and queued usage are unknown."
+
+
 def tenant_token_charts() -> dict[str, dict]:
     """Tokens per tenant per minute (the last hour) and per day (two weeks), counting the usage
     still queued in Redis: the charts stay current where no Celery beat flushes usage, and
     reading them writes nothing."""
     try:
         pending = pending_usage_events()
-    except Exception:  # Redis away: the charts show what the database holds
-        logger.warning("queued usage unavailable to the dashboard", exc_info=True)
+    except Exception as exc:  # Redis away: the charts show what the database holds
+        warn_failure(logger, exc, "queued usage unavailable to the dashboard")
         pending = []
     return {
         "tokens_per_minute": tokens_per_minute_by_tenant(minutes=60, pending=pending),
@@ -87,13 +98,15 @@ def engine_replicas() -> dict[str, tuple[str, str]]:
 _COMING_UP = {Replica.State.PENDING, Replica.State.STARTING, Replica.State.LOADING}
 
 
-def _model_state(model: ServedModel, engines: int, replicas: Counter, scales_to_zero: bool):
+def _model_state(model: ServedModel, engines: int | None, replicas: Counter, scales_to_zero: bool):
     if model.state == ServedModel.State.REGISTERING:
         return "registering", model.stage or "queued"
     if model.state == ServedModel.State.FAILED:
         return "failed", "registration failed: " + model.failure_reason[:160]
     if not model.is_active:
         return "inactive", "deactivated in the admin"
+    if engines is None:
+        return "unknown", "Redis cannot be read: whether an engine serves it is unknown"
     if engines:
         return "serving", f"{engines} engine{'s' if engines > 1 else ''} live"
     coming = sum(replicas[state] for state in _COMING_UP)
@@ -106,10 +119,11 @@ def _model_state(model: ServedModel, engines: int, replicas: Counter, scales_to_
     return "no engine", "nothing serves it: deploy it, or start an engine"
 
 
-def served_model_states(engines: list[dict[str, Any]]) -> list[dict[str, str]]:
+def served_model_states(engines: list[dict[str, Any]] | None) -> list[dict[str, str]]:
     """Every registered model with what serves it, in name order: live engines, replicas
-    coming up, scaled to zero, failed, or no engine at all (so a model nobody can call shows)."""
-    live = Counter(engine["model"] for engine in engines)
+    coming up, scaled to zero, failed, or no engine at all (so a model nobody can call shows).
+    ``engines`` None: Redis cannot be read, so what serves an active model is unknown."""
+    live = Counter(engine["model"] for engine in engines or [])
     replicas: dict[str, Counter] = {}
     for _deployment, model, state, count in replica_state_counts():
         replicas.setdefault(model, Counter())[state] += count
@@ -118,8 +132,9 @@ def served_model_states(engines: list[dict[str, Any]]) -> list[dict[str, str]]:
     )
     rows = []
     for model in ServedModel.objects.order_by("name"):
+        engines_of = None if engines is None else live[model.name]
         state, detail = _model_state(
-            model, live[model.name], replicas.get(model.name, Counter()), model.name in zero
+            model, engines_of, replicas.get(model.name, Counter()), model.name in zero
         )
         kind = "embeddings" if model.is_embedding else "chat"
         rows.append({"model": model.name, "kind": kind, "state": state, "detail": detail})

@@ -19,12 +19,13 @@ from django.views.decorators.cache import never_cache
 
 from controlplane.dashboard.selectors import (
     engine_replicas,
-    engine_status_list,
+    live_engines,
     served_model_states,
     tenant_names_by_slug,
     tenant_spend,
     tenant_token_charts,
 )
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,8 @@ def _tenant_metrics() -> list[dict]:
 
     try:
         rows = [asdict(t) for t in tenant_metrics_summary()]
-    except Exception:  # the dashboard keeps working without Redis metrics
-        logger.warning("tenant metrics unavailable", exc_info=True)
+    except Exception as exc:  # the dashboard keeps working without Redis metrics
+        warn_failure(logger, exc, "tenant metrics unavailable to the dashboard")
         return []
     # Metrics carry the tenant's slug; the charts name tenants as the admin does, and one
     # tenant is one name (and one colour) everywhere on the page.
@@ -65,15 +66,17 @@ def _tenant_metrics() -> list[dict]:
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     if not _may_view(request.user):
         return JsonResponse({"error": "staff with the permission to view usage only"}, status=403)
-    engines = engine_status_list()
+    engines, redis_error = live_engines()
     fleet = engine_replicas()
-    for engine in engines:
+    for engine in engines or []:
         deployment, node = fleet.get(engine["engine_id"], ("", ""))
         engine["deployment"], engine["node"] = deployment, node
     return JsonResponse(
         {
             "now": time.time(),
-            "engines": engines,
+            "engines": engines or [],
+            # Set while Redis cannot be read: the page says so instead of "no live engine".
+            "redis_error": redis_error,
             "models": served_model_states(engines),
             **tenant_token_charts(),
             # Per-tenant prefix-cache hit rate and TTFT, from the request metrics in Redis.

@@ -18,6 +18,7 @@ from controlplane.responses.models import StoredResponse
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.usage.models import DailyUsage
 from controlplane.usage.selectors import pending_usage_events
+from engine.redis_outage import warn_failure
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +137,8 @@ def _pending_rows(tenant: Tenant, since: date) -> list[dict]:
     current without waiting for the periodic flush. Redis away: only what the database holds."""
     try:
         pending = pending_usage_events()
-    except Exception:
-        logger.warning("queued usage unavailable to the portal", exc_info=True)
+    except Exception as exc:
+        warn_failure(logger, exc, "queued usage unavailable to the portal")
         return []
     rows = []
     mine = [event for event in pending if event.tenant_id == tenant.pk]

@@ -15,13 +15,15 @@
     return td;
   }
 
-  function renderEngines(engines) {
+  function renderEngines(engines, redisError) {
     const body = root.querySelector("#engines tbody");
     body.replaceChildren();
-    if (!engines.length) {
+    if (redisError || !engines.length) {
+      // Redis unreadable: the engines are unknown, which is not the same as none being live.
       const row = body.insertRow();
-      row.className = "empty";
-      const td = cell(row, "No live engine. Start one with: python manage.py run_engine --model NAME");
+      row.className = redisError ? "empty unknown" : "empty";
+      const td = cell(row, redisError ||
+        "No live engine. Start one with: python manage.py run_engine --model NAME");
       td.colSpan = 11;
       return;
     }
@@ -179,7 +181,7 @@
       const data = await response.json();
       lastData = data;
       renderModels(data.models || []);
-      renderEngines(data.engines);
+      renderEngines(data.engines, data.redis_error);
       renderTenants(data.tenants || []);
       renderSpend(data.spend);
       recordThroughput(data.engines);

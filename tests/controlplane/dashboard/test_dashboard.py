@@ -216,3 +216,30 @@ def test_every_model_is_listed_with_what_serves_it(admin_client, redis_client, t
     }
     [engine] = data["engines"]
     assert (engine["deployment"], engine["node"], engine["pid"]) == ("live-d", "gpu-1", 4321)
+
+
+def test_redis_away_says_the_engines_are_unknown_without_failing_or_tracebacks(
+    admin_client, redis_client, settings, caplog, tmp_path
+):
+    """What an operator opens during an outage: before, data.json answered 500 (and the page
+    said nothing but 'update failed'); a line per failed read, not a traceback."""
+    from controlplane.deployments.models import ServedModel
+
+    ServedModel.objects.create(name="m", path=str(tmp_path), architecture="LlamaForCausalLM")
+    ServedModel.objects.create(
+        name="off", path=str(tmp_path), architecture="LlamaForCausalLM", is_active=False
+    )
+    reachable = settings.REDIS_URL
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    with caplog.at_level("WARNING"):
+        response = admin_client.get(reverse("dashboard:data"))
+    assert response.status_code == 200
+    data = response.json()
+    assert data["engines"] == [] and "Redis cannot be read" in data["redis_error"]
+    states = {m["model"]: m["state"] for m in data["models"]}
+    assert states == {"m": "unknown", "off": "inactive"}
+    lines = [r for r in caplog.records if r.name.startswith("controlplane.dashboard")]
+    assert len(lines) == 3 and all(r.exc_info is None for r in lines)
+
+    settings.REDIS_URL = reachable
+    assert admin_client.get(reverse("dashboard:data")).json()["redis_error"] is None
