@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404
 from controlplane.billing.costs import request_cost_units
 from controlplane.billing.money import format_amount
 from controlplane.billing.selectors import price_book
+from controlplane.chat_store.models import StoredChatCompletion
 from controlplane.portal.models import IdentityProvider, TenantMembership
 from controlplane.responses.models import StoredResponse
 from controlplane.tenants.models import ApiKey, Tenant
@@ -62,6 +63,40 @@ def tenant_responses(*, tenant: Tenant) -> QuerySet[StoredResponse]:
 
 def tenant_response_get(*, tenant: Tenant, response_id: str) -> StoredResponse:
     return get_object_or_404(StoredResponse, tenant=tenant, pk=response_id)
+
+
+def tenant_chat_completions(*, tenant: Tenant) -> QuerySet[StoredChatCompletion]:
+    return (
+        StoredChatCompletion.objects.filter(tenant=tenant)
+        .order_by("-created_at", "-id")
+        .defer("messages", "completion")
+    )
+
+
+def tenant_chat_completion_get(*, tenant: Tenant, completion_id: str) -> StoredChatCompletion:
+    return get_object_or_404(StoredChatCompletion, tenant=tenant, pk=completion_id)
+
+
+def chat_answers(stored: StoredChatCompletion) -> list[dict]:
+    """Each choice of a stored completion as a person reads it: its text, the calls it made
+    (name and arguments), and why it ended."""
+    answers = []
+    for choice in stored.completion.get("choices") or ():
+        message = choice.get("message") or {}
+        calls = [
+            f"{call['function']['name']}({call['function']['arguments']})"
+            for call in message.get("tool_calls") or ()
+            if isinstance(call, dict) and isinstance(call.get("function"), dict)
+        ]
+        answers.append(
+            {
+                "content": message.get("content") or "",
+                "reasoning": message.get("reasoning_content") or "",
+                "calls": calls,
+                "finish_reason": choice.get("finish_reason"),
+            }
+        )
+    return answers
 
 
 def response_output_text(response: StoredResponse) -> str:

@@ -22,6 +22,12 @@ urlpatterns = [
     path("usage/", views.usage, name="usage"),
     path("responses/", views.responses, name="responses"),
     path("responses/<str:response_id>/", views.response_detail, name="response-detail"),
+    path("chat-completions/", views.chat_completions, name="chat-completions"),
+    path(
+        "chat-completions/<str:completion_id>/",
+        views.chat_completion_detail,
+        name="chat-completion-detail",
+    ),
     path("members/", views.members, name="members"),
     path("members/<int:member_id>/remove/", views.member_remove, name="member-remove"),
 ]

@@ -1,4 +1,4 @@
-"""The tenant portal's pages: keys, usage, stored responses and members of the signed-in
+"""The tenant portal's pages: keys, usage, stored responses and chat completions, and members of the signed-in
 person's tenant. Every object comes through a selector that takes that tenant."""
 
 from __future__ import annotations
@@ -96,6 +96,22 @@ def response_detail(request, membership, response_id: str):
         "output_text": selectors.response_output_text(found),
     }
     return render(request, "portal/response_detail.html", context)
+
+
+@portal_page
+def chat_completions(request, membership):
+    stored = selectors.tenant_chat_completions(tenant=membership.tenant)
+    page = Paginator(stored, 50).get_page(request.GET.get("page"))
+    return render(request, "portal/chat_completions.html", {"membership": membership, "page": page})
+
+
+@portal_page
+def chat_completion_detail(request, membership, completion_id: str):
+    found = selectors.tenant_chat_completion_get(
+        tenant=membership.tenant, completion_id=completion_id
+    )
+    context = {"membership": membership, "stored": found, "answers": selectors.chat_answers(found)}
+    return render(request, "portal/chat_completion_detail.html", context)
 
 
 @never_cache

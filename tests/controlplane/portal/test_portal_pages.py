@@ -8,6 +8,7 @@ from datetime import date
 import pytest
 from django.contrib.auth import get_user_model
 
+from controlplane.chat_store.services import completion_store
 from controlplane.responses.models import StoredResponse
 from controlplane.tenants.models import ApiKey
 from controlplane.usage.models import DailyUsage
@@ -99,6 +100,39 @@ def test_stored_responses_of_the_tenant_only(acme_client, acme, globex):
     assert "resp_acme" in listing and "resp_globex" not in listing
     detail = acme_client.get("/portal/responses/resp_acme/").content.decode()
     assert "hello from acme" in detail
+
+
+def _stored_chat(tenant, completion_id: str, answer: str, **metadata):
+    message = {
+        "role": "assistant",
+        "content": answer,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+        ],
+    }
+    return completion_store(
+        tenant_id=tenant.id,
+        key_prefix="sk-test",
+        completion={
+            "id": completion_id,
+            "model": "tiny",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        },
+        messages=[{"role": "user", "content": [{"type": "text", "text": "question for tiny"}]}],
+        metadata=metadata,
+    )
+
+
+def test_stored_chat_completions_of_the_tenant_only(acme_client, acme, globex):
+    _stored_chat(acme.tenant, "chatcmpl-acme", "hello from acme", run="nightly")
+    _stored_chat(globex.tenant, "chatcmpl-globex", "globex secret")
+    listing = acme_client.get("/portal/chat-completions/").content.decode()
+    assert "chatcmpl-acme" in listing and "run=nightly" in listing
+    assert "chatcmpl-globex" not in listing
+    detail = acme_client.get("/portal/chat-completions/chatcmpl-acme/").content.decode()
+    assert "question for tiny" in detail and "hello from acme" in detail
+    assert "f({&quot;x&quot;: 1})" in detail and "tool_calls" in detail
+    assert acme_client.get("/portal/chat-completions/chatcmpl-globex/").status_code == 404
 
 
 def test_usage_per_day_key_and_model_of_the_tenant_only(acme_client, acme, globex, redis_client):
