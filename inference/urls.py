@@ -6,9 +6,20 @@ from django.views.decorators.csrf import csrf_exempt
 
 from controlplane.common.api_error import ApiError
 from inference.chat_store.views import ChatCompletionDetailView, ChatCompletionMessagesView
+from inference.conversations.views import (
+    ConversationDetailView,
+    ConversationItemDetailView,
+    ConversationItemsView,
+    ConversationsView,
+)
 from inference.errors import error_response
 from inference.messages.views import CountTokensView, MessagesView
-from inference.responses.views import ResponseDetailView, ResponseInputItemsView, ResponsesView
+from inference.responses.views import (
+    ResponseDetailView,
+    ResponseInputItemsView,
+    ResponseInputTokensView,
+    ResponsesView,
+)
 from inference.views import health, playground
 from inference.views.batches import BatchCancelView, BatchDetailView, BatchListView
 from inference.views.embeddings import EmbeddingsView
@@ -47,11 +58,32 @@ urlpatterns = [
     path("v2/rerank", RerankV2View.as_view(), name="rerank-v2"),
     path("v1/score", ScoreView.as_view(), name="score"),
     path("v1/responses", ResponsesView.as_view(), name="responses"),
+    path(
+        "v1/responses/input_tokens",
+        ResponseInputTokensView.as_view(),
+        name="response-input-tokens",
+    ),
     path("v1/responses/<str:response_id>", ResponseDetailView.as_view(), name="response-detail"),
     path(
         "v1/responses/<str:response_id>/input_items",
         ResponseInputItemsView.as_view(),
         name="response-input-items",
+    ),
+    path("v1/conversations", ConversationsView.as_view(), name="conversations"),
+    path(
+        "v1/conversations/<str:conversation_id>",
+        ConversationDetailView.as_view(),
+        name="conversation-detail",
+    ),
+    path(
+        "v1/conversations/<str:conversation_id>/items",
+        ConversationItemsView.as_view(),
+        name="conversation-items",
+    ),
+    path(
+        "v1/conversations/<str:conversation_id>/items/<str:item_id>",
+        ConversationItemDetailView.as_view(),
+        name="conversation-item-detail",
     ),
     path("v1/messages", MessagesView.as_view(), name="messages"),
     path("v1/messages/count_tokens", CountTokensView.as_view(), name="messages-count-tokens"),

@@ -30,3 +30,45 @@ class StoredResponse(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class Conversation(models.Model):
+    """A conversation of the Conversations API: items a tenant keeps on the server, which
+    Responses requests naming it read as their history and add their input and output to."""
+
+    id = models.CharField(max_length=64, primary_key=True)  # "conv_..."
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="conversations"
+    )
+    key_prefix = models.CharField(max_length=32, blank=True)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ConversationItem(models.Model):
+    """One item of a conversation (a message, a function call or its output, a reasoning
+    item), as the Responses API's input items are, at ``position`` in its order."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    item_id = models.CharField(max_length=64)
+    item = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["conversation", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "position"], name="conversation_item_position"
+            )
+        ]
+        indexes = [models.Index(fields=["conversation", "item_id"])]
+
+    def __str__(self) -> str:
+        return self.item_id

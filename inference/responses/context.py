@@ -26,6 +26,10 @@ class ResponseContext:
     input_items: list[dict[str, Any]]
     instructions: str | None = None
     previous_response_id: str | None = None
+    # A conversation (Conversations API) the response continues; ``request_items`` are this
+    # request's own input items, which it adds to the conversation with its output.
+    conversation_id: str | None = None
+    request_items: list[dict[str, Any]] = field(default_factory=list)
     store: bool = True
     tools: list[dict[str, Any]] = field(default_factory=list)  # Responses' function tools
     tool_choice: str | dict[str, Any] = "auto"

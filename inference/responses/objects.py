@@ -40,6 +40,7 @@ def response_object(
         "status": status,
         "completed_at": completed_at,
         "background": False,
+        "conversation": {"id": context.conversation_id} if context.conversation_id else None,
         "error": None,
         "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
         "instructions": context.instructions,

@@ -16,11 +16,11 @@ from controlplane.common.api_error import ApiError
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import in_terms_of
 from inference.generation.plan import GenerationPlan
-from inference.generation.planning import prepare_chat
+from inference.generation.planning import chat_prompt_tokens, prepare_chat
 from inference.responses.context import ResponseContext
 from inference.responses.items import chat_messages
 from inference.responses.serializers import ResponsesRequestSerializer
-from inference.responses.storage import conversation_before
+from inference.responses.storage import conversation_before, conversation_items
 from inference.schemas.validation import validate_body
 
 # Request fields passed to the chat generation as they are, when sent.
@@ -123,13 +123,24 @@ def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> R
     )
 
 
+async def _request(principal: Principal, raw_body: dict[str, Any]):
+    """A Responses body validated, with the conversation it continues: (body, context)."""
+    body = validate_body(ResponsesRequestSerializer, raw_body)
+    if body.get("conversation"):
+        history = await conversation_items(principal, body["conversation"])
+    else:
+        history = await conversation_before(principal, body.get("previous_response_id"))
+    context = _context(body, principal, history + body["input"])
+    context.conversation_id = body.get("conversation")
+    context.request_items = body["input"]
+    return body, context
+
+
 async def prepare_response(
     principal: Principal, raw_body: dict[str, Any]
 ) -> tuple[GenerationPlan, ChatTokenizer]:
     """Validate a Responses body and plan it as a chat generation of kind "response"."""
-    body = validate_body(ResponsesRequestSerializer, raw_body)
-    history = await conversation_before(principal, body.get("previous_response_id"))
-    context = _context(body, principal, history + body["input"])
+    body, context = await _request(principal, raw_body)
     try:
         plan, tokenizer = await prepare_chat(principal, chat_body(body, context))
     except ApiError as exc:
@@ -137,3 +148,13 @@ async def prepare_response(
     return dataclasses.replace(plan, kind="response", request_id=context.id, response=context), (
         tokenizer
     )
+
+
+async def count_input_tokens(principal: Principal, raw_body: dict[str, Any]) -> int:
+    """The prompt tokens a Responses body comes to (its conversation, instructions and tools
+    included), templated as ``prepare_response`` would; under no request limit."""
+    body, context = await _request(principal, raw_body)
+    try:
+        return len(await chat_prompt_tokens(principal, chat_body(body, context)))
+    except ApiError as exc:
+        raise in_terms_of(exc, CHAT_TO_RESPONSES) from None

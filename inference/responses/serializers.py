@@ -160,6 +160,31 @@ class ReasoningConfigSerializer(serializers.Serializer):
     )
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+        ],
+        "nullable": True,
+    }
+)
+class ConversationRefField(serializers.Field):
+    """``conversation``: a conversation's id, or ``{"id": ...}``; the id either way."""
+
+    default_error_messages = {"invalid": "must be a conversation id or an object with its id."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            data = data.get("id")
+        if not isinstance(data, str) or not data or len(data) > 64:
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class ResponsesRequestSerializer(SamplingFields):
     """OpenAI's Responses fields; the sampling fields (vLLM's extras too) are chat's."""
 
@@ -170,6 +195,12 @@ class ResponsesRequestSerializer(SamplingFields):
     )
     previous_response_id = StrictCharField(
         required=False, allow_null=True, max_length=64, help_text="A stored response to continue."
+    )
+    conversation = ConversationRefField(
+        required=False,
+        allow_null=True,
+        help_text="A conversation (POST /v1/conversations) to continue: its items come before "
+        "input, and this response's input and output are added to it.",
     )
     store = StrictBooleanField(required=False, default=True)
     stream = StrictBooleanField(required=False, default=False)
@@ -208,4 +239,8 @@ class ResponsesRequestSerializer(SamplingFields):
             )
         if choice == "required" and not names:
             raise serializers.ValidationError({"tool_choice": "'required' needs tools."})
+        if attrs.get("conversation") and attrs.get("previous_response_id"):
+            raise serializers.ValidationError(
+                {"conversation": "give either conversation or previous_response_id, not both."}
+            )
         return attrs

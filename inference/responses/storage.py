@@ -8,7 +8,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from controlplane.access.principals import Principal
-from controlplane.responses import services
+from controlplane.responses import conversations, services
 from inference.responses.context import ResponseContext
 from inference.responses.items import output_as_input
 
@@ -24,16 +24,30 @@ async def conversation_before(principal: Principal, previous_id: str | None) -> 
     return list(previous.input_items) + output_as_input(previous.response.get("output") or [])
 
 
-async def store_response(context: ResponseContext, response: dict[str, Any]) -> None:
-    """Keep a finished response, unless the request said ``store: false``."""
-    if not context.store:
-        return
-    await sync_to_async(services.response_store)(
-        tenant_id=context.tenant_id,
-        key_prefix=context.key_prefix,
-        response=response,
-        input_items=context.input_items,
+async def conversation_items(principal: Principal, conversation_id: str) -> list[dict]:
+    """Every item of the tenant's conversation (404 for any other id)."""
+    return await sync_to_async(conversations.items_history)(
+        tenant_id=principal.tenant_id, conversation_id=conversation_id
     )
+
+
+async def store_response(context: ResponseContext, response: dict[str, Any]) -> None:
+    """Keep a finished response, unless the request said ``store: false``; in a
+    conversation, add the request's input items and the response's output to it (whatever
+    ``store`` says, as OpenAI does)."""
+    if context.store:
+        await sync_to_async(services.response_store)(
+            tenant_id=context.tenant_id,
+            key_prefix=context.key_prefix,
+            response=response,
+            input_items=context.input_items,
+        )
+    if context.conversation_id:
+        await sync_to_async(conversations.items_add)(
+            tenant_id=context.tenant_id,
+            conversation_id=context.conversation_id,
+            items=context.request_items + output_as_input(response.get("output") or []),
+        )
 
 
 async def stored_response(principal: Principal, response_id: str):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
 from inference.errors import error_from_exception
 from inference.generation.use_case import Generation
 from inference.responses import objects, schema
-from inference.responses.planning import prepare_response
+from inference.responses.planning import count_input_tokens, prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.responses.storage import delete_response, stored_response
 from inference.sse import TypedEventsBody
@@ -43,6 +43,23 @@ class ResponsesView(AsyncApiView):
                 on_error=lambda exc: formatter.error_event(error_from_exception(exc).body()),
             )
         )
+
+
+class ResponseInputTokensView(AsyncApiView):
+    """How many input tokens a Responses request comes to, without running it."""
+
+    endpoint = "responses"
+
+    @extend_schema(
+        operation_id="countResponseInputTokens",
+        request=ResponsesRequestSerializer,
+        responses={200: OpenApiResponse(description='{"object": "response.input_tokens", ...}')},
+        tags=["OpenAI"],
+    )
+    async def post(self, request):
+        principal = await self.authenticate()
+        count = await count_input_tokens(principal, self.json_body())
+        return json_response({"object": "response.input_tokens", "input_tokens": count})
 
 
 class ResponseDetailView(AsyncApiView):

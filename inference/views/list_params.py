@@ -34,4 +34,4 @@ def item_page(
     if after:
         ids = [item["id"] for item in items]
         items = items[ids.index(after) + 1 :] if after in ids else []
-    return page_object(items, limit=limit, render=lambda item: item)
+    return page_object(items, limit=limit, render=dict)
