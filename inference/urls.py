@@ -15,6 +15,7 @@ from inference.conversations.views import (
 from inference.errors import error_response
 from inference.messages.views import CountTokensView, MessagesView
 from inference.responses.views import (
+    ResponseCancelView,
     ResponseDetailView,
     ResponseInputItemsView,
     ResponseInputTokensView,
@@ -64,6 +65,11 @@ urlpatterns = [
         name="response-input-tokens",
     ),
     path("v1/responses/<str:response_id>", ResponseDetailView.as_view(), name="response-detail"),
+    path(
+        "v1/responses/<str:response_id>/cancel",
+        ResponseCancelView.as_view(),
+        name="response-cancel",
+    ),
     path(
         "v1/responses/<str:response_id>/input_items",
         ResponseInputItemsView.as_view(),

@@ -23,6 +23,10 @@ class StoredResponse(models.Model):
     input_items = models.JSONField(default=list)
     response = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # ``background: true``: the API process running it writes ``heartbeat_at`` every few
+    # seconds until it finishes; one stale while still running means that process stopped.
+    background = models.BooleanField(default=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from controlplane.common.api_error import ApiError
 from controlplane.responses.models import StoredResponse
+
+# The statuses of a background response still running (docs/api.md, "Background responses").
+RUNNING = ("queued", "in_progress")
 
 
 def response_not_found(response_id: str) -> ApiError:
@@ -25,6 +30,13 @@ def response_store(
     response: dict[str, Any],
     input_items: list[dict[str, Any]],
 ) -> StoredResponse:
+    """Keep a finished response. A background one's row exists already (started queued):
+    its end is written there instead, unless a client cancelled or deleted it meanwhile."""
+    if response.get("background"):
+        existing = StoredResponse.objects.filter(pk=response["id"]).first()
+        if existing is not None:
+            background_finish(existing.pk, response)
+            return existing
     return StoredResponse.objects.create(
         id=response["id"],
         tenant_id=tenant_id,
@@ -36,6 +48,15 @@ def response_store(
         input_items=input_items,
         response=response,
     )
+
+
+def background_finish(response_id: str, response: dict[str, Any]) -> bool:
+    """Write a background response's end (done or failed), unless a client cancelled or
+    deleted it meanwhile. Whether it was written."""
+    updated = StoredResponse.objects.filter(pk=response_id, status__in=RUNNING).update(
+        status=response["status"], response=response, heartbeat_at=timezone.now()
+    )
+    return bool(updated)
 
 
 def response_get(*, tenant_id: int, response_id: str) -> StoredResponse:

@@ -31,6 +31,7 @@ class ResponseContext:
     conversation_id: str | None = None
     request_items: list[dict[str, Any]] = field(default_factory=list)
     store: bool = True
+    background: bool = False  # answered at once, run on by the API process (background.py)
     tools: list[dict[str, Any]] = field(default_factory=list)  # Responses' function tools
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True

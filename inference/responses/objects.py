@@ -39,7 +39,7 @@ def response_object(
         "created_at": context.created_at,
         "status": status,
         "completed_at": completed_at,
-        "background": False,
+        "background": context.background,
         "conversation": {"id": context.conversation_id} if context.conversation_id else None,
         "error": None,
         "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,

@@ -105,6 +105,7 @@ def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> R
         instructions=body.get("instructions"),
         previous_response_id=body.get("previous_response_id"),
         store=body["store"],
+        background=bool(body.get("background")),
         tools=[dict(tool) for tool in body.get("tools") or []],
         tool_choice=body.get("tool_choice") or "auto",
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,

@@ -204,6 +204,12 @@ class ResponsesRequestSerializer(SamplingFields):
     )
     store = StrictBooleanField(required=False, default=True)
     stream = StrictBooleanField(required=False, default=False)
+    background = StrictBooleanField(
+        required=False,
+        allow_null=True,
+        default=False,
+        help_text="Answer at once (status queued) and run on: poll GET /v1/responses/{id}.",
+    )
     max_output_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     tools = FunctionToolSerializer(many=True, required=False, max_length=MAX_TOOLS)
     tool_choice = ToolChoiceField(required=False, allow_null=True)
@@ -239,6 +245,17 @@ class ResponsesRequestSerializer(SamplingFields):
             )
         if choice == "required" and not names:
             raise serializers.ValidationError({"tool_choice": "'required' needs tools."})
+        if attrs.get("background") and not attrs.get("store", True):
+            raise serializers.ValidationError(
+                {"background": "a background response is read back when done: it needs store."}
+            )
+        if attrs.get("background") and attrs.get("stream"):
+            raise serializers.ValidationError(
+                {
+                    "background": "streaming a background response is not supported: poll "
+                    "GET /v1/responses/{id}, or stream without background."
+                }
+            )
         if attrs.get("conversation") and attrs.get("previous_response_id"):
             raise serializers.ValidationError(
                 {"conversation": "give either conversation or previous_response_id, not both."}

@@ -8,7 +8,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from controlplane.access.principals import Principal
-from controlplane.responses import conversations, services
+from controlplane.common.api_error import ApiError
+from controlplane.responses import background, conversations, services
 from inference.responses.context import ResponseContext
 from inference.responses.items import output_as_input
 
@@ -18,9 +19,13 @@ async def conversation_before(principal: Principal, previous_id: str | None) -> 
     404 for an id the tenant has not stored (another tenant's, or one made with store false)."""
     if not previous_id:
         return []
-    previous = await sync_to_async(services.response_get)(
-        tenant_id=principal.tenant_id, response_id=previous_id
-    )
+    previous = await stored_response(principal, previous_id)
+    if previous.status in services.RUNNING:
+        raise ApiError(
+            f"Response '{previous_id}' is still running in the background; continue it once "
+            "it has finished.",
+            param="previous_response_id",
+        )
     return list(previous.input_items) + output_as_input(previous.response.get("output") or [])
 
 
@@ -51,7 +56,8 @@ async def store_response(context: ResponseContext, response: dict[str, Any]) -> 
 
 
 async def stored_response(principal: Principal, response_id: str):
-    return await sync_to_async(services.response_get)(
+    """The tenant's stored response (a background one whose process stopped: failed)."""
+    return await sync_to_async(background.background_get)(
         tenant_id=principal.tenant_id, response_id=response_id
     )
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
+from controlplane.responses.background import background_cancel
 from inference.errors import error_from_exception
 from inference.generation.use_case import Generation
 from inference.responses import objects, schema
+from inference.responses.background import cancel_here, start_background
 from inference.responses.planning import count_input_tokens, prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.responses.storage import delete_response, stored_response
@@ -33,6 +36,8 @@ class ResponsesView(AsyncApiView):
             prepare_response, principal, self.json_body(), started=self.started
         )
         self.response_headers = generation.headers  # on errors from here on too
+        if generation.plan.response.background:
+            return json_response(await start_background(generation))
         await generation.open()
         if not generation.plan.stream:
             return json_response(await whole_answer(generation))
@@ -86,6 +91,21 @@ class ResponseDetailView(AsyncApiView):
         principal = await self.authenticate()
         await delete_response(principal, response_id)
         return json_response(objects.deleted(response_id))
+
+
+class ResponseCancelView(AsyncApiView):
+    """Cancel a background response still running (a 400 for any other)."""
+
+    endpoint = "responses"
+
+    @extend_schema(operation_id="cancelResponse", responses={200: schema.FOUND}, tags=["OpenAI"])
+    async def post(self, request, response_id: str):
+        principal = await self.authenticate()
+        cancelled = await sync_to_async(background_cancel)(
+            tenant_id=principal.tenant_id, response_id=response_id
+        )
+        cancel_here(response_id)
+        return json_response(cancelled.response)
 
 
 class ResponseInputItemsView(AsyncApiView):

@@ -5,6 +5,7 @@ tenant isolation of stored responses; usage recorded like any other request."""
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import openai
 import pytest
@@ -454,3 +455,71 @@ def test_output_text_logprobs_come_when_included(live_platform, tenants):
     assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs == 0
     other = client.responses.create(**{**asked, "include": ["reasoning.encrypted_content"]})
     assert other.output[0].content[0].logprobs == []  # asked for something else: ignored
+
+
+def _until_finished(client, response_id: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = client.responses.retrieve(response_id)
+        if found.status not in ("queued", "in_progress"):
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{response_id} still {found.status}")
+
+
+def test_a_background_response_answers_queued_and_is_polled_to_its_end(live_platform, tenants):
+    client = _client(live_platform, tenants[0])
+    asked = {"model": MODEL, "input": "Count slowly.", "max_output_tokens": 6, **GREEDY}
+    at_once = client.responses.create(**asked)
+    queued = client.responses.create(background=True, **asked)
+    assert queued.status == "queued" and queued.background and queued.output == []
+    done = _until_finished(client, queued.id)
+    assert done.status == "incomplete" and done.background, done.error
+    assert done.output_text == at_once.output_text
+    assert done.usage.output_tokens == 6
+    with pytest.raises(openai.BadRequestError) as finished:
+        client.responses.cancel(queued.id)
+    assert "already finished" in finished.value.message
+    with pytest.raises(openai.BadRequestError) as foreground:
+        client.responses.cancel(at_once.id)
+    assert "background" in foreground.value.message
+
+
+def test_cancelling_a_background_response_stops_it(live_platform, tenants):
+    client = _client(live_platform, tenants[0])
+    live_platform.db.manage("flush_usage")
+    aborted_before = _rows(
+        live_platform, "SELECT id, completion_tokens FROM usage_usagerecord WHERE status = 499"
+    )
+    queued = client.responses.create(
+        model=MODEL, input="Go on.", background=True, max_output_tokens=1500, **GREEDY
+    )
+    with pytest.raises(openai.BadRequestError) as running:  # not continued before its end
+        client.responses.create(
+            model=MODEL, input="More.", previous_response_id=queued.id, **GREEDY
+        )
+    assert running.value.body["param"] == "previous_response_id"
+    cancelled = client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    assert client.responses.cancel(queued.id).status == "cancelled"  # again: as it is
+    assert client.responses.retrieve(queued.id).status == "cancelled"
+    # The generation was aborted in the engine: its usage is an abort (499), short of 1,500
+    # tokens (the tiny model makes them in about 0.6 s).
+    def aborted() -> list[tuple]:
+        live_platform.db.manage("flush_usage")
+        query = "SELECT id, completion_tokens FROM usage_usagerecord WHERE status = 499"
+        return _rows(live_platform, query)
+
+    deadline = time.monotonic() + 20
+    while len(aborted()) == len(aborted_before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    [(_id, completion_tokens)] = [row for row in aborted() if row not in aborted_before]
+    assert completion_tokens < 1500
+
+
+def test_background_needs_store_and_does_not_stream(live_platform, tenants):
+    client = _client(live_platform, tenants[0])
+    for extra in ({"store": False}, {"stream": True}):
+        with pytest.raises(openai.BadRequestError) as got:
+            client.responses.create(model=MODEL, input="Hi", background=True, **extra, **GREEDY)
+        assert got.value.body["param"] == "background"
