@@ -45,6 +45,11 @@ class LineAnswer:
 async def _generate(endpoint: str, principal: Principal, body: dict, batch_id: str) -> dict:
     if body.get("stream"):
         raise invalid_request("Batch requests cannot stream; leave `stream` unset.", param="stream")
+    if body.get("background"):  # a batch runs in the background already
+        raise invalid_request(
+            "Batch lines run in the background already; leave `background` unset.",
+            param="background",
+        )
     generation = await Generation.admit(PLANNERS[endpoint], principal, body)
     generation.admission.batch_id = batch_id
     # Behind interactive requests in engines that schedule by priority (lower runs first).

@@ -17,6 +17,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from controlplane.common.outages import DATA_OUTAGE_ERRORS
 from controlplane.responses import background as rows
 from inference.errors import error_from_exception
 from inference.generation.use_case import Generation
@@ -70,17 +71,26 @@ async def _answer(generation: Generation) -> dict[str, Any]:
     return await whole_answer(generation)  # the end written to the row (services)
 
 
+async def _beat(response_id: str) -> str | None:
+    """The row marked alive; its status. The database away a moment stops nothing: the
+    generation goes on, and the next beat tries again."""
+    try:
+        return await sync_to_async(rows.background_beat)(response_id)
+    except DATA_OUTAGE_ERRORS as exc:
+        logger.warning("background response %s: no heartbeat written (%s)", response_id, exc)
+        return "in_progress"
+
+
 async def _run(generation: Generation, queued: dict[str, Any]) -> None:
     response_id = queued["id"]
     work = _work[response_id] = asyncio.ensure_future(_answer(generation))
     try:
-        await sync_to_async(rows.background_beat)(response_id)  # queued -> in_progress
+        await _beat(response_id)  # queued -> in_progress
         while not work.done():
             await asyncio.wait({work}, timeout=rows.BEAT_S)
             if work.done():
                 break
-            status = await sync_to_async(rows.background_beat)(response_id)
-            if status not in rows.RUNNING:  # cancelled or deleted by a client
+            if await _beat(response_id) not in rows.RUNNING:  # cancelled or deleted
                 work.cancel()
         await work
     except asyncio.CancelledError:

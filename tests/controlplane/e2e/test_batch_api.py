@@ -300,12 +300,17 @@ def test_a_responses_batch_answers_response_objects_and_stores_them(batch_platfo
             {"custom_id": custom_id, "method": "POST", "url": "/v1/responses", "body": body}
         )
 
-    lines = [line("kept"), line("unstored", store=False), line("bad", max_output_tokens=0)]
+    lines = [
+        line("kept"),
+        line("unstored", store=False),
+        line("bad", max_output_tokens=0),
+        line("background", background=True),
+    ]
     batch = client.batches.create(
         input_file_id=_upload(client, lines).id, endpoint="/v1/responses", completion_window="24h"
     )
     done = _wait_status(client, batch.id, {"completed", "failed"}, timeout=120)
-    assert done.status == "completed" and done.request_counts.failed == 1, done
+    assert done.status == "completed" and done.request_counts.failed == 2, done
     bodies = {o["custom_id"]: o["response"]["body"] for o in _jsonl(client, done.output_file_id)}
     assert {b["object"] for b in bodies.values()} == {"response"}
     assert (
@@ -314,8 +319,12 @@ def test_a_responses_batch_answers_response_objects_and_stores_them(batch_platfo
     )
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(bodies["unstored"]["id"])
-    (error,) = _jsonl(client, done.error_file_id)
-    assert error["custom_id"] == "bad" and error["response"]["status_code"] == 400
+    errors = {e["custom_id"]: e["response"] for e in _jsonl(client, done.error_file_id)}
+    assert {name: error["status_code"] for name, error in errors.items()} == {
+        "bad": 400,
+        "background": 400,
+    }
+    assert errors["background"]["body"]["error"]["param"] == "background"
 
 
 def test_chat_lines_with_store_are_kept_as_stored_completions(batch_platform):
