@@ -1,11 +1,23 @@
-"""GET /v1/models and /v1/models/{id}: the models this key's tenant may use."""
+"""GET /v1/models and /v1/models/{id}: the models this key's tenant may use.
+
+The same paths answer Anthropic's SDK in Anthropic's shapes: a request with an
+``anthropic-version`` header (which that SDK always sends, and OpenAI's never does) takes its
+key from ``x-api-key`` too, lists ``{"type": "model", "id", "display_name", "created_at"}``
+objects paged by ``after_id``/``before_id``/``limit``, and gets Anthropic's error body."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
+from inference import credentials
 from inference.catalog import ModelEntry, resolve_model, visible_models
+from inference.errors import error_response, invalid_request
+from inference.messages.errors import anthropic_error
 from inference.views.base import AsyncApiView, json_response
+
+ANTHROPIC_MAX_PAGE = 1000
 
 
 def _model(entry: ModelEntry) -> dict:
@@ -21,10 +33,68 @@ def _model(entry: ModelEntry) -> dict:
     }
 
 
-class ModelListView(AsyncApiView):
-    """The models this API key may use."""
+def _anthropic_model(entry: ModelEntry) -> dict:
+    """Anthropic's ModelInfo for ``entry``."""
+    created = datetime.fromtimestamp(entry.created, tz=UTC)
+    return {
+        "type": "model",
+        "id": entry.name,
+        "display_name": entry.name,
+        "created_at": created.isoformat().replace("+00:00", "Z"),
+        "max_input_tokens": entry.max_model_len,
+        "max_tokens": entry.max_model_len,
+        "lifecycle": "active",
+    }
 
+
+def _anthropic_page(models: list[dict], query) -> dict:
+    """Anthropic's page: ``limit`` (1 to 1,000, default 20) after ``after_id`` or before
+    ``before_id``."""
+    try:
+        limit = int(query.get("limit", 20))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= ANTHROPIC_MAX_PAGE:
+        raise invalid_request(f"limit must be from 1 to {ANTHROPIC_MAX_PAGE}.", param="limit")
+    ids = [model["id"] for model in models]
+    after, before = query.get("after_id"), query.get("before_id")
+    if before:
+        end = ids.index(before) if before in ids else 0
+        page, has_more = models[max(0, end - limit) : end], end - limit > 0
+    else:
+        start = ids.index(after) + 1 if after in ids else (len(ids) if after else 0)
+        page, has_more = models[start : start + limit], start + limit < len(models)
+    return {
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": has_more,
+    }
+
+
+class ModelsRoute(AsyncApiView):
     endpoint = "models"
+
+    @property
+    def anthropic(self) -> bool:
+        return "anthropic-version" in self.request.headers
+
+    async def authenticate(self):
+        if not self.anthropic:
+            return await super().authenticate()
+        headers = self.request.headers
+        return await credentials.authenticate_x_api_key(
+            headers.get("x-api-key"), headers.get("Authorization"), endpoint=self.endpoint
+        )
+
+    def error_response(self, error, headers=None):
+        if not self.anthropic:
+            return super().error_response(error, headers)
+        return error_response(error, headers, body=anthropic_error(error))
+
+
+class ModelListView(ModelsRoute):
+    """The models this API key may use."""
 
     @extend_schema(
         operation_id="listModels",
@@ -34,13 +104,15 @@ class ModelListView(AsyncApiView):
     async def get(self, request):
         principal = await self.authenticate()
         models = await visible_models(principal, with_adapters=True)
+        if self.anthropic:
+            return json_response(
+                _anthropic_page([_anthropic_model(m) for m in models], request.GET)
+            )
         return json_response({"object": "list", "data": [_model(m) for m in models]})
 
 
-class ModelDetailView(AsyncApiView):
+class ModelDetailView(ModelsRoute):
     """One model, if this API key may use it (404 otherwise)."""
-
-    endpoint = "models"
 
     @extend_schema(
         operation_id="retrieveModel",
@@ -49,4 +121,5 @@ class ModelDetailView(AsyncApiView):
     )
     async def get(self, request, model_id: str):
         principal = await self.authenticate()
-        return json_response(_model(await resolve_model(principal, model_id, with_adapters=True)))
+        entry = await resolve_model(principal, model_id, with_adapters=True)
+        return json_response(_anthropic_model(entry) if self.anthropic else _model(entry))

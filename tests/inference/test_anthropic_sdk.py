@@ -330,3 +330,29 @@ async def test_messages_over_the_websocket(platform):
         error["error"]["type"] == "invalid_request_error"
         and "max_tokens" in error["error"]["message"]
     )
+
+
+def test_anthropics_sdk_lists_and_reads_models_in_its_own_shape(platform):
+    """What an Anthropic client asks first: the models, as ``ModelInfo`` pages; OpenAI's
+    SDK on the same paths still gets OpenAI's objects."""
+    import anthropic
+
+    client = platform.anthropic_sdk()
+    listed = list(client.models.list(limit=1))  # the SDK follows the pages to the end
+    openai_ids = [model.id for model in platform.sdk().models.list()]
+    assert [model.id for model in listed] == openai_ids and len(listed) >= 2
+    assert all(model.type == "model" and model.lifecycle == "active" for model in listed)
+    info = client.models.retrieve(platform.chat_model)
+    assert info.id == platform.chat_model and info.display_name == platform.chat_model
+    assert (
+        info.max_input_tokens == platform.sdk().models.retrieve(platform.chat_model).max_model_len
+    )
+    first = client.models.list(limit=1)
+    assert first.has_more and first.last_id == openai_ids[0]
+    back = client.models.list(before_id=openai_ids[1], limit=5)
+    assert [model.id for model in back.data] == openai_ids[:1]
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.models.retrieve("no-such-model")
+    assert missing.value.body["type"] == "error"
+    with pytest.raises(anthropic.AuthenticationError):
+        platform.anthropic_sdk(api_key="sk-wrong").models.list()
