@@ -29,14 +29,14 @@ def response_store(
     key_prefix: str,
     response: dict[str, Any],
     input_items: list[dict[str, Any]],
-) -> StoredResponse:
+) -> StoredResponse | None:
     """Keep a finished response. A background one's row exists already (started queued):
-    its end is written there instead, unless a client cancelled or deleted it meanwhile."""
+    its end is written there instead, unless a client cancelled or deleted it meanwhile
+    (then None: nothing was kept)."""
     if response.get("background"):
         existing = StoredResponse.objects.filter(pk=response["id"]).first()
         if existing is not None:
-            background_finish(existing.pk, response)
-            return existing
+            return existing if background_finish(existing.pk, response) else None
     return StoredResponse.objects.create(
         id=response["id"],
         tenant_id=tenant_id,

@@ -41,12 +41,14 @@ async def store_response(context: ResponseContext, response: dict[str, Any]) -> 
     conversation, add the request's input items and the response's output to it (whatever
     ``store`` says, as OpenAI does)."""
     if context.store:
-        await sync_to_async(services.response_store)(
+        kept = await sync_to_async(services.response_store)(
             tenant_id=context.tenant_id,
             key_prefix=context.key_prefix,
             response=response,
             input_items=context.input_items,
         )
+        if kept is None:  # a background response cancelled meanwhile: its turn is not added
+            return
     if context.conversation_id:
         await sync_to_async(conversations.items_add)(
             tenant_id=context.tenant_id,

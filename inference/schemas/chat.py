@@ -157,7 +157,9 @@ class ChatCompletionRequestSerializer(
     # Keep the finished completion for GET /v1/chat/completions[/{id}] (OpenAI's default:
     # not kept); ``metadata`` is stored with it, to filter the list by.
     store = StrictBooleanField(required=False, allow_null=True, default=False)
-    metadata = MetadataField()
+    # Checked as OpenAI's metadata only with store (then it is kept); otherwise ignored as
+    # before, whatever it holds (clients and proxies send their own there).
+    metadata = serializers.JSONField(required=False, allow_null=True)
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
@@ -173,6 +175,11 @@ class ChatCompletionRequestSerializer(
                     "from their prompt only."
                 }
             )
+        if attrs.get("store") and attrs.get("metadata") is not None:
+            try:
+                attrs["metadata"] = MetadataField().run_validation(attrs["metadata"])
+            except serializers.ValidationError as exc:
+                raise serializers.ValidationError({"metadata": exc.detail}) from None
         self.validate_legacy_functions(attrs)
         self.validate_tool_fields(attrs)
         if attrs.get("top_logprobs") and not attrs.get("logprobs"):
