@@ -91,6 +91,8 @@ class Principal:
     # Fair share in the engines (Tenant.share_weight, Tenant.service_class).
     share_weight: int = 1
     service_class: str = "interactive"
+    # Tenant.zero_data_retention: nothing of its requests is kept on the server.
+    zero_data_retention: bool = False
 
     @property
     def engine_tenant(self) -> str:
@@ -161,6 +163,7 @@ def _principal(record: KeyRecord) -> Principal:
         ),
         share_weight=record.share_weight,
         service_class=record.service_class,
+        zero_data_retention=record.zero_data_retention,
     )
 
 

@@ -19,6 +19,7 @@ from controlplane.tenants.forms import ApiKeyCreateForm
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.tenants.selectors import tenant_get_by_pk
 from controlplane.tenants.services import (
+    RETENTION_FIELDS,
     SHARE_FIELDS,
     api_key_create,
     api_key_revoke,
@@ -93,6 +94,14 @@ class TenantAdmin(admin.ModelAdmin):
                 "description": "No model selected: the tenant may use every served model.",
             },
         ),
+        (
+            "Data retention",
+            {
+                "fields": RETENTION_FIELDS,
+                "description": "Zero data retention: the platform keeps no request or answer "
+                "of this tenant (stored responses, stored chat completions, conversations).",
+            },
+        ),
         ("Prefix-cache isolation", {"fields": ("cache_salt_rotated_at",)}),
     )
     inlines = [ApiKeyInline]
@@ -143,12 +152,13 @@ class TenantAdmin(admin.ModelAdmin):
                 actor=request.user,
                 **{k: data.get(k) for k in (*_LIMITS, *_BUDGETS)},
                 **{k: data[k] for k in SHARE_FIELDS if k in data},
+                **{k: data[k] for k in RETENTION_FIELDS if k in data},
             )
             if not data.get("is_active", True):
                 tenant_update(tenant=created, is_active=False, actor=request.user)
             adopt_created_row(obj, created)
             return
-        editable = {"name", "is_active", *_LIMITS, *SHARE_FIELDS, *_BUDGETS}
+        editable = {"name", "is_active", *_LIMITS, *SHARE_FIELDS, *_BUDGETS, *RETENTION_FIELDS}
         fields = [f for f in form.changed_data if f in editable]
         if fields:
             current = tenant_get_by_pk(pk=obj.pk)

@@ -59,6 +59,13 @@ class Tenant(models.Model):
         default="interactive",
         help_text="Interactive requests are scheduled before batch ones.",
     )
+    # Zero data retention: nothing a request sends or gets is kept on the server (stored
+    # responses, stored chat completions, conversations); docs/operations.md.
+    zero_data_retention = models.BooleanField(
+        default=False,
+        help_text="Keep nothing clients send or get: store is treated as false, and "
+        "conversations and background responses are refused.",
+    )
     # Spend per calendar month (UTC) in BILLING_CURRENCY, priced by controlplane/billing.
     monthly_spend_budget = models.DecimalField(
         max_digits=14, decimal_places=2, null=True, blank=True

@@ -36,6 +36,7 @@ class KeyRecord:
     service_class: str = "interactive"
     monthly_spend_budget: Decimal | None = None  # the tenant's
     key_monthly_spend_budget: Decimal | None = None  # the key's own
+    zero_data_retention: bool = False
 
 
 def _tenant_model_names(tenant: Tenant) -> frozenset[str] | None:
@@ -64,6 +65,7 @@ def key_record_for(key: ApiKey | None, tenant: Tenant) -> KeyRecord:
         service_class=tenant.service_class,
         monthly_spend_budget=tenant.monthly_spend_budget,
         key_monthly_spend_budget=key.monthly_spend_budget if key else None,
+        zero_data_retention=tenant.zero_data_retention,
     )
 
 

@@ -33,6 +33,7 @@ from controlplane.tenants.selectors import tenant_staff_owner
 from controlplane.tenants.validation import check_limits, check_share, check_spend_budget
 
 __all__ = [
+    "RETENTION_FIELDS",
     "CreatedKey",
     "api_key_create",
     "api_key_flush_last_used",
@@ -54,6 +55,7 @@ _LIMIT_FIELDS = (
     "monthly_token_budget",
 )
 _BUDGET_FIELDS = ("monthly_spend_budget", "budget_alert_webhook_url")
+RETENTION_FIELDS = ("zero_data_retention",)
 
 
 def _audited(values: list) -> list:
@@ -85,6 +87,7 @@ def tenant_create(
     service_class: str = "interactive",
     monthly_spend_budget: Decimal | None = None,
     budget_alert_webhook_url: str = "",
+    zero_data_retention: bool = False,
     actor: Any = None,
     actor_label: str | None = None,
 ) -> Tenant:
@@ -109,12 +112,14 @@ def tenant_create(
         cache_salt=_new_cache_salt(),
         monthly_spend_budget=spend_budget,
         budget_alert_webhook_url=budget_alert_webhook_url or "",
+        zero_data_retention=bool(zero_data_retention),
         **limits,
         **share,
     )
     details = {
         **limits,
         **share,
+        "zero_data_retention": bool(zero_data_retention),
         "monthly_spend_budget": None if spend_budget is None else str(spend_budget),
     }
     audit_record(
@@ -127,8 +132,10 @@ def tenant_create(
 def tenant_update(
     *, tenant: Tenant, actor: Any = None, actor_label: str | None = None, **changes: Any
 ) -> Tenant:
-    """Change name, activity, limits, fair share or budgets (keyword names as on the model)."""
+    """Change name, activity, limits, fair share, budgets or data retention (keyword names
+    as on the model)."""
     allowed = {"name", "is_active", *_LIMIT_FIELDS, *SHARE_FIELDS, *_BUDGET_FIELDS}
+    allowed |= set(RETENTION_FIELDS)
     unknown = set(changes) - allowed
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))} with tenant_update")

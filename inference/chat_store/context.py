@@ -19,9 +19,10 @@ class ChatStoreContext:
 def store_context(
     principal: Principal, body: dict[str, Any], messages: list[dict[str, Any]]
 ) -> ChatStoreContext | None:
-    """Where a validated chat ``body`` is stored, or None unless it asked (``store: true``).
-    ``messages`` are the raw body's, kept as the client wrote them."""
-    if not body.get("store"):
+    """Where a validated chat ``body`` is stored, or None unless it asked (``store: true``)
+    and its tenant keeps data (no zero data retention: then store is treated as false, as
+    OpenAI does). ``messages`` are the raw body's, kept as the client wrote them."""
+    if not body.get("store") or principal.zero_data_retention:
         return None
     return ChatStoreContext(
         tenant_id=principal.tenant_id,

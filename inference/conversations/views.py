@@ -7,6 +7,7 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
+from controlplane.common.api_error import ApiError
 from controlplane.common.cursor_pages import page_object
 from controlplane.responses import conversations as services
 from inference.conversations.serializers import (
@@ -25,9 +26,22 @@ ITEM = OpenApiResponse(description="A conversation item.")
 ORDER = OpenApiParameter("order", str, enum=["asc", "desc"], description="default desc")
 
 
-class ConversationsView(AsyncApiView):
+class ConversationRoute(AsyncApiView):
     endpoint = "responses"
 
+    async def authenticate(self):
+        principal = await super().authenticate()
+        if principal.zero_data_retention:
+            raise ApiError(
+                "This tenant keeps no data on the server (zero data retention): the "
+                "Conversations API is off for it.",
+                status=403,
+                code="zero_data_retention",
+            )
+        return principal
+
+
+class ConversationsView(ConversationRoute):
     @extend_schema(
         operation_id="createConversation",
         request=ConversationCreateSerializer,
@@ -46,9 +60,7 @@ class ConversationsView(AsyncApiView):
         return json_response(services.conversation_object(created))
 
 
-class ConversationDetailView(AsyncApiView):
-    endpoint = "responses"
-
+class ConversationDetailView(ConversationRoute):
     @extend_schema(operation_id="getConversation", responses={200: CONVERSATION}, tags=["OpenAI"])
     async def get(self, request, conversation_id: str):
         principal = await self.authenticate()
@@ -88,9 +100,7 @@ class ConversationDetailView(AsyncApiView):
         )
 
 
-class ConversationItemsView(AsyncApiView):
-    endpoint = "responses"
-
+class ConversationItemsView(ConversationRoute):
     @extend_schema(
         operation_id="createConversationItems",
         request=ItemsAddSerializer,
@@ -124,9 +134,7 @@ class ConversationItemsView(AsyncApiView):
         return json_response(page_object(found, limit=limit, render=dict))
 
 
-class ConversationItemDetailView(AsyncApiView):
-    endpoint = "responses"
-
+class ConversationItemDetailView(ConversationRoute):
     @extend_schema(operation_id="getConversationItem", responses={200: ITEM}, tags=["OpenAI"])
     async def get(self, request, conversation_id: str, item_id: str):
         principal = await self.authenticate()

@@ -14,7 +14,7 @@ from typing import Any
 from controlplane.access.principals import Principal
 from controlplane.common.api_error import ApiError
 from engine.text.tokenizer import ChatTokenizer
-from inference.errors import in_terms_of
+from inference.errors import in_terms_of, invalid_request
 from inference.generation.plan import GenerationPlan
 from inference.generation.planning import chat_prompt_tokens, prepare_chat
 from inference.responses.context import ResponseContext
@@ -127,6 +127,9 @@ def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> R
 async def _request(principal: Principal, raw_body: dict[str, Any]):
     """A Responses body validated, with the conversation it continues: (body, context)."""
     body = validate_body(ResponsesRequestSerializer, raw_body)
+    if principal.zero_data_retention:
+        refuse_for_zero_retention(body)
+        body["store"] = False  # treated as false, as OpenAI does for such organizations
     if body.get("conversation"):
         history = await conversation_items(principal, body["conversation"])
     else:
@@ -135,6 +138,20 @@ async def _request(principal: Principal, raw_body: dict[str, Any]):
     context.conversation_id = body.get("conversation")
     context.request_items = body["input"]
     return body, context
+
+
+def refuse_for_zero_retention(body: dict[str, Any]) -> None:
+    """What a tenant with zero data retention cannot ask: whatever would be kept to work."""
+    for field, what in (
+        ("background", "a background response is kept to be read back"),
+        ("conversation", "a conversation is kept on the server"),
+        ("previous_response_id", "no response of this tenant is stored to continue"),
+    ):
+        if body.get(field):
+            raise invalid_request(
+                f"This tenant keeps no data on the server (zero data retention): {what}.",
+                param=field,
+            )
 
 
 async def prepare_response(

@@ -258,3 +258,11 @@ def test_usage_shows_the_cost_of_written_and_still_queued_requests(acme_client, 
     # 0.5 written, plus 1,000 prompt tokens at 1 and 500 completion tokens at 2 per million.
     assert '<td class="cost">0.5020 USD</td>' in page
     assert '<strong id="usage-cost">0.5020 USD</strong>' in page
+
+
+def test_a_tenant_with_zero_data_retention_is_told_why_nothing_is_stored(acme_client, acme):
+    assert "zero-data-retention" not in acme_client.get("/portal/responses/").content.decode()
+    acme.tenant.zero_data_retention = True
+    acme.tenant.save(update_fields=["zero_data_retention"])
+    for url in ("/portal/responses/", "/portal/chat-completions/"):
+        assert 'id="zero-data-retention"' in acme_client.get(url).content.decode(), url

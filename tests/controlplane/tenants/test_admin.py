@@ -182,3 +182,27 @@ def test_fair_share_weight_and_class_are_edited_listed_and_reach_the_principal(
     principal = stored_key_principal(key_record_for(None, tenant), endpoint="chat.completions")
     assert (principal.share_weight, principal.service_class) == (3, "batch")
     assert principal.engine_tenant == f"t{tenant.pk}"
+
+
+def test_zero_data_retention_is_set_in_the_admin_audited_and_reaches_the_principal(
+    staff_client, make_tenant, redis_client
+):
+    tenant = make_tenant("Hushed")
+    form = {
+        "name": "Hushed",
+        "is_active": "on",
+        "share_weight": "1",
+        "service_class": "interactive",
+        "api_keys-TOTAL_FORMS": "0",
+        "api_keys-INITIAL_FORMS": "0",
+    }
+    url = reverse("admin:tenants_tenant_change", args=[tenant.pk])
+    assert "Zero data retention" in staff_client.get(url).content.decode()
+    response = staff_client.post(url, {**form, "zero_data_retention": "on"})
+    assert response.status_code == 302, response.content[:3000]
+    tenant.refresh_from_db()
+    assert tenant.zero_data_retention
+    event = AuditEvent.objects.get(action="tenant.update")
+    assert event.details == {"zero_data_retention": [False, True]}
+    principal = stored_key_principal(key_record_for(None, tenant), endpoint="chat.completions")
+    assert principal.zero_data_retention

@@ -1,6 +1,6 @@
 """manage.py create_tenant NAME [--rpm N] [--tpm N] [--max-concurrent N] [--monthly-budget N]
 [--model NAME ...] [--weight N] [--service-class interactive|batch]
-[--monthly-spend-budget AMOUNT] [--budget-webhook URL]."""
+[--monthly-spend-budget AMOUNT] [--budget-webhook URL] [--zero-data-retention]."""
 
 from decimal import Decimal
 
@@ -47,6 +47,12 @@ class Command(BaseCommand):
             default="interactive",
             help="interactive requests are scheduled before batch ones",
         )
+        parser.add_argument(
+            "--zero-data-retention",
+            action="store_true",
+            help="keep nothing clients send or get (no stored responses, chat completions or "
+            "conversations)",
+        )
 
     def handle(
         self,
@@ -61,6 +67,7 @@ class Command(BaseCommand):
         service_class,
         monthly_spend_budget,
         budget_webhook,
+        zero_data_retention,
         **options,
     ):
         warn_if_no_running_platform(self, change_not_announced("The tenant"))
@@ -75,6 +82,7 @@ class Command(BaseCommand):
                 service_class=service_class,
                 monthly_spend_budget=monthly_spend_budget,
                 budget_alert_webhook_url=budget_webhook,
+                zero_data_retention=zero_data_retention,
                 actor_label="manage.py",
             )
             if model:
