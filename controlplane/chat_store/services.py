@@ -10,17 +10,12 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from controlplane.chat_store.models import StoredChatCompletion
-from controlplane.common.api_error import ApiError
+from controlplane.common.api_error import ApiError, object_not_found
 from controlplane.common.cursor_pages import cursor_page
 
 
 def completion_not_found(completion_id: str) -> ApiError:
-    return ApiError(
-        f"No chat completion found with id '{completion_id}'.",
-        status=404,
-        param="completion_id",
-        code="not_found",
-    )
+    return object_not_found("chat completion", completion_id, param="completion_id")
 
 
 def stored_messages(completion_id: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -38,3 +38,9 @@ class ApiError(Exception):
                 "code": self.code,
             }
         }
+
+
+def object_not_found(what: str, object_id: str, *, param: str, code: str = "not_found") -> ApiError:
+    """The 404 for a tenant's object: the same answer for an id that never existed, a
+    deleted one and another tenant's, so nothing leaks across tenants."""
+    return ApiError(f"No {what} found with id '{object_id}'.", status=404, param=param, code=code)

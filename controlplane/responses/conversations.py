@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from controlplane.common.api_error import ApiError
+from controlplane.common.api_error import ApiError, object_not_found
 from controlplane.common.cursor_pages import MAX_PAGE
 from controlplane.responses.models import Conversation, ConversationItem
 
@@ -17,12 +17,7 @@ APPEND_ATTEMPTS = 5
 
 
 def conversation_not_found(conversation_id: str) -> ApiError:
-    return ApiError(
-        f"Conversation with id '{conversation_id}' not found.",
-        status=404,
-        param="conversation_id",
-        code="not_found",
-    )
+    return object_not_found("conversation", conversation_id, param="conversation_id")
 
 
 def conversation_object(conversation: Conversation) -> dict[str, Any]:
@@ -145,6 +140,4 @@ def item_delete(*, tenant_id: int, conversation_id: str, item_id: str) -> Conver
 
 
 def _item_not_found(item_id: str) -> ApiError:
-    return ApiError(
-        f"Item with id '{item_id}' not found.", status=404, param="item_id", code="not_found"
-    )
+    return object_not_found("conversation item", item_id, param="item_id")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from controlplane.common.api_error import ApiError
+from controlplane.common.api_error import ApiError, object_not_found
 from controlplane.responses.models import StoredResponse
 
 # The statuses of a background response still running (docs/api.md, "Background responses").
@@ -15,12 +15,7 @@ RUNNING = ("queued", "in_progress")
 
 def response_not_found(response_id: str) -> ApiError:
     # The same answer for an id that never existed, one of another tenant and one not stored.
-    return ApiError(
-        f"No response found with id '{response_id}'.",
-        status=404,
-        param="response_id",
-        code="response_not_found",
-    )
+    return object_not_found("response", response_id, param="response_id", code="response_not_found")
 
 
 def response_store(
