@@ -98,7 +98,9 @@ class ResponseCancelView(AsyncApiView):
 
     endpoint = "responses"
 
-    @extend_schema(operation_id="cancelResponse", responses={200: schema.FOUND}, tags=["OpenAI"])
+    @extend_schema(
+        operation_id="cancelResponse", request=None, responses={200: schema.FOUND}, tags=["OpenAI"]
+    )
     async def post(self, request, response_id: str):
         principal = await self.authenticate()
         cancelled = await sync_to_async(background_cancel)(

@@ -35,6 +35,7 @@ CONTROLPLANE_LAYERS = (
     "metrics",
     "batches",
     "responses",
+    "chat_store",
     "dashboard",
     "portal",
     "management_api",

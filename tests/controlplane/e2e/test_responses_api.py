@@ -503,6 +503,7 @@ def test_cancelling_a_background_response_stops_it(live_platform, tenants):
     assert cancelled.status == "cancelled"
     assert client.responses.cancel(queued.id).status == "cancelled"  # again: as it is
     assert client.responses.retrieve(queued.id).status == "cancelled"
+
     # The generation was aborted in the engine: its usage is an abort (499), short of 1,500
     # tokens (the tiny model makes them in about 0.6 s).
     def aborted() -> list[tuple]:
