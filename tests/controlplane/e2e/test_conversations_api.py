@@ -49,6 +49,9 @@ def test_a_conversation_keeps_items_and_metadata_per_tenant(clients):
     rest = client.conversations.items.list(made.id, order="asc", after=oldest_first.last_id)
     assert _texts(rest.data) == [("user", "More")] and not rest.has_more
 
+    everything = list(client.conversations.items.list(made.id, order="asc", limit=1))
+    assert _texts(everything) == [("user", "Hello"), ("assistant", "Hi!"), ("user", "More")]
+
     first_id = oldest_first.data[0].id
     item = client.conversations.items.retrieve(first_id, conversation_id=made.id)
     assert item.id == first_id and item.content[0].text == "Hello"

@@ -118,3 +118,18 @@ def test_bad_metadata_and_list_parameters_are_400s(clients):
         model=MODEL, messages=ASK, metadata={"tags": ["a", "b"], "n": 1}, **GREEDY
     )
     assert ignored.choices
+
+
+def test_the_sdk_pages_through_stored_completions_oldest_first(clients):
+    client, _other = clients
+    made = [
+        client.chat.completions.create(
+            model=MODEL, messages=ASK, store=True, metadata={"run": "paging"}, **GREEDY
+        ).id
+        for _ in range(3)
+    ]
+    pages = client.chat.completions.list(metadata={"run": "paging"}, limit=2)
+    assert [c.id for c in pages.data] == made[:2] and pages.has_more
+    assert [c.id for c in pages] == made  # the SDK follows the cursor to the end
+    newest = client.chat.completions.list(metadata={"run": "paging"}, order="desc", limit=2)
+    assert [c.id for c in newest] == made[::-1]
