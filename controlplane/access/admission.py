@@ -201,8 +201,11 @@ async def finish(
     time_to_first_token: float | None,
     latency: float,
     adapter: str | None = None,
+    object_id: str | None = None,
 ) -> None:
     """Release the reservation and queue the usage record, without making the caller wait.
+    ``object_id``: the id the client got (``chatcmpl-...``, ``resp_...``), which the usage
+    record then carries as its request id, so an answer can be found in the usage.
 
     Call it once per admission (the caller guards that: inference/use_cases). The Redis write
     (one round trip) runs as a background task; ``finish_pending`` waits for those still in
@@ -211,7 +214,7 @@ async def finish(
     principal = admission.principal
     event = UsageEvent(
         finished_at=time.time(),
-        request_id=admission.request_id,
+        request_id=object_id or admission.request_id,
         tenant_id=principal.tenant_id,
         key_id=principal.key_id,
         key_prefix=principal.key_prefix,

@@ -91,6 +91,7 @@ async def _settle(
         time_to_first_token=stats.time_to_first_token,
         latency=latency,
         adapter=plan.adapter.name if plan.adapter is not None else None,
+        object_id=plan.request_id,
     )
     await record_request(
         model=plan.model,

@@ -487,10 +487,6 @@ def test_a_background_response_answers_queued_and_is_polled_to_its_end(live_plat
 
 def test_cancelling_a_background_response_stops_it(live_platform, tenants):
     client = _client(live_platform, tenants[0])
-    live_platform.db.manage("flush_usage")
-    aborted_before = _rows(
-        live_platform, "SELECT id, completion_tokens FROM usage_usagerecord WHERE status = 499"
-    )
     queued = client.responses.create(
         model=MODEL, input="Go on.", background=True, max_output_tokens=1500, **GREEDY
     )
@@ -504,18 +500,18 @@ def test_cancelling_a_background_response_stops_it(live_platform, tenants):
     assert client.responses.cancel(queued.id).status == "cancelled"  # again: as it is
     assert client.responses.retrieve(queued.id).status == "cancelled"
 
-    # The generation was aborted in the engine: its usage is an abort (499), short of 1,500
-    # tokens (the tiny model makes them in about 0.6 s).
-    def aborted() -> list[tuple]:
+    # The generation was aborted in the engine: its usage record (under the response's id)
+    # is an abort (499), short of 1,500 tokens (the tiny model makes them in about 0.6 s).
+    def recorded() -> list[tuple]:
         live_platform.db.manage("flush_usage")
-        query = "SELECT id, completion_tokens FROM usage_usagerecord WHERE status = 499"
-        return _rows(live_platform, query)
+        query = "SELECT status, completion_tokens FROM usage_usagerecord WHERE request_id = ?"
+        return _rows(live_platform, query, queued.id)
 
     deadline = time.monotonic() + 20
-    while len(aborted()) == len(aborted_before) and time.monotonic() < deadline:
+    while not recorded() and time.monotonic() < deadline:
         time.sleep(0.5)
-    [(_id, completion_tokens)] = [row for row in aborted() if row not in aborted_before]
-    assert completion_tokens < 1500
+    [(status, completion_tokens)] = recorded()
+    assert status == 499 and completion_tokens < 1500
 
 
 def test_background_needs_store_and_does_not_stream(live_platform, tenants):
