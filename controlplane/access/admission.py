@@ -202,10 +202,12 @@ async def finish(
     latency: float,
     adapter: str | None = None,
     object_id: str | None = None,
+    end_user: str = "",
 ) -> None:
     """Release the reservation and queue the usage record, without making the caller wait.
     ``object_id``: the id the client got (``chatcmpl-...``, ``resp_...``), which the usage
-    record then carries as its request id, so an answer can be found in the usage.
+    record then carries as its request id, so an answer can be found in the usage;
+    ``end_user``: the request's ``user``, for usage per end user.
 
     Call it once per admission (the caller guards that: inference/use_cases). The Redis write
     (one round trip) runs as a background task; ``finish_pending`` waits for those still in
@@ -228,6 +230,7 @@ async def finish(
         status=int(status),
         finish_reason=finish_reason or "",
         batch_id=admission.batch_id,
+        end_user=end_user,
         event_id=new_event_id(),
     )
     used = int(prompt_tokens) + int(completion_tokens)

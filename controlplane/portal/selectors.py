@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.shortcuts import get_object_or_404
 
 from controlplane.billing.costs import request_cost_units
@@ -17,7 +17,7 @@ from controlplane.chat_store.models import StoredChatCompletion
 from controlplane.portal.models import IdentityProvider, TenantMembership
 from controlplane.responses.models import StoredResponse
 from controlplane.tenants.models import ApiKey, Tenant
-from controlplane.usage.models import DailyUsage
+from controlplane.usage.models import DailyUsage, UsageRecord
 from controlplane.usage.selectors import pending_usage_events
 from engine.redis_outage import warn_failure
 
@@ -147,6 +147,11 @@ class TenantUsage:
     by_day: list[UsageTotals] = field(default_factory=list)
     by_key: list[UsageTotals] = field(default_factory=list)
     by_model: list[UsageTotals] = field(default_factory=list)
+    # The end users the tenant's requests named (their ``user``), most tokens first.
+    by_end_user: list[UsageTotals] = field(default_factory=list)
+
+
+MAX_END_USERS = 50  # listed on the page; the CSV export has every record
 
 
 _GROUP_FIELDS = ("date", "key_prefix", "model", "adapter")
@@ -187,6 +192,7 @@ def _pending_rows(tenant: Tenant, since: date) -> list[dict]:
         rows.append(
             {
                 "date": day,
+                "end_user": event.end_user,
                 "key_prefix": event.key_prefix,
                 "model": event.model,
                 "adapter": event.adapter,
@@ -206,6 +212,25 @@ def _pending_rows(tenant: Tenant, since: date) -> list[dict]:
     return rows
 
 
+def _end_user_rows(tenant: Tenant, since: date) -> list[dict]:
+    """The flushed usage per end user since ``since`` (records, not rollups: the daily
+    rollups do not split by end user)."""
+    start = datetime.combine(since, datetime.min.time(), tzinfo=UTC)
+    return list(
+        UsageRecord.objects.filter(tenant=tenant, created_at__gte=start)
+        .exclude(end_user="")
+        .values("end_user")
+        .annotate(
+            num_requests=Count("id"),
+            num_errors=Count("id", filter=Q(status__gte=400)),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            cached_tokens=Sum("cached_tokens"),
+            cost_units=Sum("cost_units"),
+        )
+    )
+
+
 def _grouped(rows: list[dict], label) -> list[UsageTotals]:
     groups: dict[str, UsageTotals] = {}
     for row in rows:
@@ -223,7 +248,12 @@ def tenant_usage(*, tenant: Tenant, days: int = 30, today: date | None = None) -
     usage (priced at the price in effect when each request finished)."""
     today = today or datetime.now(UTC).date()
     since = today - timedelta(days=days - 1)
-    rows = _rolled_up_rows(tenant, since) + _pending_rows(tenant, since)
+    pending = _pending_rows(tenant, since)
+    rows = _rolled_up_rows(tenant, since) + pending
+    end_users = _end_user_rows(tenant, since) + [row for row in pending if row["end_user"]]
+    by_end_user = sorted(
+        _grouped(end_users, lambda r: r["end_user"]), key=lambda t: -t.total_tokens
+    )
     total = UsageTotals(label="total")
     for row in rows:
         total.add(row)
@@ -234,6 +264,7 @@ def tenant_usage(*, tenant: Tenant, days: int = 30, today: date | None = None) -
         by_day=by_day[::-1],
         by_key=sorted(_grouped(rows, lambda r: r["key_prefix"]), key=lambda t: -t.total_tokens),
         by_model=sorted(_grouped(rows, _model_label), key=lambda t: -t.total_tokens),
+        by_end_user=by_end_user[:MAX_END_USERS],
     )
 
 

@@ -62,6 +62,8 @@ class UsageRecordAdmin(_BillingData):
         "status",
     )
     list_filter = ("tenant", "key_prefix", "model", "status")
+    # A request id (the answer's id a client quotes) or an end user (the request's user).
+    search_fields = ("request_id", "end_user")
     date_hierarchy = "created_at"
     list_select_related = ("tenant",)
     actions = ["export_csv"]

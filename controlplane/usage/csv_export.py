@@ -30,6 +30,7 @@ RECORD_COLUMNS = (
     "latency_s",
     "time_to_first_token_s",
     "batch_id",
+    "end_user",
 )
 DAILY_COLUMNS = (
     "date",
@@ -79,6 +80,7 @@ def _record_rows(records: QuerySet) -> Iterator[tuple]:
             f"{r.latency:.3f}",
             "" if r.time_to_first_token is None else f"{r.time_to_first_token:.3f}",
             r.batch_id,
+            r.end_user,
         )
 
 

@@ -26,6 +26,7 @@ class UsageEvent(msgspec.Struct, frozen=True):
     finish_reason: str
     event_id: str = ""  # unique per event; the flush writes each id once
     batch_id: str = ""  # the Batch API batch that ran this request, if any
+    end_user: str = ""  # the request's ``user``: the client's own end user, if it named one
 
 
 encode_event = msgspec.json.Encoder().encode

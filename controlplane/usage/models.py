@@ -30,13 +30,19 @@ class UsageRecord(models.Model):
     event_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
     # Set for a request run by the Batch API (the batch's id); empty for live traffic.
     batch_id = models.CharField(max_length=64, blank=True, db_index=True)
+    # The request's ``user`` (Anthropic's metadata.user_id): the tenant's own end user, as its
+    # application names them, for spend per end user. Empty when the request named none.
+    end_user = models.CharField(max_length=256, blank=True)
     # What the request cost at the model's price in effect when it finished, in units of
     # 10^-10 of BILLING_CURRENCY (exact; controlplane/billing/money.py). 0: no price set.
     cost_units = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["tenant", "created_at"])]
+        indexes = [
+            models.Index(fields=["tenant", "created_at"]),
+            models.Index(fields=["tenant", "end_user", "created_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.key_prefix} {self.model}"

@@ -55,6 +55,7 @@ def _record(event: UsageEvent, known_keys: set[int], prices: PriceBook) -> Usage
         finish_reason=event.finish_reason,
         event_id=event.event_id[:64] or None,
         batch_id=event.batch_id[:64],
+        end_user=event.end_user[:256],
     )
 
 

@@ -38,6 +38,8 @@ class GenerationPlan:
     # Stop strings and how text shows: what the API applies to the engines' tokens.
     output: OutputOptions = field(default_factory=OutputOptions)
     priority: int = 0
+    # The request's ``user``: the client's end user, recorded with the usage.
+    end_user: str = ""
     # Fair share in the engines: the tenant's opaque id, weight and class (Principal).
     engine_tenant: str = ""
     share_weight: float = 1.0

@@ -81,6 +81,7 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
         "share_weight": float(principal.share_weight),
         "service_class": principal.service_class,
         "priority": body.get("priority", 0),
+        "end_user": body.get("user") or "",
         "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),
         "continuous_usage": stream_options.get("continuous_usage_stats", False),

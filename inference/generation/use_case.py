@@ -92,6 +92,7 @@ async def _settle(
         latency=latency,
         adapter=plan.adapter.name if plan.adapter is not None else None,
         object_id=plan.request_id,
+        end_user=plan.end_user,
     )
     await record_request(
         model=plan.model,

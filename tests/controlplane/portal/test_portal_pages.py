@@ -7,11 +7,13 @@ from datetime import date
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from controlplane.chat_store.services import completion_store
 from controlplane.responses.models import StoredResponse
 from controlplane.tenants.models import ApiKey
-from controlplane.usage.models import DailyUsage
+from controlplane.usage.events import UsageEvent, encode_event, usage_queue_key
+from controlplane.usage.models import DailyUsage, UsageRecord
 from tests.support.portal_people import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -151,6 +153,53 @@ def test_usage_per_day_key_and_model_of_the_tenant_only(acme_client, acme, globe
     assert "<strong>2</strong> requests" in page and "<strong>42</strong> tokens" in page
     assert "sk-acme" in page
     assert "sk-globex" not in page and "999" not in page
+
+
+def test_usage_per_end_user_counts_flushed_and_queued_requests(
+    acme_client, acme, globex, redis_client
+):
+    def record(tenant, end_user: str, tokens: int, status: int = 200) -> None:
+        UsageRecord.objects.create(
+            created_at=timezone.now(),
+            tenant=tenant,
+            model="tiny",
+            end_user=end_user,
+            prompt_tokens=tokens,
+            completion_tokens=1,
+            status=status,
+        )
+
+    record(acme.tenant, "alice", 10)
+    record(acme.tenant, "alice", 20, status=500)
+    record(acme.tenant, "bob", 100)
+    record(acme.tenant, "", 1000)  # named no end user: not listed
+    record(globex.tenant, "mallory", 5)
+    queued = UsageEvent(
+        finished_at=timezone.now().timestamp(),
+        request_id="chatcmpl-q",
+        tenant_id=acme.tenant.pk,
+        key_id=acme.key.pk,
+        key_prefix=acme.key.prefix,
+        model="tiny",
+        adapter="",
+        prompt_tokens=7,
+        completion_tokens=1,
+        cached_tokens=0,
+        time_to_first_token=None,
+        latency=0.1,
+        status=200,
+        finish_reason="stop",
+        event_id="e-queued",
+        end_user="alice",
+    )
+    redis_client.rpush(usage_queue_key(), encode_event(queued))
+    page = acme_client.get("/portal/usage/").content.decode()
+    table = page.split('id="usage-by-end-user"')[1].split("</table>")[0]
+    rows = [row.split("</td>")[0].split(">")[-1] for row in table.split("<tr><td>")[1:]]
+    assert rows == ["bob", "alice"]  # most tokens first: 101, then 10 + 20 + 7 + 3
+    alice = table.split("<tr><td>alice</td>")[1].split("</tr>")[0]
+    assert "<td>3</td><td>1</td>" in alice  # three requests, one of them an error
+    assert "mallory" not in page
 
 
 def test_a_viewer_cannot_create_or_revoke_keys(client, acme):
