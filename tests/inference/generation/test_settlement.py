@@ -48,7 +48,8 @@ async def test_finished_generation_queues_its_usage_once(usage_events):
         principal.key_id,
         principal.key_prefix,
     )
-    assert (event.model, event.adapter, event.request_id) == (MODEL, "", admission.request_id)
+    # The id the client got, which a client quotes and stored answers are kept under.
+    assert (event.model, event.adapter, event.request_id) == (MODEL, "", plan.request_id)
     assert (event.prompt_tokens, event.completion_tokens, event.cached_tokens) == (5, 4, 3)
     assert (event.status, event.finish_reason) == (200, "stop")
     assert event.latency >= 0.5
