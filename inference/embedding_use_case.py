@@ -65,6 +65,7 @@ async def run_pooling(
     token_type_ids: list[list[int]] = (),
     started: float,
     batch_id: str = "",
+    end_user: str = "",
 ) -> tuple[EmbedReply, dict[str, str]]:
     """Admit ``inputs`` (their tokens are the prompt tokens), have a pooling engine of
     ``entry`` embed (or score) them, and settle the admission once, whatever happens: the
@@ -92,6 +93,7 @@ async def run_pooling(
             finish_reason=None,
             time_to_first_token=None,
             latency=time.monotonic() - started,
+            end_user=end_user,
         )
     return reply, dict(admission.headers)
 
@@ -133,7 +135,14 @@ async def create_embeddings(
         )
     inputs = await off_loop(_encode_inputs, tokenizer, body["input"], embedding_max_length(entry))
     num_tokens = sum(len(ids) for ids in inputs)
-    reply, headers = await run_pooling(principal, entry, inputs, started=started, batch_id=batch_id)
+    reply, headers = await run_pooling(
+        principal,
+        entry,
+        inputs,
+        started=started,
+        batch_id=batch_id,
+        end_user=body.get("user") or "",
+    )
     encoding_format = body.get("encoding_format", "float")
     payload = {
         "object": "list",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
+import time
 
 import httpx
 import openai
@@ -70,3 +71,17 @@ def test_bad_embedding_requests(client, api_platform):
     with pytest.raises(openai.BadRequestError) as dims:
         client.embeddings.create(model=api_platform.embed_model, input="a cat", dimensions=10)
     assert dims.value.body["param"] == "dimensions"
+
+
+def test_the_usage_record_names_the_requests_end_user(client, api_platform):
+    before = len(api_platform.usage_events())
+    client.embeddings.create(model=api_platform.embed_model, input="a cat", user="carol")
+    client.embeddings.create(model=api_platform.embed_model, input="a dog")
+    deadline = time.monotonic() + 5  # usage is queued in the background of each request
+    while True:
+        events = api_platform.usage_events()[before:]
+        mine = sorted(e.end_user for e in events if e.model == api_platform.embed_model)
+        if len(mine) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert mine == ["", "carol"]
