@@ -19,7 +19,7 @@ from inference.catalog import (
     resolve_model,
 )
 from inference.errors import ApiError, error_from_exception, invalid_request
-from inference.generation.planning import off_loop
+from inference.generation.off_loop import off_loop
 from inference.schemas.embeddings import EmbeddingRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.transport import (

@@ -26,7 +26,7 @@ from inference.catalog import (
 )
 from inference.embedding_use_case import run_pooling
 from inference.errors import ApiError, invalid_request
-from inference.generation.planning import off_loop
+from inference.generation.off_loop import off_loop
 from inference.schemas.scoring import RerankRequestSerializer, ScoreRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.transport import EmbeddingTokenizer

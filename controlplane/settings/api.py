@@ -54,6 +54,10 @@ SPECTACULAR_SETTINGS = {
 # max_tokens of a chat completion that sets none: what the context leaves, but at most this
 # many, so that a model that never says EOS answers in the time a person waits.
 CHAT_DEFAULT_MAX_TOKENS = env.int("CHAT_DEFAULT_MAX_TOKENS", 512)
+# The same for a Responses request that sets no max_output_tokens; 0: what the context leaves,
+# as OpenAI does. Agent frameworks (the OpenAI Agents SDK) take a response cut short
+# ("incomplete") for a failure, so a cap here breaks agents whose answers run long.
+RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS = env.int("RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS", 0)
 
 # Limits that keep one request from stalling an API process (docs/api.md, "Limits").
 # The largest body the JSON API reads (/v1/..., /tokenize, /detokenize): bigger ones get a 413

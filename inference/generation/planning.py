@@ -13,13 +13,11 @@ prompt that cannot fit the context however it tokenizes is refused before any of
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from django.conf import settings
@@ -31,6 +29,7 @@ from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.chat_store.context import store_context
 from inference.errors import invalid_request
+from inference.generation.off_loop import off_loop
 from inference.generation.plan import GenerationPlan
 from inference.generation.prompt_limits import (
     chat_text_length,
@@ -54,8 +53,6 @@ SERIALIZERS = {"chat": ChatCompletionRequestSerializer, "completion": Completion
 # OpenAI's default max_tokens for /v1/completions. Chat defaults to what the context leaves,
 # capped by settings.CHAT_DEFAULT_MAX_TOKENS.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
-T = TypeVar("T")
-_executor: ThreadPoolExecutor | None = None
 
 
 async def load_generation_model(
@@ -109,6 +106,7 @@ def plan_chat(
     tokenizer: ChatTokenizer,
     *,
     fit_max_tokens: bool = False,
+    default_max_tokens: int | None = None,
 ) -> GenerationPlan:
     tools, text, token_ids = chat_prompt(body, entry, tokenizer)
     structured = structured_output_for(body, tools)
@@ -121,7 +119,8 @@ def plan_chat(
         fit=fit_max_tokens,
     )
     if requested is None:
-        max_tokens = min(settings.CHAT_DEFAULT_MAX_TOKENS, max_tokens)
+        cap = settings.CHAT_DEFAULT_MAX_TOKENS if default_max_tokens is None else default_max_tokens
+        max_tokens = min(cap, max_tokens) if cap > 0 else max_tokens
     logprobs = (body.get("top_logprobs") or 0) if body.get("logprobs") else None
     common = _common(body, principal)
     if entry.reasoning_parser == "gpt_oss":  # harmony's channel markers are special tokens
@@ -228,14 +227,22 @@ async def _chat_request(
 
 
 async def prepare_chat(
-    principal: Principal, raw_body: dict[str, Any], *, fit_max_tokens: bool = False
+    principal: Principal,
+    raw_body: dict[str, Any],
+    *,
+    fit_max_tokens: bool = False,
+    default_max_tokens: int | None = None,
 ) -> tuple[GenerationPlan, ChatTokenizer]:
     """Validate a /v1/chat/completions body and plan it; raises ApiError for anything wrong.
     ``fit_max_tokens``: a ``max_completion_tokens`` beyond what the context leaves is lowered
-    to it instead of refused (the Messages API's choice, see inference/messages/)."""
+    to it instead of refused (the Messages API's choice, see inference/messages/).
+    ``default_max_tokens``: the cap when the body sets none (None: CHAT_DEFAULT_MAX_TOKENS;
+    0: what the context leaves)."""
     body, entry, tokenizer = await _chat_request(principal, raw_body)
     catalog = await acatalog_snapshot()
-    planner = functools.partial(plan_chat, fit_max_tokens=fit_max_tokens)
+    planner = functools.partial(
+        plan_chat, fit_max_tokens=fit_max_tokens, default_max_tokens=default_max_tokens
+    )
     plan = await off_loop(_planned, planner, principal, body, entry, tokenizer, catalog)
     plan.chat_store = store_context(principal, body, raw_body["messages"])
     return plan, tokenizer
@@ -281,21 +288,6 @@ def _planned(
 
 
 # Prompts ------------------------------------------------------------------------------------
-
-
-async def off_loop(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``function(*args, **kwargs)`` in one of the API's ``API_TOKENIZER_THREADS`` threads.
-
-    A few threads, not the default executor: each one holds the GIL for its Python work
-    (templates), so fewer of them leave the event loop a larger share.
-    """
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(
-            max_workers=settings.API_TOKENIZER_THREADS, thread_name_prefix="tokenize"
-        )
-    call = functools.partial(function, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_executor, call)
 
 
 def render_chat_prompt(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from django.conf import settings
+
 from controlplane.access.principals import Principal
 from controlplane.common.api_error import ApiError
 from engine.text.tokenizer import ChatTokenizer
@@ -160,7 +162,11 @@ async def prepare_response(
     """Validate a Responses body and plan it as a chat generation of kind "response"."""
     body, context = await _request(principal, raw_body)
     try:
-        plan, tokenizer = await prepare_chat(principal, chat_body(body, context))
+        plan, tokenizer = await prepare_chat(
+            principal,
+            chat_body(body, context),
+            default_max_tokens=settings.RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS,
+        )
     except ApiError as exc:
         raise in_terms_of(exc, CHAT_TO_RESPONSES) from None
     return dataclasses.replace(plan, kind="response", request_id=context.id, response=context), (

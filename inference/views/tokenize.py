@@ -6,7 +6,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference.catalog import embedding_tokenizer_for, resolve_model, tokenizer_for
 from inference.errors import invalid_request
-from inference.generation.planning import off_loop, render_chat_prompt
+from inference.generation.off_loop import off_loop
+from inference.generation.planning import render_chat_prompt
 from inference.generation.prompt_limits import (
     chat_text_length,
     check_token_ids,

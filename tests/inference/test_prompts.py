@@ -10,7 +10,8 @@ import pytest
 
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import ApiError
-from inference.generation.planning import off_loop, render_chat_prompt
+from inference.generation.off_loop import off_loop
+from inference.generation.planning import render_chat_prompt
 from inference.generation.prompt_limits import (
     chat_text_length,
     refuse_prompts_too_long,

@@ -74,6 +74,17 @@ def test_chat_without_max_tokens_stops_at_the_configured_default(plan, settings)
     assert plan("chat", messages=USER, max_tokens=9).sampling.max_tokens == 9
 
 
+def test_a_responses_default_of_zero_leaves_the_whole_context(plan, settings, tokenizer, entry):
+    """The Responses API's default (RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS 0): OpenAI's, since
+    agent frameworks fail on a response cut short."""
+    settings.CHAT_DEFAULT_MAX_TOKENS = 5
+    body = validate_body(SERIALIZERS["chat"], {"model": MODEL, "messages": USER})
+    planned = plan_chat(make_principal(), body, entry, tokenizer, default_max_tokens=0)
+    assert planned.sampling.max_tokens == CONTEXT - planned.prompt_tokens
+    capped = plan_chat(make_principal(), body, entry, tokenizer, default_max_tokens=7)
+    assert capped.sampling.max_tokens == 7
+
+
 def test_chat_max_completion_tokens_wins_over_max_tokens(plan):
     assert plan("chat", messages=USER, max_tokens=9).sampling.max_tokens == 9
     chat = plan("chat", messages=USER, max_tokens=9, max_completion_tokens=4)
