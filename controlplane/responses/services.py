@@ -29,7 +29,7 @@ def response_store(
     its end is written there instead, unless a client cancelled or deleted it meanwhile
     (then None: nothing was kept)."""
     if response.get("background"):
-        existing = StoredResponse.objects.filter(pk=response["id"]).first()
+        existing = StoredResponse.objects.filter(pk=response["id"]).only("pk").first()
         if existing is not None:
             return existing if background_finish(existing.pk, response) else None
     return StoredResponse.objects.create(

@@ -213,17 +213,18 @@ async def _choice_chunks(
     """Stream chunk objects: the opening choices, one chunk per new text or finish, usage."""
     for choice in formatter.opening_choices():
         yield formatter.stream_chunk([choice])
-    outputs = [ChoiceOutput() for _ in range(formatter.plan.num_choices)]
+    keeps_whole = formatter.keeps_whole
+    outputs = [ChoiceOutput() for _ in range(formatter.plan.num_choices)] if keeps_whole else []
     async for prompt_index, choice, chunk in items:
         formatter.stats.observe(prompt_index, choice, chunk)
-        if formatter.keeps_whole:
+        if keeps_whole:
             outputs[choice].add(chunk)
         body = formatter.delta_choice(choice, chunk)
         if body is not None:
             yield formatter.stream_chunk([body])
         if chunk.finish_reason:
             yield formatter.stream_chunk([formatter.finish_choice(choice, chunk)])
-    if formatter.keeps_whole:
+    if keeps_whole:
         formatter.final = _whole(formatter, outputs)
     if formatter.plan.include_usage:
         yield formatter.stream_chunk([], final_usage=True)

@@ -98,12 +98,16 @@ def chat_body(body: dict[str, Any], context: ResponseContext) -> dict[str, Any]:
     return chat
 
 
-def _context(body: dict[str, Any], principal: Principal, items: list[dict]) -> ResponseContext:
+def _context(body: dict[str, Any], principal: Principal, history: list[dict]) -> ResponseContext:
+    """The request's context; ``history``: the items it continues (conversation or previous
+    response), before its own input."""
     text = body.get("text") or {}
     return ResponseContext(
         tenant_id=principal.tenant_id,
         key_prefix=principal.key_prefix,
-        input_items=items,
+        input_items=history + body["input"],
+        conversation_id=body.get("conversation"),
+        request_items=body["input"],
         instructions=body.get("instructions"),
         previous_response_id=body.get("previous_response_id"),
         store=body["store"],
@@ -136,10 +140,7 @@ async def _request(principal: Principal, raw_body: dict[str, Any]):
         history = await conversation_items(principal, body["conversation"])
     else:
         history = await conversation_before(principal, body.get("previous_response_id"))
-    context = _context(body, principal, history + body["input"])
-    context.conversation_id = body.get("conversation")
-    context.request_items = body["input"]
-    return body, context
+    return body, _context(body, principal, history)
 
 
 def refuse_for_zero_retention(body: dict[str, Any]) -> None:

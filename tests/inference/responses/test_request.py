@@ -16,7 +16,7 @@ TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "objec
 
 def planned(**body):
     body = validate_body(ResponsesRequestSerializer, {"model": "m", "input": "Hi", **body})
-    context = _context(body, make_principal(), body["input"])
+    context = _context(body, make_principal(), history=[])
     return context, chat_body(body, context)
 
 
