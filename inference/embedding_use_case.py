@@ -73,7 +73,9 @@ async def run_pooling(
     # A model scaled to zero is woken here, before the admission, as for generation.
     await EngineClient.for_process().capacity.check_served(entry.name)
     num_tokens = sum(len(ids) for ids in inputs)
-    admission = await admit(principal, model=entry.name, prompt_tokens=num_tokens, max_tokens=0)
+    admission = await admit(
+        principal, model=entry.name, prompt_tokens=num_tokens, max_tokens=0, end_user=end_user
+    )
     admission.batch_id = batch_id
     status = 200
     try:
@@ -115,7 +117,8 @@ async def create_embeddings(
     refused, after settling whatever was admitted."""
     started = time.monotonic() if started is None else started
     body = validate_body(EmbeddingRequestSerializer, raw_body)
-    await check_request_limits(principal, model=body["model"])
+    end_user = body.get("user") or ""
+    await check_request_limits(principal, model=body["model"], end_user=end_user)
     entry = await resolve_model(principal, body["model"])
     if not entry.is_embedding:
         raise invalid_request(f"`{entry.name}` is not an embedding model.", param="model")
@@ -141,7 +144,7 @@ async def create_embeddings(
         inputs,
         started=started,
         batch_id=batch_id,
-        end_user=body.get("user") or "",
+        end_user=end_user,
     )
     encoding_format = body.get("encoding_format", "float")
     payload = {

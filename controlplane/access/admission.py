@@ -50,12 +50,16 @@ class Admission:
 _limiter = RateLimiter()
 
 
-def _rate_limited(principal: Principal, model: str, decision, headers: dict) -> AccessError:
+def _rate_limited(
+    principal: Principal, model: str, decision, headers: dict, end_user: str = ""
+) -> AccessError:
     limits = principal.limits
     retry = max(1, math.ceil(decision.retry_after_s))
     headers = {**headers, "retry-after": str(retry)}
     if decision.reason in ("spend", "key_spend"):
         return _over_spend_budget(limits, decision.reason, headers)
+    if decision.reason in ("user_spend", "user_blocked"):
+        return _end_user_refused(decision.reason, end_user, headers)
     if decision.reason == "budget":
         return AccessError(
             "You exceeded your monthly token budget; contact your administrator.",
@@ -108,6 +112,30 @@ def _over_spend_budget(limits, reason: str, headers: dict) -> AccessError:
     )
 
 
+def _end_user_refused(reason: str, end_user: str, headers: dict) -> AccessError:
+    """The request's end user (its ``user`` or ``safety_identifier``) is blocked or over their
+    monthly spend budget: the tenant's own controls, so the message names the end user."""
+    headers = {k: v for k, v in headers.items() if k != "retry-after"}
+    if reason == "user_blocked":
+        return AccessError(
+            f"The end user {end_user!r} is blocked on this account.",
+            status=403,
+            type="invalid_request_error",
+            code="end_user_blocked",
+            param="user",
+            headers=headers,
+        )
+    return AccessError(
+        f"The end user {end_user!r} has reached their monthly spend budget; their requests "
+        "are refused until the next month begins (UTC) or the budget is raised.",
+        status=429,
+        type="insufficient_quota",
+        code="insufficient_quota",
+        param="user",
+        headers=headers,
+    )
+
+
 async def _limiter_decision(call: Awaitable[T]) -> T:
     """The limiter's answer, or the 503 that says it cannot answer now."""
     try:
@@ -130,9 +158,10 @@ def _limiter_unavailable() -> AccessError:
     )
 
 
-async def check_request_limits(principal: Principal, *, model: str) -> None:
+async def check_request_limits(principal: Principal, *, model: str, end_user: str = "") -> None:
     """Raise the 429 ``admit`` would give any request of this tenant right now (no requests
-    or tokens left this minute, concurrency or budget used up), reserving nothing."""
+    or tokens left this minute, concurrency or budget used up, the end user blocked or over
+    budget), reserving nothing."""
     if principal.limits.unlimited:
         return
     decision = await _limiter_decision(
@@ -141,19 +170,27 @@ async def check_request_limits(principal: Principal, *, model: str) -> None:
             tenant_id=principal.tenant_id,
             limits=principal.limits,
             key_prefix=principal.key_prefix,
+            end_user=end_user,
         )
     )
     if not decision.admitted:
         headers = ratelimit_headers(principal.limits, decision)
-        raise _rate_limited(principal, model, decision, headers)
+        raise _rate_limited(principal, model, decision, headers, end_user)
 
 
 async def admit(
-    principal: Principal, *, model: str, prompt_tokens: int, max_tokens: int
+    principal: Principal,
+    *,
+    model: str,
+    prompt_tokens: int,
+    max_tokens: int,
+    end_user: str = "",
 ) -> Admission:
-    """Reserve capacity for a request under the tenant's limits (raises AccessError 429).
+    """Reserve capacity for a request under the tenant's limits (raises AccessError 429, or
+    403 for a blocked end user).
 
     Tokens reserved: ``prompt_tokens + max_tokens``; ``finish`` corrects them to the real count.
+    ``end_user``: the end user the request names, whose controls and budget apply too.
     """
     max_tokens = max_tokens or 0  # None: nothing reserved beyond the prompt; finish corrects
     if prompt_tokens < 0 or max_tokens < 0:
@@ -180,11 +217,12 @@ async def admit(
             cost=reserved,
             ticket=admission.request_id,
             key_prefix=principal.key_prefix,
+            end_user=end_user,
         )
     )
     headers = ratelimit_headers(principal.limits, decision)
     if not decision.admitted:
-        raise _rate_limited(principal, model, decision, headers)
+        raise _rate_limited(principal, model, decision, headers, end_user)
     admission.headers = headers
     admission.limited = True
     return admission

@@ -160,6 +160,8 @@ def _principal(record: KeyRecord) -> Principal:
             monthly_token_budget=record.monthly_token_budget,
             monthly_spend_budget=record.monthly_spend_budget,
             key_monthly_spend_budget=record.key_monthly_spend_budget,
+            end_user_spend_budget=record.end_user_spend_budget,
+            end_user_controls=record.end_user_controls,
         ),
         share_weight=record.share_weight,
         service_class=record.service_class,

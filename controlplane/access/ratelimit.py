@@ -4,9 +4,11 @@ Requests per minute and tokens per minute are token buckets that refill continuo
 = the per-minute limit, refill = limit / 60 per second), as OpenAI's limits behave. Concurrency
 is a sorted set of in-flight tickets scored by a lease deadline, so a crashed API process's
 tickets expire instead of leaking. The monthly token budget is a counter per calendar month.
-Monthly spend budgets (tenant and key) compare this month's spend, which the usage flush
-mirrors into Redis (controlplane/billing/spend_counters.py), against the budget: a request
-is refused once the spend has reached it.
+Monthly spend budgets (tenant, key and end user) compare this month's spend, which the usage
+flush mirrors into Redis (controlplane/billing/spend_counters.py), against the budget: a
+request is refused once the spend has reached it. A request naming an end user the tenant
+blocked, or one over their budget, is refused the same way: their controls are a Redis hash
+per tenant (controlplane/end_users/controls.py).
 
 Admission checks every limit and takes from every bucket in one Lua script, so no interleaving
 of processes can admit more than the limits allow (DRF's cache throttle is documented as
@@ -21,8 +23,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from controlplane.billing.money import amount_to_units
-from controlplane.billing.spend_counters import key_spend_key, tenant_spend_key
+from controlplane.billing.spend_counters import (
+    end_user_spend_key,
+    key_spend_key,
+    tenant_spend_key,
+)
 from controlplane.common.redis_clients import redis_key
+from controlplane.end_users.controls import controls_key
 
 _COMMON_LUA = """
 local t = redis.call('TIME')
@@ -48,26 +55,40 @@ local function decision(reason, retry, rpm, rl, tpm, tl)
   return {admitted, reason, retry, rr, rres, tr, tres}
 end
 -- KEYS[5], KEYS[6]: this month's spend of the tenant and of the key; ARGV[5], ARGV[6]: their
--- budgets in the same units (-1: none)
+-- budgets in the same units (-1: none). KEYS[7]: the end user's spend this month, KEYS[8]: the
+-- tenant's end-user controls (name -> "budget blocked"); ARGV[7]: the end user ('': none),
+-- ARGV[8]: the tenant's budget per end user (-1: none).
+local function end_user_reason()
+  if ARGV[7] == '' then return '' end
+  local ub = tonumber(ARGV[8])
+  local own = redis.call('HGET', KEYS[8], ARGV[7])
+  if own then
+    local b, blocked = string.match(own, '^(%-?%d+) ([01])$')
+    if blocked == '1' then return 'user_blocked' end
+    if b and tonumber(b) >= 0 then ub = tonumber(b) end
+  end
+  if ub >= 0 and tonumber(redis.call('GET', KEYS[7]) or '0') >= ub then return 'user_spend' end
+  return ''
+end
 local function spend_reason()
   local tb, kb = tonumber(ARGV[5]), tonumber(ARGV[6])
   if tb >= 0 and tonumber(redis.call('GET', KEYS[5]) or '0') >= tb then return 'spend' end
   if kb >= 0 and tonumber(redis.call('GET', KEYS[6]) or '0') >= kb then return 'key_spend' end
-  return ''
+  return end_user_reason()
 end
 """
 
 # KEYS: requests bucket, tokens bucket, in-flight set, month budget counter, tenant spend,
-#       key spend
+#       key spend, end user spend, end-user controls
 # ARGV: rpm, tpm, max_concurrent, budget (-1: unlimited), tenant spend budget, key spend
-#       budget, cost, ticket, lease_s, budget_ttl_s
+#       budget, end user, budget per end user, cost, ticket, lease_s, budget_ttl_s
 # Returns {admitted, reason, retry_ms, req_remaining, req_reset_ms, tok_remaining, tok_reset_ms}
 _ACQUIRE_LUA = (
     _COMMON_LUA
     + """
 local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
 local conc, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
-local cost, lease = tonumber(ARGV[7]), tonumber(ARGV[9])
+local cost, lease = tonumber(ARGV[9]), tonumber(ARGV[11])
 local rl, tl = -1, -1
 if rpm >= 0 then rl = level(KEYS[1], rpm) end
 if tpm >= 0 then tl = level(KEYS[2], tpm) end
@@ -93,12 +114,12 @@ if reason == '' then
   if rpm >= 0 then rl = rl - 1; put(KEYS[1], rl) end
   if tpm >= 0 then tl = tl - cost; put(KEYS[2], tl) end
   if conc >= 0 then
-    redis.call('ZADD', KEYS[3], now + lease, ARGV[8])
+    redis.call('ZADD', KEYS[3], now + lease, ARGV[10])
     redis.call('EXPIRE', KEYS[3], lease)
   end
   if budget >= 0 then
     redis.call('INCRBY', KEYS[4], cost)
-    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[10]))
+    redis.call('EXPIRE', KEYS[4], tonumber(ARGV[12]))
   end
 end
 return decision(reason, retry, rpm, rl, tpm, tl)
@@ -152,7 +173,17 @@ return 1
 """
 )
 
-REASONS = ("requests", "tokens", "too_large", "concurrency", "budget", "spend", "key_spend")
+REASONS = (
+    "requests",
+    "tokens",
+    "too_large",
+    "concurrency",
+    "budget",
+    "spend",
+    "key_spend",
+    "user_spend",
+    "user_blocked",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +196,8 @@ class Limits:
     monthly_token_budget: int | None = None
     monthly_spend_budget: Decimal | None = None  # the tenant's, in BILLING_CURRENCY
     key_monthly_spend_budget: Decimal | None = None  # the key's own
+    end_user_spend_budget: Decimal | None = None  # each end user's, unless they have their own
+    end_user_controls: bool = False  # some end users have controls (a budget, a block)
 
     @property
     def unlimited(self) -> bool:
@@ -175,6 +208,8 @@ class Limits:
             and self.monthly_token_budget is None
             and self.monthly_spend_budget is None
             and self.key_monthly_spend_budget is None
+            and self.end_user_spend_budget is None
+            and not self.end_user_controls
         )
 
 
@@ -227,27 +262,39 @@ class RateLimiter:
         self.lease_seconds = lease_seconds
 
     @staticmethod
-    def _limit_args(script: str, tenant_id: int, key_prefix: str, limits: Limits) -> list:
+    def _limit_args(
+        script: str, tenant_id: int, key_prefix: str, limits: Limits, end_user: str
+    ) -> list:
         """A script's keys and the limits, as the acquire and peek scripts read them."""
         return [
             script,
-            6,
+            8,
             *_keys(tenant_id),
             _month_key(tenant_id),
             tenant_spend_key(tenant_id),
             key_spend_key(tenant_id, key_prefix),
+            end_user_spend_key(tenant_id, end_user),
+            controls_key(tenant_id),
             _arg(limits.requests_per_minute),
             _arg(limits.tokens_per_minute),
             _arg(limits.max_concurrent_requests),
             _arg(limits.monthly_token_budget),
             _amount_arg(limits.monthly_spend_budget),
             _amount_arg(limits.key_monthly_spend_budget),
+            end_user,
+            _amount_arg(limits.end_user_spend_budget),
         ]
 
     def _acquire_args(
-        self, tenant_id: int, key_prefix: str, limits: Limits, cost: int, ticket: str
+        self,
+        tenant_id: int,
+        key_prefix: str,
+        limits: Limits,
+        cost: int,
+        ticket: str,
+        end_user: str,
     ) -> list:
-        args = self._limit_args(_ACQUIRE_LUA, tenant_id, key_prefix, limits)
+        args = self._limit_args(_ACQUIRE_LUA, tenant_id, key_prefix, limits, end_user)
         return [*args, int(cost), ticket, self.lease_seconds, 40 * 86400]
 
     @staticmethod
@@ -272,10 +319,12 @@ class RateLimiter:
         cost: int,
         ticket: str,
         key_prefix: str = "",
+        end_user: str = "",
     ) -> Decision:
         """Admit (and reserve ``cost`` tokens) or refuse, atomically. ``redis``: async client;
-        ``key_prefix``: the calling key, whose own spend budget is in ``limits``."""
-        args = self._acquire_args(tenant_id, key_prefix, limits, cost, ticket)
+        ``key_prefix``: the calling key, whose own spend budget is in ``limits``;
+        ``end_user``: the end user the request names ("": none)."""
+        args = self._acquire_args(tenant_id, key_prefix, limits, cost, ticket, end_user)
         return self._decision(await redis.eval(*args))
 
     def acquire_sync(
@@ -287,16 +336,23 @@ class RateLimiter:
         cost: int,
         ticket: str,
         key_prefix: str = "",
+        end_user: str = "",
     ) -> Decision:
-        args = self._acquire_args(tenant_id, key_prefix, limits, cost, ticket)
+        args = self._acquire_args(tenant_id, key_prefix, limits, cost, ticket, end_user)
         return self._decision(redis.eval(*args))
 
     async def peek(
-        self, redis, *, tenant_id: int, limits: Limits, key_prefix: str = ""
+        self,
+        redis,
+        *,
+        tenant_id: int,
+        limits: Limits,
+        key_prefix: str = "",
+        end_user: str = "",
     ) -> Decision:
         """Whether any request would be refused now (out of requests, out of tokens, at the
         concurrency limit, over a budget), reserving nothing: a cheap check before planning."""
-        args = self._limit_args(_PEEK_LUA, tenant_id, key_prefix, limits)
+        args = self._limit_args(_PEEK_LUA, tenant_id, key_prefix, limits, end_user)
         return self._decision(await redis.eval(*args))
 
     def release_into(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -14,6 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record
+from controlplane.end_users.models import EndUser
+from controlplane.end_users.services import end_user_remove_controls, end_user_set_controls
 from controlplane.portal.models import ExternalIdentity, IdentityProvider, Role, TenantMembership
 from controlplane.portal.selectors import tenant_num_active_keys
 from controlplane.tenants.models import ADMIN_SCOPE, ApiKey, Tenant
@@ -23,6 +26,8 @@ __all__ = [
     "SsoRefused",
     "member_add",
     "member_remove",
+    "portal_end_user_remove",
+    "portal_end_user_set",
     "portal_key_create",
     "portal_key_revoke",
     "sso_user_for_claims",
@@ -65,6 +70,36 @@ def portal_key_revoke(*, membership: TenantMembership, key: ApiKey) -> ApiKey:
     if key.tenant_id != membership.tenant_id:  # selectors already 404; never trust a caller
         raise PermissionDenied("not a key of your tenant")
     return api_key_revoke(key=key, actor=membership.user)
+
+
+def _require_owner(membership: TenantMembership, what: str) -> None:
+    if not membership.can_manage_members:
+        raise PermissionDenied(f"only owners {what}")
+
+
+def portal_end_user_set(
+    *,
+    membership: TenantMembership,
+    name: str,
+    monthly_spend_budget: Decimal | None = None,
+    blocked: bool = False,
+) -> EndUser:
+    """Set a budget or a block on one end user of the member's tenant (owners only)."""
+    _require_owner(membership, "set end-user budgets and blocks")
+    return end_user_set_controls(
+        tenant=membership.tenant,
+        name=name,
+        monthly_spend_budget=monthly_spend_budget,
+        blocked=blocked,
+        actor=membership.user,
+    )
+
+
+def portal_end_user_remove(*, membership: TenantMembership, end_user: EndUser) -> None:
+    _require_owner(membership, "remove end-user controls")
+    if end_user.tenant_id != membership.tenant_id:  # selectors already 404
+        raise PermissionDenied("not an end user of your tenant")
+    end_user_remove_controls(end_user=end_user, actor=membership.user)
 
 
 @transaction.atomic

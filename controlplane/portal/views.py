@@ -1,5 +1,6 @@
-"""The tenant portal's pages: keys, usage, stored responses and chat completions, and members of the signed-in
-person's tenant. Every object comes through a selector that takes that tenant."""
+"""The tenant portal's pages: keys, usage, end users, stored responses and chat completions,
+and members of the signed-in person's tenant. Every object comes through a selector that
+takes that tenant."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.billing.money import currency
+from controlplane.end_users import selectors as end_user_selectors
 from controlplane.portal import selectors, services
 from controlplane.portal.access import portal_page
-from controlplane.portal.forms import KeyCreateForm, MemberAddForm
+from controlplane.portal.forms import EndUserControlsForm, KeyCreateForm, MemberAddForm
 from controlplane.portal.invitations import invitation_path
 
 
@@ -77,6 +80,46 @@ def usage(request, membership):
         "usage": selectors.tenant_usage(tenant=membership.tenant, days=days),
     }
     return render(request, "portal/usage.html", context)
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+@portal_page
+def end_users(request, membership):
+    tenant = membership.tenant
+    form = EndUserControlsForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            saved = services.portal_end_user_set(membership=membership, **form.cleaned_data)
+        except (ValidationError, PermissionDenied) as exc:
+            _refuse(request, exc)
+        else:
+            messages.success(request, f"Saved the controls on {saved.name!r}.")
+            return redirect("portal:end-users")
+    query = request.GET.get("q", "")[:256]
+    context = {
+        "membership": membership,
+        "form": form,
+        "query": query,
+        "month": end_user_selectors.end_users_of_month(tenant=tenant, query=query),
+        "controls": end_user_selectors.end_user_controls(tenant=tenant),
+        "default_budget": tenant.end_user_monthly_spend_budget,
+        "currency": currency(),
+    }
+    return render(request, "portal/end_users.html", context)
+
+
+@require_POST
+@portal_page
+def end_user_remove(request, membership, end_user_id: int):
+    end_user = end_user_selectors.end_user_get(tenant=membership.tenant, pk=end_user_id)
+    try:
+        services.portal_end_user_remove(membership=membership, end_user=end_user)
+    except PermissionDenied as exc:
+        _refuse(request, exc)
+    else:
+        messages.success(request, f"Removed the controls on {end_user.name!r}.")
+    return redirect("portal:end-users")
 
 
 @portal_page

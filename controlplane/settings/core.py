@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "controlplane.adapters",
     "controlplane.shared_prefixes",
     "controlplane.billing",
+    "controlplane.end_users",
     "controlplane.usage",
     "controlplane.audit",
     "controlplane.batches",

@@ -72,6 +72,8 @@ CELERY_BEAT_SCHEDULE = {
     "batches-requeue-stale": {"task": "batches.requeue_stale", "schedule": BATCH_REQUEUE_INTERVAL},
     # Stored responses and chat completions past their retention are deleted.
     "stored-purge-expired": {"task": "stored.purge_expired", "schedule": 3600.0},
+    # The end-user controls admission reads from Redis come back within a minute if lost.
+    "end-users-heal-controls": {"task": "end_users.heal_controls", "schedule": 60.0},
 }
 # How long stored responses (Responses API) and stored chat completions (store: true) are
 # kept, in days; OpenAI keeps both 30 days. 0 keeps them until a client deletes them.

@@ -37,7 +37,7 @@ _LIMITS = (
     "max_concurrent_requests",
     "monthly_token_budget",
 )
-_BUDGETS = ("monthly_spend_budget", "budget_alert_webhook_url")
+_BUDGETS = ("monthly_spend_budget", "end_user_monthly_spend_budget", "budget_alert_webhook_url")
 _SPEND_HELP = (
     "In the billing currency, per calendar month (UTC), at the model prices of Billing ‣ "
     "Model prices. Requests are refused (429) once the month's spend reaches the budget; "
@@ -85,7 +85,16 @@ class TenantAdmin(admin.ModelAdmin):
         ),
         (
             "Spend (empty budget: none)",
-            {"fields": ("monthly_spend_budget", "spend_this_month", "budget_alert_webhook_url")},
+            {
+                "fields": (
+                    "monthly_spend_budget",
+                    "spend_this_month",
+                    "end_user_monthly_spend_budget",
+                    "budget_alert_webhook_url",
+                ),
+                "description": "The budget per end user applies to each end user the requests "
+                "name (user, safety_identifier) without a budget of their own (End users).",
+            },
         ),
         (
             "Grants",

@@ -70,6 +70,16 @@ class Tenant(models.Model):
     monthly_spend_budget = models.DecimalField(
         max_digits=14, decimal_places=2, null=True, blank=True
     )
+    # Spend per calendar month of each end user its requests name (``user``,
+    # ``safety_identifier``), unless an end user has a budget of their own (end_users app).
+    end_user_monthly_spend_budget = models.DecimalField(
+        "budget per end user",
+        max_digits=14,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="Monthly spend of each end user the requests name; empty: none.",
+    )
     # Receives a JSON POST when spend crosses an alert threshold of this tenant's budgets.
     budget_alert_webhook_url = models.URLField(max_length=500, blank=True)
     # Grants. No model granted means every served model. Adapter grants live on the adapter

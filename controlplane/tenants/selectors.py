@@ -37,6 +37,8 @@ class KeyRecord:
     monthly_spend_budget: Decimal | None = None  # the tenant's
     key_monthly_spend_budget: Decimal | None = None  # the key's own
     zero_data_retention: bool = False
+    end_user_spend_budget: Decimal | None = None  # the tenant's budget per end user
+    end_user_controls: bool = False  # whether the tenant set controls on some end users
 
 
 def _tenant_model_names(tenant: Tenant) -> frozenset[str] | None:
@@ -66,11 +68,15 @@ def key_record_for(key: ApiKey | None, tenant: Tenant) -> KeyRecord:
         monthly_spend_budget=tenant.monthly_spend_budget,
         key_monthly_spend_budget=key.monthly_spend_budget if key else None,
         zero_data_retention=tenant.zero_data_retention,
+        end_user_spend_budget=tenant.end_user_monthly_spend_budget,
+        # One more query per key load (cached): the end users app bumps the auth epoch
+        # when it adds or removes controls.
+        end_user_controls=tenant.end_users.exists(),
     )
 
 
 def key_record_load(*, prefix: str) -> KeyRecord | None:
-    """The key with this visible prefix, with its tenant's grants and limits (two queries)."""
+    """The key with this visible prefix, with its tenant's grants and limits (three queries)."""
     key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
     if key is None:
         return None

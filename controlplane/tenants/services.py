@@ -54,7 +54,11 @@ _LIMIT_FIELDS = (
     "max_concurrent_requests",
     "monthly_token_budget",
 )
-_BUDGET_FIELDS = ("monthly_spend_budget", "budget_alert_webhook_url")
+_BUDGET_FIELDS = (
+    "monthly_spend_budget",
+    "end_user_monthly_spend_budget",
+    "budget_alert_webhook_url",
+)
 RETENTION_FIELDS = ("zero_data_retention",)
 
 
@@ -86,6 +90,7 @@ def tenant_create(
     share_weight: int = 1,
     service_class: str = "interactive",
     monthly_spend_budget: Decimal | None = None,
+    end_user_monthly_spend_budget: Decimal | None = None,
     budget_alert_webhook_url: str = "",
     zero_data_retention: bool = False,
     actor: Any = None,
@@ -106,11 +111,13 @@ def tenant_create(
     share = {"share_weight": share_weight, "service_class": service_class}
     check_share(share)
     spend_budget = check_spend_budget(monthly_spend_budget)
+    end_user_budget = check_spend_budget(end_user_monthly_spend_budget)
     tenant = Tenant.objects.create(
         name=name,
         slug=_unique_slug(name),
         cache_salt=_new_cache_salt(),
         monthly_spend_budget=spend_budget,
+        end_user_monthly_spend_budget=end_user_budget,
         budget_alert_webhook_url=budget_alert_webhook_url or "",
         zero_data_retention=bool(zero_data_retention),
         **limits,
@@ -121,6 +128,7 @@ def tenant_create(
         **share,
         "zero_data_retention": bool(zero_data_retention),
         "monthly_spend_budget": None if spend_budget is None else str(spend_budget),
+        "end_user_monthly_spend_budget": None if end_user_budget is None else str(end_user_budget),
     }
     audit_record(
         actor=actor, actor_label=actor_label, action="tenant.create", target=tenant, details=details
@@ -141,8 +149,9 @@ def tenant_update(
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))} with tenant_update")
     check_limits({k: v for k, v in changes.items() if k in _LIMIT_FIELDS})
     check_share(changes)
-    if "monthly_spend_budget" in changes:
-        changes["monthly_spend_budget"] = check_spend_budget(changes["monthly_spend_budget"])
+    for budget in ("monthly_spend_budget", "end_user_monthly_spend_budget"):
+        if budget in changes:
+            changes[budget] = check_spend_budget(changes[budget])
     before = {k: getattr(tenant, k) for k in changes}
     for field, value in changes.items():
         setattr(tenant, field, value)

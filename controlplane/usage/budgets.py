@@ -1,7 +1,8 @@
 """Monthly spend budgets, checked by the usage flush after each write.
 
 For every tenant and key in the batch it reads the month's spend from the daily rollups
-(two grouped queries), mirrors it into Redis for admission (billing/spend_counters.py) once
+(two grouped queries), adds the records to their end users' months (end_users/spend.py),
+mirrors it all into Redis for admission (billing/spend_counters.py) once
 the write has committed, and fires each alert threshold of a budget the spend has reached
 (once per budget and month: billing's ``budget_alert_fire``).
 """
@@ -22,6 +23,7 @@ from controlplane.billing.spend_counters import (
     tenant_spend_key,
 )
 from controlplane.common.redis_clients import sync_redis
+from controlplane.end_users.spend import end_user_spend_add
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.usage.models import UsageRecord
 from controlplane.usage.spend import cost_units_by_key, cost_units_by_tenant, month_period
@@ -54,7 +56,7 @@ def _publish(counters: dict[str, int]) -> None:
 
 def spend_after_write(records: Sequence[UsageRecord]) -> None:
     """Call inside the transaction that wrote ``records`` and their rollups."""
-    counters: dict[str, int] = {}
+    counters = end_user_spend_add(records)
     for start, end in {month_period(r.created_at.date()) for r in records}:
         month = [r for r in records if start <= r.created_at.date() < end]
         tag = month_tag(start)

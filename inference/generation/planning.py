@@ -28,6 +28,7 @@ from controlplane.catalog.cache import CatalogSnapshot, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.chat_store.context import store_context
+from inference.end_user import end_user_of
 from inference.errors import invalid_request
 from inference.generation.off_loop import off_loop
 from inference.generation.plan import GenerationPlan
@@ -78,7 +79,7 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
         "share_weight": float(principal.share_weight),
         "service_class": principal.service_class,
         "priority": body.get("priority", 0),
-        "end_user": body.get("user") or "",
+        "end_user": end_user_of(body),
         "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),
         "continuous_usage": stream_options.get("continuous_usage_stats", False),
@@ -195,7 +196,7 @@ async def _validated(
     for a mere count), the model; the template and tokenizer run later, off the loop."""
     body = validate_body(SERIALIZERS[kind], raw_body)
     if count_request:
-        await check_request_limits(principal, model=body["model"])
+        await check_request_limits(principal, model=body["model"], end_user=end_user_of(body))
     entry, tokenizer = await load_generation_model(principal, body["model"])
     return body, entry, tokenizer
 

@@ -160,6 +160,7 @@ class Generation:
             model=plan.model,
             prompt_tokens=plan.prompt_tokens,
             max_tokens=plan.sampling.max_tokens * plan.num_choices,
+            end_user=plan.end_user,
         )
         return cls(plan, tokenizer, admission, started=started)
 

@@ -41,6 +41,7 @@ class ResponseContext:
     top_p: float | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    safety_identifier: str | None = None
     # include "message.output_text.logprobs": the answer's token logprobs, each with
     # ``top_logprobs`` alternatives (echoed as given).
     logprobs: bool = False

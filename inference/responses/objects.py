@@ -62,6 +62,7 @@ def response_object(
         "truncation": "disabled",
         "usage": usage,
         "user": context.user,
+        "safety_identifier": context.safety_identifier,
         "metadata": context.metadata,
     }
 

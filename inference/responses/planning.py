@@ -43,6 +43,7 @@ SAME_AS_CHAT = (
     "priority",
     "stream",
     "user",
+    "safety_identifier",
     "structured_outputs",
 )
 # Chat's names for the Responses fields they came from, for error messages.
@@ -121,6 +122,7 @@ def _context(body: dict[str, Any], principal: Principal, history: list[dict]) ->
         top_p=body.get("top_p"),
         metadata=dict(body.get("metadata") or {}),
         user=body.get("user"),
+        safety_identifier=body.get("safety_identifier"),
         logprobs=OUTPUT_TEXT_LOGPROBS in (body.get("include") or ()),
         top_logprobs=body.get("top_logprobs") or 0,
         reasoning={

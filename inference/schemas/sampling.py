@@ -53,6 +53,10 @@ class SamplingFields(serializers.Serializer):
     user = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
     )
+    # OpenAI's successor to ``user``: names the end user (usage, their budget); wins over user.
+    safety_identifier = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
+    )
     # vLLM's extra sampling parameters.
     # The engine clamps top_k to the vocabulary; int32 keeps it a valid tensor value.
     top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1, max_value=INT32_MAX)

@@ -30,6 +30,7 @@ CONTROLPLANE_LAYERS = (
     "shared_prefixes",
     "catalog",
     "billing",
+    "end_users",
     "usage",
     "access",
     "metrics",

@@ -49,11 +49,12 @@ async def finish_request(
     status: int = 200,
     adapter: str | None = None,
     model: str = "tiny",
+    end_user: str = "",
 ) -> None:
     """``cached`` None: half the prompt."""
     principal = await credentials.authenticate(f"Bearer {secret}", endpoint="completions")
     admission = await admission_policy.admit(
-        principal, model=model, prompt_tokens=prompt, max_tokens=64
+        principal, model=model, prompt_tokens=prompt, max_tokens=64, end_user=end_user
     )
     await admission_policy.finish(
         admission,
@@ -65,5 +66,6 @@ async def finish_request(
         time_to_first_token=0.05,
         latency=0.2,
         adapter=adapter,
+        end_user=end_user,
     )
     await admission_policy.finish_pending()

@@ -1,6 +1,7 @@
 """manage.py create_tenant NAME [--rpm N] [--tpm N] [--max-concurrent N] [--monthly-budget N]
 [--model NAME ...] [--weight N] [--service-class interactive|batch]
-[--monthly-spend-budget AMOUNT] [--budget-webhook URL] [--zero-data-retention]."""
+[--monthly-spend-budget AMOUNT] [--end-user-spend-budget AMOUNT] [--budget-webhook URL]
+[--zero-data-retention]."""
 
 from decimal import Decimal
 
@@ -31,6 +32,12 @@ class Command(BaseCommand):
             "--monthly-spend-budget",
             type=Decimal,
             help="spend per calendar month, in BILLING_CURRENCY (e.g. 250.00)",
+        )
+        parser.add_argument(
+            "--end-user-spend-budget",
+            type=Decimal,
+            help="spend per calendar month of each end user the requests name (user, "
+            "safety_identifier), in BILLING_CURRENCY",
         )
         parser.add_argument(
             "--budget-webhook", default="", help="URL that receives budget alerts (JSON POST)"
@@ -66,6 +73,7 @@ class Command(BaseCommand):
         weight,
         service_class,
         monthly_spend_budget,
+        end_user_spend_budget,
         budget_webhook,
         zero_data_retention,
         **options,
@@ -81,6 +89,7 @@ class Command(BaseCommand):
                 share_weight=weight,
                 service_class=service_class,
                 monthly_spend_budget=monthly_spend_budget,
+                end_user_monthly_spend_budget=end_user_spend_budget,
                 budget_alert_webhook_url=budget_webhook,
                 zero_data_retention=zero_data_retention,
                 actor_label="manage.py",
