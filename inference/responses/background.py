@@ -6,6 +6,10 @@ seconds, marking the stored row alive; a beat that finds the row cancelled or de
 cancels the generation (aborted in the engine, settled as such). The end, done or failed, is
 written by the same storage as any response. If this process dies, its rows stop beating and
 the next read fails them (controlplane/responses/background.py).
+
+With ``stream``, the run keeps its events in a Redis stream (event_log.py) as it goes: the
+request that started it streams them from there, and so can any later
+``GET /v1/responses/{id}?stream=true``, from any API process.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from controlplane.responses import background as rows
 from inference.errors import error_from_exception
 from inference.generation.use_case import Generation
 from inference.responses import objects
-from inference.stored_answers import whole_answer
+from inference.responses.event_log import EventLogWriter
+from inference.stored_answers import generation_events, whole_answer
 
 logger = logging.getLogger(__name__)
 
@@ -56,19 +61,28 @@ async def start_background(generation: Generation) -> dict[str, Any]:
     except BaseException:
         await generation.settle(500)  # admitted, never run: its reservation goes back
         raise
+    log = EventLogWriter(queued["id"]) if generation.plan.stream else None
     # In a context of its own: the request's holds Django's per-request thread for database
     # calls (ThreadSensitiveContext), which closes when the answer has gone out.
     task = asyncio.get_running_loop().create_task(
-        _run(generation, queued), context=contextvars.Context()
+        _run(generation, queued, log), context=contextvars.Context()
     )
     _running.add(task)
     task.add_done_callback(_running.discard)
     return queued
 
 
-async def _answer(generation: Generation) -> dict[str, Any]:
+async def _answer(generation: Generation, log: EventLogWriter | None) -> None:
     await generation.open()
-    return await whole_answer(generation)  # the end written to the row (services)
+    if log is None:
+        await whole_answer(generation)  # the end written to the row (services)
+        return
+    events = generation_events(generation)  # the end written before the final event
+    try:
+        async for event in events:
+            await log.append(event)
+    finally:
+        await events.aclose()
 
 
 async def _beat(response_id: str) -> str | None:
@@ -81,9 +95,10 @@ async def _beat(response_id: str) -> str | None:
         return "in_progress"
 
 
-async def _run(generation: Generation, queued: dict[str, Any]) -> None:
+async def _run(generation: Generation, queued: dict[str, Any], log: EventLogWriter | None):
     response_id = queued["id"]
-    work = _work[response_id] = asyncio.ensure_future(_answer(generation))
+    work = _work[response_id] = asyncio.ensure_future(_answer(generation, log))
+    ended = "completed"
     try:
         await _beat(response_id)  # queued -> in_progress
         while not work.done():
@@ -94,17 +109,29 @@ async def _run(generation: Generation, queued: dict[str, Any]) -> None:
                 work.cancel()
         await work
     except asyncio.CancelledError:
+        ended = "cancelled"
         logger.info("background response %s cancelled", response_id)
     except Exception as exc:  # the engine refused or failed it: the client reads why
-        error = error_from_exception(exc)
-        ended = rows.failed_response(queued, code=error.code or error.type, message=error.message)
-        try:
-            await sync_to_async(rows.background_finish)(response_id, ended)
-        except Exception:
-            logger.exception("background response %s failed and could not be marked", response_id)
+        ended = "failed"
+        await _fail(generation, queued, exc, log)
     finally:
         del _work[response_id]
         if not work.done():
             work.cancel()
+        if log is not None:
+            await log.end(ended)
         # Settled already, unless the work was cancelled before it began: then it is here.
         await generation.settle(499)
+
+
+async def _fail(
+    generation: Generation, queued: dict[str, Any], exc: Exception, log: EventLogWriter | None
+) -> None:
+    error = error_from_exception(exc)
+    failed = rows.failed_response(queued, code=error.code or error.type, message=error.message)
+    try:
+        await sync_to_async(rows.background_finish)(queued["id"], failed)
+    except Exception:
+        logger.exception("background response %s failed and could not be marked", queued["id"])
+    if log is not None:
+        await log.append(generation.formatter.event("response.failed", response=failed))

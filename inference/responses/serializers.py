@@ -208,7 +208,8 @@ class ResponsesRequestSerializer(SamplingFields):
         required=False,
         allow_null=True,
         default=False,
-        help_text="Answer at once (status queued) and run on: poll GET /v1/responses/{id}.",
+        help_text="Run on after the answer: poll GET /v1/responses/{id}; with stream, its "
+        "events can be streamed again from any point (GET ...?stream=true&starting_after=N).",
     )
     max_output_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
     tools = FunctionToolSerializer(many=True, required=False, max_length=MAX_TOOLS)
@@ -248,13 +249,6 @@ class ResponsesRequestSerializer(SamplingFields):
         if attrs.get("background") and not attrs.get("store", True):
             raise serializers.ValidationError(
                 {"background": "a background response is read back when done: it needs store."}
-            )
-        if attrs.get("background") and attrs.get("stream"):
-            raise serializers.ValidationError(
-                {
-                    "background": "streaming a background response is not supported: poll "
-                    "GET /v1/responses/{id}, or stream without background."
-                }
             )
         if attrs.get("conversation") and attrs.get("previous_response_id"):
             raise serializers.ValidationError(

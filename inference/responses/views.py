@@ -6,10 +6,12 @@ from asgiref.sync import sync_to_async
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
 from controlplane.responses.background import background_cancel
-from inference.errors import error_from_exception
+from controlplane.responses.services import RUNNING
+from inference.errors import error_from_exception, invalid_request
 from inference.generation.use_case import Generation
 from inference.responses import objects, schema
 from inference.responses.background import cancel_here, start_background
+from inference.responses.event_log import follow, log_exists
 from inference.responses.planning import count_input_tokens, prepare_response
 from inference.responses.serializers import ResponsesRequestSerializer
 from inference.responses.storage import delete_response, stored_response
@@ -37,7 +39,10 @@ class ResponsesView(AsyncApiView):
         )
         self.response_headers = generation.headers  # on errors from here on too
         if generation.plan.response.background:
-            return json_response(await start_background(generation))
+            queued = await start_background(generation)
+            if not generation.plan.stream:
+                return json_response(queued)
+            return _background_events(principal, queued["id"], after=-1)
         await generation.open()
         if not generation.plan.stream:
             return json_response(await whole_answer(generation))
@@ -67,20 +72,69 @@ class ResponseInputTokensView(AsyncApiView):
         return json_response({"object": "response.input_tokens", "input_tokens": count})
 
 
+def _background_events(principal, response_id: str, *, after: int):
+    """A background response's events numbered above ``after``, as they come (event_log)."""
+
+    async def still_running() -> bool:
+        return (await stored_response(principal, response_id)).status in RUNNING
+
+    return event_stream(
+        TypedEventsBody(
+            follow(response_id, after=after, still_running=still_running),
+            on_error=lambda exc: {"type": "error", **error_from_exception(exc).body()["error"]},
+        )
+    )
+
+
+def _stream_params(query) -> tuple[bool, int]:
+    """``stream`` and ``starting_after`` (-1: from the first event) of a GET."""
+    stream = query.get("stream", "false").lower()
+    if stream not in ("true", "false"):
+        raise invalid_request("stream must be true or false.", param="stream")
+    raw = query.get("starting_after", "")
+    if raw and not (raw.isascii() and raw.isdigit()):
+        raise invalid_request(
+            "starting_after must be an event's sequence_number (an integer from 0).",
+            param="starting_after",
+        )
+    return stream == "true", int(raw) if raw else -1
+
+
 class ResponseDetailView(AsyncApiView):
-    """A stored response of the caller's tenant (404 for any other id)."""
+    """A stored response of the caller's tenant (404 for any other id); with ``stream=true``,
+    a background response's events again, after ``starting_after``."""
 
     endpoint = "responses"
 
     @extend_schema(
         operation_id="getResponse",
+        parameters=[
+            OpenApiParameter(
+                "stream",
+                bool,
+                description="Stream the events of a response created with background and "
+                "stream, as they come (kept an hour after it ends).",
+            ),
+            OpenApiParameter(
+                "starting_after", int, description="Only the events after this sequence_number."
+            ),
+        ],
         responses={200: schema.FOUND},
         tags=["OpenAI"],
     )
     async def get(self, request, response_id: str):
         principal = await self.authenticate()
+        stream, after = _stream_params(request.GET)
         stored = await stored_response(principal, response_id)
-        return json_response(stored.response)
+        if not stream:
+            return json_response(stored.response)
+        if not (stored.background and await log_exists(response_id)):
+            raise invalid_request(
+                "Only a response created with background and stream can be streamed again, "
+                "for an hour after it ends; read this one whole (without stream).",
+                param="stream",
+            )
+        return _background_events(principal, response_id, after=after)
 
     @extend_schema(
         operation_id="deleteResponse",

@@ -514,9 +514,54 @@ def test_cancelling_a_background_response_stops_it(live_platform, tenants):
     assert status == 499 and completion_tokens < 1500
 
 
-def test_background_needs_store_and_does_not_stream(live_platform, tenants):
+def test_background_needs_store(live_platform, tenants):
     client = _client(live_platform, tenants[0])
-    for extra in ({"store": False}, {"stream": True}):
+    with pytest.raises(openai.BadRequestError) as got:
+        client.responses.create(model=MODEL, input="Hi", background=True, store=False, **GREEDY)
+    assert got.value.body["param"] == "background"
+
+
+def _texts(events) -> tuple[list[int], str, object]:
+    """The sequence numbers, the text and the last event of a stream of Responses events."""
+    numbers, text, last = [], [], None
+    for event in events:
+        numbers.append(event.sequence_number)
+        if event.type == "response.output_text.delta":
+            text.append(event.delta)
+        last = event
+    return numbers, "".join(text), last
+
+
+def test_a_streamed_background_response_resumes_after_a_dropped_connection(live_platform, tenants):
+    client = _client(live_platform, tenants[0])
+    asked = {"model": MODEL, "input": "Count slowly.", "max_output_tokens": 40, **GREEDY}
+    at_once = client.responses.create(**asked)
+
+    stream = client.responses.create(background=True, stream=True, **asked)
+    first = [next(stream) for _ in range(6)]  # then the connection drops
+    stream.close()
+    assert first[0].type == "response.created" and first[0].response.background
+    response_id = first[0].response.id
+    head, head_text, _ = _texts(first)
+    assert head == list(range(6))
+
+    # From another connection, after the last event seen: the rest, none twice, none lost.
+    rest, rest_text, last = _texts(
+        client.responses.retrieve(response_id, stream=True, starting_after=head[-1])
+    )
+    assert rest == list(range(6, 6 + len(rest)))
+    assert last.type == "response.incomplete" and last.response.usage.output_tokens == 40
+    assert head_text + rest_text == at_once.output_text == last.response.output_text
+    # Streamed again from the start, after its end, it is the same stream.
+    again, again_text, _ = _texts(client.responses.retrieve(response_id, stream=True))
+    assert again == head + rest and again_text == at_once.output_text
+    assert client.responses.retrieve(response_id).output_text == at_once.output_text
+
+    polled = client.responses.create(background=True, **{**asked, "max_output_tokens": 2})
+    for not_streamable in (at_once.id, polled.id):
         with pytest.raises(openai.BadRequestError) as got:
-            client.responses.create(model=MODEL, input="Hi", background=True, **extra, **GREEDY)
-        assert got.value.body["param"] == "background"
+            client.responses.retrieve(not_streamable, stream=True)
+        assert got.value.body["param"] == "stream"
+    with pytest.raises(openai.BadRequestError) as got:
+        client.responses.retrieve(response_id, stream=True, extra_query={"starting_after": "x"})
+    assert got.value.body["param"] == "starting_after"
