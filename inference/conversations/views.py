@@ -7,7 +7,6 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from controlplane.common.api_error import ApiError
 from controlplane.common.cursor_pages import page_object
 from controlplane.responses import conversations as services
 from inference.conversations.serializers import (
@@ -19,6 +18,7 @@ from inference.schemas.pages import PAGE_PARAMETERS
 from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
 from inference.views.list_params import page_params
+from inference.zero_retention import refuse_keeping
 
 CONVERSATION = OpenApiResponse(description="A conversation object.")
 ITEMS = OpenApiResponse(description="A page of conversation items.")
@@ -31,13 +31,7 @@ class ConversationRoute(AsyncApiView):
 
     async def authenticate(self):
         principal = await super().authenticate()
-        if principal.zero_data_retention:
-            raise ApiError(
-                "This tenant keeps no data on the server (zero data retention): the "
-                "Conversations API is off for it.",
-                status=403,
-                code="zero_data_retention",
-            )
+        refuse_keeping(principal, "the Conversations API is off for it")
         return principal
 
 

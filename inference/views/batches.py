@@ -14,6 +14,7 @@ from inference.schemas.pages import PAGE_PARAMETERS, page_of
 from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
 from inference.views.list_params import page_params
+from inference.zero_retention import refuse_keeping
 
 BATCH_FOUND = OpenApiResponse(BatchObjectSerializer, description="A batch of your tenant.")
 
@@ -31,6 +32,7 @@ class BatchListView(AsyncApiView):
     )
     async def post(self, request):
         principal = await self.authenticate()
+        refuse_keeping(principal, "the Batch API keeps its requests and answers in files")
         body = validate_body(BatchCreateSerializer, self.json_body())
         # The key must be allowed the endpoint its lines will call (403 otherwise), now and
         # not line by line later.

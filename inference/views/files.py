@@ -27,6 +27,7 @@ from inference.schemas.pages import PAGE_PARAMETERS, page_of
 from inference.schemas.validation import validate_body
 from inference.views.base import AsyncApiView, json_response
 from inference.views.list_params import page_params
+from inference.zero_retention import refuse_keeping
 
 DOWNLOAD_CHUNK_BYTES = 256 * 1024
 
@@ -63,6 +64,7 @@ class FileListView(AsyncApiView):
     )
     async def post(self, request):
         principal = await self.authenticate()
+        refuse_keeping(principal, "files are not uploaded")
         stored = await sync_to_async(_store_upload)(request, principal.tenant_id)
         return json_response(file_object(stored))
 

@@ -33,6 +33,7 @@ def _stored_rows(platform) -> int:
         return sum(
             conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             for table in (
+                "batches_storedfile",
                 "chat_store_storedchatcompletion",
                 "responses_storedresponse",
                 "responses_conversation",
@@ -68,9 +69,17 @@ def test_nothing_is_kept_and_what_needs_keeping_is_refused(live_platform, client
                 model=MODEL, input="Hi", max_output_tokens=3, **extra, **GREEDY
             )
         assert got.value.body["param"] == param and "zero data retention" in got.value.message
-    with pytest.raises(openai.PermissionDeniedError) as conversations:
-        private.conversations.create()
-    assert conversations.value.body["code"] == "zero_data_retention"
+    for keeping in (
+        private.conversations.create,
+        lambda: private.files.create(file=("lines.jsonl", b"{}\n"), purpose="batch"),
+        lambda: private.batches.create(
+            input_file_id="file-any", endpoint="/v1/chat/completions", completion_window="24h"
+        ),
+    ):
+        with pytest.raises(openai.PermissionDeniedError) as got:
+            keeping()
+        assert got.value.body["code"] == "zero_data_retention"
+    assert private.files.list().data == []
 
     kept = ordinary.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=3, store=True, **GREEDY
