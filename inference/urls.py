@@ -24,6 +24,7 @@ from inference.responses.views import (
 from inference.views import health, playground
 from inference.views.batches import BatchCancelView, BatchDetailView, BatchListView
 from inference.views.embeddings import EmbeddingsView
+from inference.views.end_users import EndUserDetailView, EndUserListView
 from inference.views.files import FileContentView, FileDetailView, FileListView
 from inference.views.generation import ChatCompletionsView, CompletionsView
 from inference.views.models import ModelDetailView, ModelListView
@@ -96,6 +97,9 @@ urlpatterns = [
     path("v1/files", FileListView.as_view(), name="files"),
     path("v1/files/<str:file_id>", FileDetailView.as_view(), name="file-detail"),
     path("v1/files/<str:file_id>/content", FileContentView.as_view(), name="file-content"),
+    path("v1/end_users", EndUserListView.as_view(), name="end-users"),
+    # The name is the client's text: anything, slashes too (URL-encoded in the path).
+    path("v1/end_users/<path:name>", EndUserDetailView.as_view(), name="end-user-detail"),
     path("v1/batches", BatchListView.as_view(), name="batches"),
     path("v1/batches/<str:batch_id>", BatchDetailView.as_view(), name="batch-detail"),
     path("v1/batches/<str:batch_id>/cancel", BatchCancelView.as_view(), name="batch-cancel"),

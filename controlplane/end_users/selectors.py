@@ -78,3 +78,56 @@ def end_users_of_month(
             )
         )
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class EndUserState:
+    """One end user as the API shows them: their controls, this month's spend, and the
+    budget that applies (their own, else the tenant's budget per end user)."""
+
+    name: str
+    controls: EndUser | None
+    spend: EndUserMonthlySpend | None
+    tenant_budget: Decimal | None
+
+    @property
+    def budget(self) -> Decimal | None:
+        own = self.controls.monthly_spend_budget if self.controls else None
+        return own if own is not None else self.tenant_budget
+
+
+def end_user_state(*, tenant: Tenant, name: str) -> EndUserState:
+    return EndUserState(
+        name=name,
+        controls=EndUser.objects.filter(tenant=tenant, name=name).first(),
+        spend=EndUserMonthlySpend.objects.filter(
+            tenant=tenant, end_user=name, period=this_month()
+        ).first(),
+        tenant_budget=tenant.end_user_monthly_spend_budget,
+    )
+
+
+def end_user_states(
+    *, tenant: Tenant, after: str | None, limit: int, ascending: bool
+) -> list[EndUserState]:
+    """A page of the end users with controls, by name; one more than ``limit`` when there is
+    a next page."""
+    rows = EndUser.objects.filter(tenant=tenant)
+    if after is not None:
+        rows = rows.filter(name__gt=after) if ascending else rows.filter(name__lt=after)
+    rows = list(rows.order_by("name" if ascending else "-name")[: limit + 1])
+    spends = {
+        s.end_user: s
+        for s in EndUserMonthlySpend.objects.filter(
+            tenant=tenant, period=this_month(), end_user__in=[r.name for r in rows]
+        )
+    }
+    return [
+        EndUserState(
+            name=r.name,
+            controls=r,
+            spend=spends.get(r.name),
+            tenant_budget=tenant.end_user_monthly_spend_budget,
+        )
+        for r in rows
+    ]

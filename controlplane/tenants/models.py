@@ -6,7 +6,8 @@ from django.db import models
 # Endpoint names a key's scopes may list; an empty scope list means every endpoint of the
 # OpenAI API. ``admin`` (the management API under /api/, controlplane/management_api/) is
 # never implied: a key must list it, and only a staff user's own key may
-# (``admin_scope_check``).
+# (``admin_scope_check``). ``end_users`` (budgets and blocks of the tenant's end users,
+# /v1/end_users) is never implied either: the key must list it.
 # ``controlplane.access.principals`` normalises a request path ("/v1/chat/completions") to these names.
 API_SCOPES = (
     "chat.completions",
@@ -23,8 +24,10 @@ API_SCOPES = (
     "detokenize",
     "playground",
     "websocket",
+    "end_users",
     "admin",
 )
+END_USERS_SCOPE = "end_users"
 ADMIN_SCOPE = "admin"
 MAX_SHARE_WEIGHT = 1000
 SERVICE_CLASSES = ("interactive", "batch")  # as engine.core.fair_share.SERVICE_CLASSES
