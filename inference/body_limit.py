@@ -33,9 +33,12 @@ UPLOAD_FRAMING_BYTES = 64 * 1024
 
 def limit_for(path: str) -> int:
     """The cap for ``path``: file uploads (/v1/files) stream to disk and take files up to
-    ``FILES_MAX_UPLOAD_BYTES``; every other API body ``API_MAX_REQUEST_BYTES``."""
+    ``FILES_MAX_UPLOAD_BYTES``, as does a message batch (its requests are a batch's file);
+    every other API body ``API_MAX_REQUEST_BYTES``."""
     if path == "/v1/files":
         return settings.FILES_MAX_UPLOAD_BYTES + UPLOAD_FRAMING_BYTES
+    if path == "/v1/messages/batches":  # a whole batch's requests in one JSON body
+        return settings.FILES_MAX_UPLOAD_BYTES
     return settings.API_MAX_REQUEST_BYTES
 
 

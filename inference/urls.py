@@ -13,6 +13,12 @@ from inference.conversations.views import (
     ConversationsView,
 )
 from inference.errors import error_response
+from inference.messages.batch_views import (
+    MessageBatchCancelView,
+    MessageBatchDetailView,
+    MessageBatchesView,
+    MessageBatchResultsView,
+)
 from inference.messages.views import CountTokensView, MessagesView
 from inference.responses.views import (
     ResponseCancelView,
@@ -94,6 +100,22 @@ urlpatterns = [
     ),
     path("v1/messages", MessagesView.as_view(), name="messages"),
     path("v1/messages/count_tokens", CountTokensView.as_view(), name="messages-count-tokens"),
+    path("v1/messages/batches", MessageBatchesView.as_view(), name="message-batches"),
+    path(
+        "v1/messages/batches/<str:batch_id>",
+        MessageBatchDetailView.as_view(),
+        name="message-batch-detail",
+    ),
+    path(
+        "v1/messages/batches/<str:batch_id>/cancel",
+        MessageBatchCancelView.as_view(),
+        name="message-batch-cancel",
+    ),
+    path(
+        "v1/messages/batches/<str:batch_id>/results",
+        MessageBatchResultsView.as_view(),
+        name="message-batch-results",
+    ),
     path("v1/files", FileListView.as_view(), name="files"),
     path("v1/files/<str:file_id>", FileDetailView.as_view(), name="file-detail"),
     path("v1/files/<str:file_id>/content", FileContentView.as_view(), name="file-content"),

@@ -16,10 +16,20 @@ def new_batch_id() -> str:
     return f"batch_{secrets.token_hex(12)}"
 
 
+# Anthropic's Message Batches API keeps its batches here too, told apart by this id prefix.
+MESSAGE_BATCH_PREFIX = "msgbatch_"
+
+
+def new_message_batch_id() -> str:
+    return f"{MESSAGE_BATCH_PREFIX}{secrets.token_hex(12)}"
+
+
 class StoredFile(models.Model):
     """An OpenAI file object; its bytes live in the ``batch_files`` storage under ``storage_name``."""
 
-    PURPOSES = ("batch", "batch_output")
+    # "message_batch": the requests of a Message Batches API batch, written by the server
+    # (never uploaded, never listed).
+    PURPOSES = ("batch", "batch_output", "message_batch")
 
     id = models.CharField(primary_key=True, max_length=40, default=new_file_id, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="files")

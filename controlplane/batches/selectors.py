@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.batches.models import Batch, BatchResult, StoredFile
+from controlplane.batches.models import MESSAGE_BATCH_PREFIX, Batch, BatchResult, StoredFile
 from controlplane.common.api_error import ApiError
 from controlplane.common.cursor_pages import cursor_page
 from controlplane.tenants.selectors import KeyRecord, key_record_for
@@ -30,16 +30,17 @@ def batch_get(*, tenant_id: int, batch_id: str) -> Batch:
 def file_list(
     *, tenant_id: int, purpose: str | None, after: str | None, limit: int, ascending: bool
 ) -> list[StoredFile]:
-    queryset = StoredFile.objects.filter(tenant_id=tenant_id)
+    queryset = StoredFile.objects.filter(tenant_id=tenant_id).exclude(purpose="message_batch")
     if purpose:
         queryset = queryset.filter(purpose=purpose)
     return cursor_page(queryset, after=after, limit=limit, ascending=ascending)
 
 
 def batch_list(*, tenant_id: int, after: str | None, limit: int) -> list[Batch]:
-    return cursor_page(
-        Batch.objects.filter(tenant_id=tenant_id), after=after, limit=limit, ascending=False
-    )
+    """The tenant's Batch API batches, newest first (Message Batches API ones are listed by
+    message_batches.py)."""
+    batches = Batch.objects.filter(tenant_id=tenant_id).exclude(pk__startswith=MESSAGE_BATCH_PREFIX)
+    return cursor_page(batches, after=after, limit=limit, ascending=False)
 
 
 def batch_done_lines(*, batch_id: str) -> set[int]:

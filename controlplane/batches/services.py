@@ -19,6 +19,7 @@ from controlplane.batches.selectors import batch_get, batch_result_counts, file_
 from controlplane.batches.storage import file_storage
 from controlplane.common.api_error import ApiError
 
+# What the Batch API runs; the worker runs /v1/messages too, for message batches.
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}
 # A queued batch (no worker yet) is sent again if no worker took it in this long.
@@ -99,7 +100,7 @@ def _check_metadata(metadata) -> dict | None:
     return metadata
 
 
-def _enqueue(batch_id: str) -> None:
+def enqueue_batch(batch_id: str) -> None:
     # By name: the task lives in the API layer (inference/batches), which this layer never imports.
     transaction.on_commit(lambda: current_app.send_task("batches.run", args=[batch_id]))
 
@@ -139,7 +140,7 @@ def batch_create(
         expires_at=now + COMPLETION_WINDOWS[completion_window],
         lease_until=now + QUEUED_GRACE,
     )
-    _enqueue(batch.id)
+    enqueue_batch(batch.id)
     return batch
 
 

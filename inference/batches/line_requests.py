@@ -18,6 +18,7 @@ from inference.embedding_use_case import create_embeddings
 from inference.errors import error_from_exception, invalid_request
 from inference.generation.planning import prepare_chat, prepare_completion
 from inference.generation.use_case import Generation
+from inference.messages.planning import prepare_messages
 from inference.responses.planning import prepare_response
 from inference.stored_answers import whole_answer
 
@@ -25,6 +26,7 @@ PLANNERS = {
     "/v1/chat/completions": prepare_chat,
     "/v1/completions": prepare_completion,
     "/v1/responses": prepare_response,
+    "/v1/messages": prepare_messages,  # Anthropic's Message Batches API (message_batches.py)
 }
 
 

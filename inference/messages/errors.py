@@ -9,25 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane.common.anthropic_errors import error_type
 from controlplane.common.api_error import ApiError
-
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-
-def error_type(status: int) -> str:
-    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
 
 def anthropic_error(error: ApiError) -> dict[str, Any]:

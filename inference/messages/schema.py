@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse
 
-from inference.messages.errors import ERROR_TYPES
+from controlplane.common.anthropic_errors import ERROR_TYPES
 
 _TEXT = {"type": "string"}
 _TOKENS = {"type": "integer", "minimum": 0}

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 
@@ -345,3 +346,106 @@ def test_chat_lines_with_store_are_kept_as_stored_completions(batch_platform):
     assert stored.choices[0].message.content == bodies["kept"]["choices"][0]["message"]["content"]
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.retrieve(bodies["plain"]["id"])
+
+
+def _anthropic(platform: BatchPlatform, tenant: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url=platform.live.base_url, api_key=platform.keys[tenant], max_retries=0
+    )
+
+
+def _params(text: str, max_tokens: int = 3) -> dict:
+    return {
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": text}],
+    }
+
+
+def _wait_ended(client: anthropic.Anthropic, batch_id: str, *, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = client.messages.batches.retrieve(batch_id)
+        if batch.processing_status == "ended":
+            return batch
+        time.sleep(0.5)
+    raise AssertionError(f"{batch_id} still {batch.processing_status} {batch.request_counts}")
+
+
+def test_a_message_batch_through_anthropics_sdk_ends_with_a_result_per_request(batch_platform):
+    client = _anthropic(batch_platform, "a")
+    created = client.messages.batches.create(
+        requests=[
+            {"custom_id": "hello", "params": _params("Hello")},
+            {"custom_id": "lists", "params": _params("Tell me about lists.", max_tokens=5)},
+            {
+                "custom_id": "prefill",
+                "params": {
+                    **_params("Hi"),
+                    "messages": [
+                        {"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": "Hel"},
+                    ],
+                },
+            },  # assistant prefill: refused by /v1/messages, so errored here
+        ]
+    )
+    assert created.id.startswith("msgbatch_") and created.processing_status == "in_progress"
+    assert created.request_counts.processing == 3 and created.results_url is None
+
+    ended = _wait_ended(client, created.id, timeout=120)
+    counts = ended.request_counts
+    assert (counts.processing, counts.succeeded, counts.errored) == (0, 2, 1)
+    assert ended.ended_at and ended.results_url.endswith(f"/v1/messages/batches/{ended.id}/results")
+    results = {r.custom_id: r.result for r in client.messages.batches.results(ended.id)}
+    assert results["hello"].type == "succeeded"
+    assert (
+        results["hello"].message.type == "message" and results["hello"].message.role == "assistant"
+    )
+    assert results["lists"].message.usage.output_tokens <= 5
+    assert results["prefill"].type == "errored"
+    assert results["prefill"].error.error.type == "invalid_request_error"
+    assert "last message" in results["prefill"].error.error.message
+
+    # Listed apart from the Batch API's batches; another tenant sees none of it.
+    assert [b.id for b in client.messages.batches.list(limit=1)][:1] == [ended.id]
+    assert ended.id not in {b.id for b in _client(batch_platform, "a").batches.list().data}
+    with pytest.raises(anthropic.NotFoundError):
+        _anthropic(batch_platform, "b").messages.batches.retrieve(ended.id)
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.batches.create(requests=[{"custom_id": "same", "params": _params("a")}] * 2)
+
+    client.messages.batches.delete(ended.id)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.batches.retrieve(ended.id)
+
+
+def test_a_cancelled_message_batch_reports_its_unrun_requests_as_canceled(batch_platform):
+    client = _anthropic(batch_platform, "a")
+    requests = [{"custom_id": f"c-{i}", "params": _params(f"Count {i}", 16)} for i in range(1500)]
+    created = client.messages.batches.create(requests=requests)
+    deadline = time.monotonic() + 120
+    while client.messages.batches.retrieve(created.id).request_counts.succeeded == 0:
+        assert time.monotonic() < deadline, "no request of the batch ran"
+        time.sleep(0.3)
+    with pytest.raises(anthropic.APIStatusError) as running:
+        client.messages.batches.delete(created.id)  # not before it has ended
+    assert running.value.status_code == 409
+    canceling = client.messages.batches.cancel(created.id)
+    assert canceling.processing_status in ("canceling", "ended") and canceling.cancel_initiated_at
+
+    ended = _wait_ended(client, created.id, timeout=30)
+    counts = ended.request_counts
+    assert counts.canceled > 0 and counts.succeeded + counts.canceled + counts.errored == 1500
+    kinds: dict[str, int] = {}
+    for result in client.messages.batches.results(ended.id):
+        kinds[result.result.type] = kinds.get(result.result.type, 0) + 1
+    assert kinds == {
+        k: v
+        for k, v in {
+            "succeeded": counts.succeeded,
+            "canceled": counts.canceled,
+            "errored": counts.errored,
+        }.items()
+        if v
+    }
