@@ -61,6 +61,7 @@ async def test_a_failed_streamed_background_response_ends_its_followers(make_ten
     assert failed["response"]["error"]["code"] == "engine_unavailable"
     row = await StoredResponse.objects.aget(pk=queued["id"])
     assert row.status == "failed"
+    await asyncio.wait_for(asyncio.gather(*background._running), timeout=10)  # its end ran
     assert generation.settled == [499]  # settles once; open() had settled a real one already
 
 
