@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 
 from django.conf import settings
-from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
@@ -25,7 +23,6 @@ from controlplane.batches.models import (
     MESSAGE_BATCH_PREFIX,
     Batch,
     StoredFile,
-    new_file_id,
     new_message_batch_id,
 )
 from controlplane.batches.services import (
@@ -33,6 +30,7 @@ from controlplane.batches.services import (
     QUEUED_GRACE,
     batch_cancel,
     enqueue_batch,
+    file_from_lines,
     file_open,
 )
 from controlplane.batches.storage import file_storage
@@ -75,26 +73,19 @@ def _checked_requests(requests) -> list[dict]:
 
 def _input_file(tenant_id: int, batch_id: str, requests: list[dict]) -> StoredFile:
     """The requests as the batch worker reads them: one Batch API line each."""
-    with tempfile.TemporaryFile() as spool:
-        for item in requests:
-            line = {
-                "custom_id": item["custom_id"],
-                "method": "POST",
-                "url": ENDPOINT,
-                "body": item["params"],
-            }
-            spool.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
-        size = spool.tell()
-        spool.seek(0)
-        file_id = new_file_id()
-        name = file_storage().save(f"{tenant_id}/{file_id}.jsonl", File(spool))
-    return StoredFile.objects.create(
-        id=file_id,
+    lines = (
+        json.dumps(
+            {"custom_id": r["custom_id"], "method": "POST", "url": ENDPOINT, "body": r["params"]},
+            ensure_ascii=False,
+        ).encode()
+        + b"\n"
+        for r in requests
+    )
+    return file_from_lines(
         tenant_id=tenant_id,
+        lines=lines,
         filename=f"{batch_id}_requests.jsonl",
         purpose="message_batch",
-        bytes=size,
-        storage_name=name,
     )
 
 

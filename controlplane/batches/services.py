@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from datetime import timedelta
 
 from celery import current_app
@@ -214,18 +215,32 @@ def _write_results_file(batch: Batch, *, ok: bool, suffix: str) -> StoredFile | 
     results = batch.results.filter(ok=ok).order_by("line").values_list("record", flat=True)
     if not results.exists():
         return None
+    lines = (record.encode() + b"\n" for record in results.iterator(chunk_size=500))
+    return file_from_lines(
+        tenant_id=batch.tenant_id,
+        lines=lines,
+        filename=f"{batch.id}_{suffix}.jsonl",
+        purpose="batch_output",
+    )
+
+
+def file_from_lines(
+    *, tenant_id: int, lines: Iterable[bytes], filename: str, purpose: str
+) -> StoredFile:
+    """A file the server writes (results, a message batch's requests), spooled through a
+    temporary file so it is never held whole in memory."""
     with tempfile.TemporaryFile() as spool:
-        for record in results.iterator(chunk_size=500):
-            spool.write(record.encode() + b"\n")
+        for line in lines:
+            spool.write(line)
         size = spool.tell()
         spool.seek(0)
         file_id = new_file_id()
-        name = file_storage().save(f"{batch.tenant_id}/{file_id}.jsonl", File(spool))
+        name = file_storage().save(f"{tenant_id}/{file_id}.jsonl", File(spool))
     return StoredFile.objects.create(
         id=file_id,
-        tenant_id=batch.tenant_id,
-        filename=f"{batch.id}_{suffix}.jsonl",
-        purpose="batch_output",
+        tenant_id=tenant_id,
+        filename=filename,
+        purpose=purpose,
         bytes=size,
         storage_name=name,
     )
