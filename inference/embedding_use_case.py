@@ -9,7 +9,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.access.admission import admit, check_request_limits, finish
+from controlplane.access.admission import finish
 from controlplane.access.principals import Principal
 from engine.pooling.messages import EmbedReply
 from inference.catalog import (
@@ -20,6 +20,7 @@ from inference.catalog import (
 )
 from inference.errors import ApiError, error_from_exception, invalid_request
 from inference.generation.off_loop import off_loop
+from inference.limits import admit, check_request_limits
 from inference.schemas.embeddings import EmbeddingRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.transport import (

@@ -16,7 +16,6 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.access.admission import check_request_limits
 from controlplane.access.principals import Principal
 from inference.catalog import (
     ModelEntry,
@@ -27,6 +26,7 @@ from inference.catalog import (
 from inference.embedding_use_case import run_pooling
 from inference.errors import ApiError, invalid_request
 from inference.generation.off_loop import off_loop
+from inference.limits import check_request_limits
 from inference.schemas.scoring import RerankRequestSerializer, ScoreRequestSerializer
 from inference.schemas.validation import validate_body
 from inference.transport import EmbeddingTokenizer

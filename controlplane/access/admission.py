@@ -112,6 +112,13 @@ def _over_spend_budget(limits, reason: str, headers: dict) -> AccessError:
     )
 
 
+def _refused(principal: Principal, model: str, decision, headers: dict, end_user: str):
+    """The refusal, with the limiter's reason on it (``limit_reason``) for the metrics."""
+    error = _rate_limited(principal, model, decision, headers, end_user)
+    error.limit_reason = decision.reason
+    return error
+
+
 def _end_user_refused(reason: str, end_user: str, headers: dict) -> AccessError:
     """The request's end user (its ``user`` or ``safety_identifier``) is blocked or over their
     monthly spend budget: the tenant's own controls, so the message names the end user."""
@@ -175,7 +182,7 @@ async def check_request_limits(principal: Principal, *, model: str, end_user: st
     )
     if not decision.admitted:
         headers = ratelimit_headers(principal.limits, decision)
-        raise _rate_limited(principal, model, decision, headers, end_user)
+        raise _refused(principal, model, decision, headers, end_user)
 
 
 async def admit(
@@ -222,7 +229,7 @@ async def admit(
     )
     headers = ratelimit_headers(principal.limits, decision)
     if not decision.admitted:
-        raise _rate_limited(principal, model, decision, headers, end_user)
+        raise _refused(principal, model, decision, headers, end_user)
     admission.headers = headers
     admission.limited = True
     return admission

@@ -73,6 +73,8 @@ class AccessError(ApiError):
         headers: dict[str, str] | None = None,
     ):
         super().__init__(message, status=status, type=type, code=code, param=param, headers=headers)
+        # Set on a refusal by the tenant's limits (admission.py): the limiter's reason.
+        self.limit_reason = ""
 
 
 @dataclass(frozen=True)

@@ -143,11 +143,14 @@ def _request_families(
 ) -> Iterator[Metric]:
     success = _family(d.REQUEST_SUCCESS)
     cached = _family(d.PROMPT_TOKENS_CACHED)
+    refused = _family(d.REQUESTS_REFUSED)
     histograms = {spec.name: _family(spec) for spec in d.REQUEST_HISTOGRAMS}
     for (model_name, tenant), stored in series:
         labels = [model_name, tenant]
         for reason, count in stored.labelled_counter(d.REQUEST_SUCCESS.field).items():
             success.add_metric([*labels, reason], count)
+        for reason, count in stored.labelled_counter(d.REQUESTS_REFUSED.field).items():
+            refused.add_metric([*labels, reason], count)
         cached.add_metric(labels, stored.counter(d.PROMPT_TOKENS_CACHED.field))
         for spec in d.REQUEST_HISTOGRAMS:
             histogram = stored.histogram(spec)
@@ -155,6 +158,7 @@ def _request_families(
                 histograms[spec.name].add_metric(labels, histogram.cumulative, histogram.total)
     yield success
     yield cached
+    yield refused
     yield from histograms.values()
 
 

@@ -219,6 +219,16 @@ PROMPT_TOKENS_CACHED = MetricSpec(
     REQUEST_LABELS,
     field="cached_tokens",
 )
+# Not a vLLM metric: requests the tenant's limits refused before any engine saw them, by the
+# limiter's reason (requests, tokens, too_large, concurrency, budget, spend, key_spend,
+# user_spend, user_blocked). model_name is empty for a refusal before the model was resolved.
+REQUESTS_REFUSED = MetricSpec(
+    "platform:requests_refused",
+    "counter",
+    "Requests refused by the tenant's limits or budgets before reaching an engine.",
+    (*REQUEST_LABELS, "reason"),
+    field="refused",
+)
 
 TIME_TO_FIRST_TOKEN = MetricSpec(
     "vllm:time_to_first_token_seconds",
@@ -328,7 +338,7 @@ FLEET_NODES = MetricSpec(
 )
 
 ENGINE_METRICS = (*(spec for spec, _ in ENGINE_STATUS_FIELDS), LORA_REQUESTS_INFO)
-REQUEST_METRICS = (REQUEST_SUCCESS, PROMPT_TOKENS_CACHED, *REQUEST_HISTOGRAMS)
+REQUEST_METRICS = (REQUEST_SUCCESS, PROMPT_TOKENS_CACHED, REQUESTS_REFUSED, *REQUEST_HISTOGRAMS)
 FLEET_METRICS = (FLEET_REPLICAS, FLEET_REPLICAS_DESIRED, FLEET_REPLICAS_UNPLACED, FLEET_NODES)
 ALL_METRICS = (*ENGINE_METRICS, *REQUEST_METRICS, *FLEET_METRICS)
 

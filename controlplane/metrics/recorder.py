@@ -238,3 +238,15 @@ async def record_request(
         logger.warning("request metrics for model %s dropped", model, exc_info=True)
         return
     await asyncio.shield(batch.applied)
+
+
+async def record_refusal(*, model: str, tenant: str, reason: str) -> None:
+    """Count one request the tenant's limits refused (``reason``: the limiter's), in the same
+    writes as finished requests. Never raises."""
+    try:
+        field = f"{d.REQUESTS_REFUSED.field}{SEP}{reason}"
+        batch = _writer().add(model, series_member(model, tenant), [(field, 1)])
+    except Exception:
+        logger.warning("refusal metric for tenant %s dropped", tenant, exc_info=True)
+        return
+    await asyncio.shield(batch.applied)

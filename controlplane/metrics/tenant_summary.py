@@ -30,6 +30,8 @@ class TenantMetrics:
     # engine, from vllm:request_queue_time_seconds.
     queue_p50_s: float | None = None
     queue_p95_s: float | None = None
+    # Refused by the tenant's limits or budgets before reaching an engine (not in num_requests).
+    num_refused: int = 0
 
 
 def histogram_quantile(q: float, cumulative: list[tuple[float, float]]) -> float | None:
@@ -60,6 +62,7 @@ def histogram_quantile(q: float, cumulative: list[tuple[float, float]]) -> float
 @dataclass(slots=True)
 class _Totals:
     num_requests: int = 0
+    num_refused: int = 0
     prompt_tokens: float = 0.0
     cached: int = 0
     ttft: list[int] | None = None
@@ -85,6 +88,7 @@ def summarize(series: list[tuple[tuple[str, str], StoredSeries]]) -> list[Tenant
     for (_model, tenant), stored in series:
         t = totals.setdefault(tenant, _Totals())
         t.num_requests += sum(stored.labelled_counter(d.REQUEST_SUCCESS.field).values())
+        t.num_refused += sum(stored.labelled_counter(d.REQUESTS_REFUSED.field).values())
         t.cached += stored.counter(d.PROMPT_TOKENS_CACHED.field)
         prompts = stored.histogram(d.REQUEST_PROMPT_TOKENS)
         if prompts is not None:
@@ -108,6 +112,7 @@ def summarize(series: list[tuple[tuple[str, str], StoredSeries]]) -> list[Tenant
                 ttft_p95_s=ttft_p95,
                 queue_p50_s=queue_p50,
                 queue_p95_s=queue_p95,
+                num_refused=t.num_refused,
             )
         )
     return result

@@ -22,7 +22,6 @@ from typing import Any
 import msgspec
 from django.conf import settings
 
-from controlplane.access.admission import check_request_limits
 from controlplane.access.principals import Principal, engine_cache_salt
 from controlplane.catalog.cache import CatalogSnapshot, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
@@ -40,6 +39,7 @@ from inference.generation.prompt_limits import (
     refuse_text_too_long,
 )
 from inference.generation.shared_prefixes import mark_shared_prefixes
+from inference.limits import check_request_limits
 from inference.reasoning import reasoning_setup
 from inference.reasoning.template import thinking_kwargs
 from inference.sampling import build_sampling

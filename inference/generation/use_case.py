@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from controlplane.access.admission import Admission, admit, finish
+from controlplane.access.admission import Admission, finish
 from controlplane.access.principals import Principal
 from controlplane.metrics import record_request
 from engine.text.tokenizer import ChatTokenizer
@@ -28,6 +28,7 @@ from inference.formatters import collect_response, formatter_for, stream_events
 from inference.formatters.base import EngineItem
 from inference.generation.engine_stream import engine_chunks
 from inference.generation.plan import GenerationPlan, GenerationStats
+from inference.limits import admit
 from inference.transport import EngineClient, EngineOverloaded, EngineTimeout, EngineUnavailable
 
 # What each caller picks: prepare_chat, prepare_completion (planning.py) or the Responses API's

@@ -14,10 +14,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
-from controlplane.access.admission import Admission, admit, finish
+from controlplane.access.admission import Admission, finish
 from controlplane.access.principals import Principal
 from inference import credentials
 from inference.errors import ApiError, error_from_exception, error_response
+from inference.limits import admit
 from inference.schemas.validation import parse_json_body
 
 

@@ -67,7 +67,7 @@
     if (!tenants.length) {
       const row = body.insertRow();
       row.className = "empty";
-      cell(row, "No requests yet.").colSpan = 8;
+      cell(row, "No requests yet.").colSpan = 9;
       return;
     }
     for (const t of tenants) {
@@ -81,6 +81,8 @@
       name.append(swatch, t.tenant);
       name.title = t.tenant;
       cell(row, String(t.num_requests), "num");
+      const refused = cell(row, String(t.num_refused), "num");
+      refused.title = "refused by the tenant's limits or budgets (429, 403)";
       cell(row, String(t.prompt_tokens), "num");
       const rate = t.prefix_cache_hit_rate;
       cell(row, rate === null ? "–" : (Math.round(rate * 1000) / 10) + "%", "num");
