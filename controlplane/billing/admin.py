@@ -118,7 +118,7 @@ class BudgetAlertAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="budget of")
     def budget_of(self, obj: BudgetAlert) -> str:
-        return f"key {obj.key_prefix}" if obj.key_prefix else "tenant"
+        return obj.budget_of
 
     @admin.display(description="threshold", ordering="threshold")
     def threshold_percent(self, obj: BudgetAlert) -> str:

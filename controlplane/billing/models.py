@@ -54,6 +54,8 @@ class BudgetAlert(models.Model):
         "tenants.Tenant", on_delete=models.CASCADE, related_name="budget_alerts"
     )
     key_prefix = models.CharField(max_length=32, blank=True)  # empty: the tenant's own budget
+    # Set for an end user's budget (end_users app): their name as the requests give it.
+    end_user = models.CharField(max_length=256, blank=True)
     period = models.DateField()  # the month's first day
     threshold = models.PositiveSmallIntegerField()  # percent of the budget
     spent_units = models.BigIntegerField()  # spend when it fired (see money.py)
@@ -66,10 +68,16 @@ class BudgetAlert(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "key_prefix", "period", "threshold"], name="budget_alert_once"
+                fields=["tenant", "key_prefix", "end_user", "period", "threshold"],
+                name="budget_alert_once_per_budget",
             ),
         ]
 
+    @property
+    def budget_of(self) -> str:
+        if self.end_user:
+            return f"end user {self.end_user}"
+        return f"key {self.key_prefix}" if self.key_prefix else "tenant"
+
     def __str__(self) -> str:
-        scope = self.key_prefix or "tenant"
-        return f"{self.tenant_id} {scope} {self.period:%Y-%m} {self.threshold}%"
+        return f"{self.tenant_id} {self.budget_of} {self.period:%Y-%m} {self.threshold}%"

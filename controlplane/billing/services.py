@@ -6,13 +6,14 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record
 from controlplane.billing.models import BudgetAlert, ModelPrice
-from controlplane.billing.money import format_amount, price_steps
+from controlplane.billing.money import amount_to_units, format_amount, price_steps
 from controlplane.billing.tasks import post_budget_alert
 
 # A price may start this far in the past: the time a form takes to submit. Earlier would
@@ -83,6 +84,35 @@ def model_price_set(
     return price
 
 
+def thresholds_reached(spent_units: int, budget: Decimal) -> list[int]:
+    """The alert thresholds (percent, BUDGET_ALERT_THRESHOLDS) that spend has reached,
+    compared exactly."""
+    budget_units = amount_to_units(budget)
+    return [t for t in settings.BUDGET_ALERT_THRESHOLDS if spent_units * 100 >= t * budget_units]
+
+
+def budget_alerts_fire(
+    *,
+    tenant,
+    period: date,
+    spent_units: int,
+    budget: Decimal,
+    key_prefix: str = "",
+    end_user: str = "",
+) -> None:
+    """Fire each threshold of a monthly budget that spend has reached (each once)."""
+    for threshold in thresholds_reached(spent_units, budget):
+        budget_alert_fire(
+            tenant=tenant,
+            key_prefix=key_prefix,
+            end_user=end_user,
+            period=period,
+            threshold=threshold,
+            spent_units=spent_units,
+            budget=budget,
+        )
+
+
 def budget_alert_fire(
     *,
     tenant,
@@ -91,14 +121,17 @@ def budget_alert_fire(
     threshold: int,
     spent_units: int,
     budget: Decimal,
+    end_user: str = "",
 ) -> BudgetAlert | None:
-    """Record that spend crossed ``threshold`` percent of a monthly budget, once: the first
-    call for a budget, month and threshold audits it and queues the tenant's webhook; later
-    calls return None. Call it inside the transaction that wrote the spend."""
+    """Record that spend crossed ``threshold`` percent of a monthly budget (the tenant's, a
+    key's or an end user's), once: the first call for a budget, month and threshold audits it
+    and queues the tenant's webhook; later calls return None. Call it inside the transaction
+    that wrote the spend."""
     webhook = tenant.budget_alert_webhook_url
     alert, created = BudgetAlert.objects.get_or_create(
         tenant=tenant,
         key_prefix=key_prefix,
+        end_user=end_user,
         period=period,
         threshold=threshold,
         defaults={
@@ -114,7 +147,7 @@ def budget_alert_fire(
         action="budget.alert",
         target=tenant,
         details={
-            "budget": "key " + key_prefix if key_prefix else "tenant",
+            "budget": alert.budget_of,
             "period": period.strftime("%Y-%m"),
             "threshold_percent": threshold,
             "spent": format_amount(spent_units),

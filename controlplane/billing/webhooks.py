@@ -16,6 +16,7 @@ def alert_payload(alert: BudgetAlert) -> dict:
         "type": "budget.threshold_reached",
         "tenant": alert.tenant.name,
         "api_key_prefix": alert.key_prefix or None,  # None: the tenant's own budget
+        "end_user": alert.end_user or None,  # set: an end user's budget
         "period": alert.period.strftime("%Y-%m"),
         "threshold_percent": alert.threshold,
         "spent": amount_text(alert.spent_units),

@@ -1,15 +1,19 @@
 """Each end user's spend per month, rolled up by the usage flush; admission reads it through the
-Redis counters the flush publishes, the pages through selectors.py."""
+Redis counters the flush publishes, the pages through selectors.py. Crossing an alert
+threshold of an end user's budget fires a budget alert, as a tenant's or a key's does."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import date
+from decimal import Decimal
 from typing import Any
 
+from controlplane.billing.services import budget_alerts_fire
 from controlplane.billing.spend_counters import end_user_spend_key, month_tag
-from controlplane.end_users.models import EndUserMonthlySpend
+from controlplane.end_users.models import EndUser, EndUserMonthlySpend
+from controlplane.tenants.models import Tenant
 
 _SUMMED = (
     "num_requests",
@@ -44,7 +48,10 @@ def end_user_spend_add(records: Sequence[Any]) -> dict[str, int]:
             )
         ):
             t[i] += value
+    if not totals:
+        return {}
     counters: dict[str, int] = {}
+    budgets = _Budgets({(tenant_id, name) for tenant_id, name, _ in totals})
     for (tenant_id, name, period), t in totals.items():
         # Locked, so the totals read here are the ones written (one flusher runs at a time;
         # the lock keeps that true for anything else that writes these rows).
@@ -55,4 +62,35 @@ def end_user_spend_add(records: Sequence[Any]) -> dict[str, int]:
             setattr(row, field, getattr(row, field) + added)
         row.save(update_fields=list(_SUMMED))
         counters[end_user_spend_key(tenant_id, name, month_tag(period))] = row.cost_units
+        budget = budgets.of(tenant_id, name)
+        if budget is not None:
+            budget_alerts_fire(
+                tenant=budgets.tenants[tenant_id],
+                end_user=name,
+                period=period,
+                spent_units=row.cost_units,
+                budget=budget,
+            )
     return counters
+
+
+class _Budgets:
+    """The monthly budget of each end user of a batch: their own, else their tenant's budget
+    per end user (two queries for the batch)."""
+
+    def __init__(self, end_users: set[tuple[int, str]]):
+        tenant_ids = {tenant_id for tenant_id, _ in end_users}
+        self.tenants = Tenant.objects.in_bulk(tenant_ids)
+        rows = EndUser.objects.filter(
+            tenant_id__in=tenant_ids,
+            name__in={name for _, name in end_users},
+            monthly_spend_budget__isnull=False,
+        ).values_list("tenant_id", "name", "monthly_spend_budget")
+        self._own = {(tenant_id, name): budget for tenant_id, name, budget in rows}
+
+    def of(self, tenant_id: int, name: str) -> Decimal | None:
+        own = self._own.get((tenant_id, name))
+        if own is not None:
+            return own
+        tenant = self.tenants.get(tenant_id)
+        return tenant.end_user_monthly_spend_budget if tenant else None

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.conf import settings
 from django.db import transaction
 
-from controlplane.billing.money import amount_to_units
-from controlplane.billing.services import budget_alert_fire
+from controlplane.billing.services import budget_alerts_fire
 from controlplane.billing.spend_counters import (
     COUNTER_TTL_S,
     key_spend_key,
@@ -27,24 +25,6 @@ from controlplane.end_users.spend import end_user_spend_add
 from controlplane.tenants.models import ApiKey, Tenant
 from controlplane.usage.models import UsageRecord
 from controlplane.usage.spend import cost_units_by_key, cost_units_by_tenant, month_period
-
-
-def _reached(spent_units: int, budget) -> list[int]:
-    """The alert thresholds (percent) that spend has reached, compared exactly."""
-    budget_units = amount_to_units(budget)
-    return [t for t in settings.BUDGET_ALERT_THRESHOLDS if spent_units * 100 >= t * budget_units]
-
-
-def _alert(tenant: Tenant, key_prefix: str, period, spent_units: int, budget) -> None:
-    for threshold in _reached(spent_units, budget):
-        budget_alert_fire(
-            tenant=tenant,
-            key_prefix=key_prefix,
-            period=period,
-            threshold=threshold,
-            spent_units=spent_units,
-            budget=budget,
-        )
 
 
 def _publish(counters: dict[str, int]) -> None:
@@ -72,12 +52,22 @@ def spend_after_write(records: Sequence[UsageRecord]) -> None:
             counters[key_spend_key(tenant_id, prefix, tag)] = units
         budgeted = Tenant.objects.filter(pk__in=by_tenant, monthly_spend_budget__isnull=False)
         for tenant in budgeted:
-            _alert(tenant, "", start, by_tenant[tenant.pk], tenant.monthly_spend_budget)
+            budget_alerts_fire(
+                tenant=tenant,
+                period=start,
+                spent_units=by_tenant[tenant.pk],
+                budget=tenant.monthly_spend_budget,
+            )
         keys = ApiKey.objects.select_related("tenant").filter(
             prefix__in={p for _, p in by_key}, monthly_spend_budget__isnull=False
         )
         for key in keys:
-            spent = by_key.get((key.tenant_id, key.prefix), 0)
-            _alert(key.tenant, key.prefix, start, spent, key.monthly_spend_budget)
+            budget_alerts_fire(
+                tenant=key.tenant,
+                key_prefix=key.prefix,
+                period=start,
+                spent_units=by_key.get((key.tenant_id, key.prefix), 0),
+                budget=key.monthly_spend_budget,
+            )
     if counters:
         transaction.on_commit(lambda: _publish(counters))

@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
 
 from controlplane.audit.models import AuditEvent
+from controlplane.billing.models import BudgetAlert
 from controlplane.billing.services import model_price_set
 from controlplane.billing.spend_counters import end_user_spend_key
 from controlplane.common.redis_clients import sync_redis
@@ -92,6 +93,9 @@ async def test_the_budget_per_end_user_refuses_only_the_end_user_who_spent_it(
     assert _refused_for(await _chat(async_client, secret, user="bob")) == ""
     assert _refused_for(await _chat(async_client, secret)) == ""
 
+    # Alerts, once per threshold, as for a tenant's or a key's budget (bob spent nothing).
+    alerts = BudgetAlert.objects.filter(tenant=tenant).order_by("threshold")
+    assert [(a.end_user, a.threshold) async for a in alerts] == [("alice", 80), ("alice", 100)]
     month = await EndUserMonthlySpend.objects.aget(tenant=tenant, end_user="alice")
     assert (month.num_requests, month.completion_tokens, month.cost) == (2, 1000, Decimal(1))
     assert int(sync_redis().get(end_user_spend_key(tenant.pk, "alice"))) == month.cost_units
