@@ -114,6 +114,7 @@ class ChoiceFormatter(ResponseFormatter):
 
     object_name: str  # of a whole response
     chunk_object_name: str  # of a stream chunk
+    echoes_service_tier = False
     # A stream of a request to be stored: the whole response, as the same request unstreamed
     # would have answered, once the stream has ended (see ``keeps_whole``).
     final: dict[str, Any] | None = None
@@ -169,6 +170,7 @@ class ChoiceFormatter(ResponseFormatter):
             "created": plan.created,
             "model": plan.model,
             "choices": choices,
+            **self._tier(),
             "system_fingerprint": None,
         }
         if plan.include_usage:
@@ -189,8 +191,13 @@ class ChoiceFormatter(ResponseFormatter):
             "model": plan.model,
             "choices": choices,
             "usage": self.final_usage(),
+            **self._tier(),
             "system_fingerprint": None,
         }
+
+    def _tier(self) -> dict[str, str]:
+        # Chat's objects say how the request was processed; legacy completions have no field.
+        return {"service_tier": self.plan.service_tier} if self.echoes_service_tier else {}
 
 
 def stream_events(

@@ -94,6 +94,7 @@ def legacy_call_delta(calls: list[dict]) -> dict | None:
 class ChatFormatter(ChoiceFormatter):
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
+    echoes_service_tier = True
 
     def __init__(self, plan: GenerationPlan, stats: GenerationStats):
         super().__init__(plan, stats)

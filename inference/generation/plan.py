@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 Kind = Literal["chat", "completion", "response", "messages"]
 
 
+def service_tier_of(service_class: str) -> str:
+    """The batch class behind every interactive request is what OpenAI calls "flex"."""
+    return "flex" if service_class == "batch" else "default"
+
+
 @dataclass
 class GenerationPlan:
     """Everything decided before the engine sees the request."""
@@ -43,6 +48,7 @@ class GenerationPlan:
     # Fair share in the engines: the tenant's opaque id, weight and class (Principal).
     engine_tenant: str = ""
     share_weight: float = 1.0
+    # "batch": the tenant's class, or the request's service_tier "flex", or a Batch API line.
     service_class: str = "interactive"
     logprobs: bool = False
     echo: bool = False
@@ -85,6 +91,11 @@ class GenerationPlan:
     @property
     def prompt_tokens(self) -> int:
         return sum(len(ids) for _text, ids in self.prompts)
+
+    @property
+    def service_tier(self) -> str:
+        """OpenAI's name for how the request was processed (the answer's ``service_tier``)."""
+        return service_tier_of(self.service_class)
 
     def engine_requests(self) -> list[EngineRequest]:
         """One engine request per prompt: the only place the API builds them."""

@@ -77,7 +77,7 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
         "tenant": principal.tenant_slug,
         "engine_tenant": principal.engine_tenant,
         "share_weight": float(principal.share_weight),
-        "service_class": principal.service_class,
+        "service_class": "batch" if body.get("service_tier") == "flex" else principal.service_class,
         "priority": body.get("priority", 0),
         "end_user": end_user_of(body),
         "stream": body.get("stream", False),

@@ -42,6 +42,7 @@ class ResponseContext:
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
     safety_identifier: str | None = None
+    service_tier: str = "default"  # as processed: "flex" in the batch class
     # include "message.output_text.logprobs": the answer's token logprobs, each with
     # ``top_logprobs`` alternatives (echoed as given).
     logprobs: bool = False

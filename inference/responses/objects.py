@@ -51,7 +51,7 @@ def response_object(
         "parallel_tool_calls": context.parallel_tool_calls,
         "previous_response_id": context.previous_response_id,
         "reasoning": dict(context.reasoning),
-        "service_tier": "default",
+        "service_tier": context.service_tier,
         "store": context.store,
         "temperature": 1.0 if context.temperature is None else context.temperature,
         "text": context.text,

@@ -17,7 +17,7 @@ from controlplane.access.principals import Principal
 from controlplane.common.api_error import ApiError
 from engine.text.tokenizer import ChatTokenizer
 from inference.errors import in_terms_of, invalid_request
-from inference.generation.plan import GenerationPlan
+from inference.generation.plan import GenerationPlan, service_tier_of
 from inference.generation.planning import chat_prompt_tokens, prepare_chat
 from inference.responses.context import ResponseContext
 from inference.responses.items import chat_messages
@@ -44,6 +44,7 @@ SAME_AS_CHAT = (
     "stream",
     "user",
     "safety_identifier",
+    "service_tier",
     "structured_outputs",
 )
 # Chat's names for the Responses fields they came from, for error messages.
@@ -123,6 +124,9 @@ def _context(body: dict[str, Any], principal: Principal, history: list[dict]) ->
         metadata=dict(body.get("metadata") or {}),
         user=body.get("user"),
         safety_identifier=body.get("safety_identifier"),
+        service_tier=service_tier_of(
+            "batch" if body.get("service_tier") == "flex" else principal.service_class
+        ),
         logprobs=OUTPUT_TEXT_LOGPROBS in (body.get("include") or ()),
         top_logprobs=body.get("top_logprobs") or 0,
         reasoning={

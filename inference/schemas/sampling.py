@@ -57,6 +57,11 @@ class SamplingFields(serializers.Serializer):
     safety_identifier = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=MAX_NAME_LENGTH
     )
+    # OpenAI's processing tiers: "flex" runs the request in the batch class (after every
+    # interactive request, as Batch API lines); the others in the tenant's own class.
+    service_tier = serializers.ChoiceField(
+        choices=["auto", "default", "flex", "scale", "priority"], required=False, allow_null=True
+    )
     # vLLM's extra sampling parameters.
     # The engine clamps top_k to the vocabulary; int32 keeps it a valid tensor value.
     top_k = StrictIntegerField(required=False, allow_null=True, min_value=-1, max_value=INT32_MAX)

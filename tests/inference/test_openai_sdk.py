@@ -73,6 +73,10 @@ def test_streamed_chat_equals_non_streamed(platform):
     assert sum(1 for c in chunks if c.choices and c.choices[0].finish_reason) == 1
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == whole.usage.total_tokens
     assert len({c.id for c in chunks}) == 1
+    # service_tier "flex" runs it in the batch class: the same answer, said to be flex.
+    flex = client.chat.completions.create(**kwargs, service_tier="flex")
+    assert (whole.service_tier, flex.service_tier) == ("default", "flex")
+    assert flex.choices[0].message.content == whole.choices[0].message.content
 
 
 async def test_async_sdk_stream_and_not(platform):

@@ -32,6 +32,7 @@ def envelope(plan, choices: list[dict]) -> dict:
         "created": plan.created,
         "model": plan.model,
         "choices": choices,
+        "service_tier": "default",
         "system_fingerprint": None,
     }
 
@@ -216,6 +217,7 @@ async def test_whole_response_is_a_chat_completion():
             "total_tokens": 5,
             "prompt_tokens_details": {"cached_tokens": 1},
         },
+        "service_tier": "default",
         "system_fingerprint": None,
     }
     ChatCompletion.model_validate(response)

@@ -173,6 +173,24 @@ def test_engine_requests_carry_the_tenants_opaque_id_weight_and_class(plan):
     assert b"globex" not in wire and principal.cache_salt.encode() not in wire
 
 
+def test_service_tier_flex_runs_the_request_in_the_batch_class(plan):
+    (request,) = plan("chat", messages=USER, service_tier="flex").engine_requests()
+    assert request.message.service_class == "batch"
+    # Any other tier is the tenant's own class: "priority" lifts no tenant above it.
+    batch_tenant = dataclasses.replace(make_principal("globex", tenant_id=7), service_class="batch")
+    for tier, principal, expected in (
+        ("priority", make_principal("acme", tenant_id=1), "interactive"),
+        ("priority", batch_tenant, "batch"),
+        ("auto", make_principal("acme", tenant_id=1), "interactive"),
+    ):
+        planned = plan("chat", messages=USER, service_tier=tier, principal=principal)
+        assert planned.service_class == expected
+        assert planned.service_tier == ("flex" if expected == "batch" else "default")
+    with pytest.raises(ApiError) as refused:
+        plan("chat", messages=USER, service_tier="turbo")
+    assert refused.value.param == "service_tier"
+
+
 def test_plan_names_its_tenant_and_a_fresh_request_id(plan):
     first = plan("chat", messages=USER, principal=make_principal("globex", tenant_id=2))
     second = plan("chat", messages=USER)
