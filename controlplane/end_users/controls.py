@@ -3,8 +3,9 @@ name -> "budget_units blocked" (budget -1: the tenant's budget per end user appl
 
 Admission reads a request's end user from it in the rate limiter's round trip
 (controlplane/access/ratelimit.py), so no request waits on the database for it. The hash is
-a copy of the EndUser rows: written field by field after each change commits, and rebuilt
-whole by ``end_user_controls_heal`` (a beat task) for a tenant whose hash Redis lost.
+a copy of the EndUser rows: written field by field after each change commits, and compared
+with the rows every minute by ``end_user_controls_heal`` (a beat task), which rewrites a
+tenant's hash Redis lost or missed a change of.
 """
 
 from __future__ import annotations

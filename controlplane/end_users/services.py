@@ -8,6 +8,7 @@ controls at all (so tenants without limits or controls skip the limiter's round 
 
 from __future__ import annotations
 
+import logging
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +22,9 @@ from controlplane.end_users.controls import controls_key, controls_value
 from controlplane.end_users.models import MAX_NAME_LENGTH, EndUser
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.validation import check_spend_budget
+from engine.redis_outage import TRANSPORT_ERRORS, warn_failure
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "end_user_controls_heal",
@@ -37,12 +41,25 @@ def _check_name(name: str) -> str:
     return name
 
 
+def _after_commit(write, tenant_id: int) -> None:
+    """Run a Redis write once the change has committed; Redis away, the change is saved and
+    the heal task copies it within a minute (the caller is not failed for it)."""
+
+    def run() -> None:
+        try:
+            write(sync_redis())
+        except TRANSPORT_ERRORS as exc:
+            warn_failure(logger, exc, "end-user controls of tenant %s not copied yet", tenant_id)
+
+    transaction.on_commit(run)
+
+
 def _publish_one(end_user: EndUser) -> None:
     value = controls_value(
         monthly_spend_budget=end_user.monthly_spend_budget, blocked=end_user.blocked
     )
     key, name = controls_key(end_user.tenant_id), end_user.name
-    transaction.on_commit(lambda: sync_redis().hset(key, name, value))
+    _after_commit(lambda client: client.hset(key, name, value), end_user.tenant_id)
 
 
 @transaction.atomic
@@ -99,21 +116,25 @@ def end_user_remove_controls(
         target=end_user,
         details={"tenant": end_user.tenant.slug},
     )
-    key, name = controls_key(end_user.tenant_id), end_user.name
+    key, name, tenant_id = controls_key(end_user.tenant_id), end_user.name, end_user.tenant_id
     end_user.delete()
-    transaction.on_commit(lambda: sync_redis().hdel(key, name))
+    _after_commit(lambda client: client.hdel(key, name), tenant_id)
     auth_epoch_bump()
+
+
+def _mapping(tenant_id: int) -> dict[str, str]:
+    rows = EndUser.objects.filter(tenant_id=tenant_id).values_list(
+        "name", "monthly_spend_budget", "blocked"
+    )
+    return {
+        name: controls_value(monthly_spend_budget=budget, blocked=blocked)
+        for name, budget, blocked in rows
+    }
 
 
 def end_user_controls_publish(*, tenant_id: int) -> int:
     """Rewrite a tenant's controls in Redis from its rows, in one MULTI; returns how many."""
-    rows = EndUser.objects.filter(tenant_id=tenant_id).values_list(
-        "name", "monthly_spend_budget", "blocked"
-    )
-    mapping = {
-        name: controls_value(monthly_spend_budget=budget, blocked=blocked)
-        for name, budget, blocked in rows
-    }
+    mapping = _mapping(tenant_id)
     pipe = sync_redis().pipeline(transaction=True)
     pipe.delete(controls_key(tenant_id))
     if mapping:
@@ -123,15 +144,18 @@ def end_user_controls_publish(*, tenant_id: int) -> int:
 
 
 def end_user_controls_heal() -> int:
-    """Rebuild the controls of every tenant whose hash Redis no longer holds (a restart
-    without persistence, an eviction); returns how many tenants were rebuilt."""
+    """Rewrite every tenant's controls from the rows: what Redis lost (a restart without
+    persistence, an eviction) or missed (a change made while it was away) is right again.
+    Returns how many tenants' copies differed."""
     tenant_ids = sorted(set(EndUser.objects.values_list("tenant_id", flat=True)))
-    if not tenant_ids:
-        return 0
-    pipe = sync_redis().pipeline(transaction=False)
+    client = sync_redis()
+    differed = 0
     for tenant_id in tenant_ids:
-        pipe.exists(controls_key(tenant_id))
-    missing = [t for t, held in zip(tenant_ids, pipe.execute(), strict=True) if not held]
-    for tenant_id in missing:
-        end_user_controls_publish(tenant_id=tenant_id)
-    return len(missing)
+        if client.hgetall(controls_key(tenant_id)) != _encoded(_mapping(tenant_id)):
+            differed += 1
+            end_user_controls_publish(tenant_id=tenant_id)
+    return differed
+
+
+def _encoded(mapping: dict[str, str]) -> dict[bytes, bytes]:
+    return {name.encode(): value.encode() for name, value in mapping.items()}

@@ -1,4 +1,4 @@
-"""Celery task: put back the end-user controls of any tenant whose copy Redis lost."""
+"""Celery task: make Redis's copy of every tenant's end-user controls match the rows again."""
 
 from celery import shared_task
 
