@@ -134,7 +134,10 @@ def _mapping(tenant_id: int) -> dict[str, str]:
 
 def end_user_controls_publish(*, tenant_id: int) -> int:
     """Rewrite a tenant's controls in Redis from its rows, in one MULTI; returns how many."""
-    mapping = _mapping(tenant_id)
+    return _publish(tenant_id, _mapping(tenant_id))
+
+
+def _publish(tenant_id: int, mapping: dict[str, str]) -> int:
     pipe = sync_redis().pipeline(transaction=True)
     pipe.delete(controls_key(tenant_id))
     if mapping:
@@ -151,9 +154,10 @@ def end_user_controls_heal() -> int:
     client = sync_redis()
     differed = 0
     for tenant_id in tenant_ids:
-        if client.hgetall(controls_key(tenant_id)) != _encoded(_mapping(tenant_id)):
+        mapping = _mapping(tenant_id)
+        if client.hgetall(controls_key(tenant_id)) != _encoded(mapping):
             differed += 1
-            end_user_controls_publish(tenant_id=tenant_id)
+            _publish(tenant_id, mapping)
     return differed
 
 

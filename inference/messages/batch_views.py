@@ -19,11 +19,11 @@ from inference.generation.off_loop import off_loop
 from inference.messages.views import HEADERS, AnthropicRoute
 from inference.schemas.validation import parse_json_body
 from inference.views.base import json_response
+from inference.views.list_params import anthropic_limit, anthropic_page
 from inference.zero_retention import refuse_keeping
 
 BATCH = OpenApiResponse(description='{"id": "msgbatch_...", "type": "message_batch", ...}')
 _LINES_PER_READ = 256
-_MAX_PAGE = 1000
 
 
 def _object(request, batch: Batch) -> dict:
@@ -69,24 +69,16 @@ class MessageBatchesView(AnthropicRoute):
     )
     async def get(self, request):
         principal = await self.authenticate()
-        raw = request.GET.get("limit", "20")
-        if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= _MAX_PAGE):
-            raise invalid_request(f"limit must be from 1 to {_MAX_PAGE}.", param="limit")
+        limit = anthropic_limit(request.GET)
 
         def page() -> dict:
             found, has_more = batches.message_batch_list(
                 tenant_id=principal.tenant_id,
                 before_id=request.GET.get("before_id"),
                 after_id=request.GET.get("after_id"),
-                limit=int(raw),
+                limit=limit,
             )
-            data = [_object(request, batch) for batch in found]
-            return {
-                "data": data,
-                "has_more": has_more,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
-            }
+            return anthropic_page([_object(request, b) for b in found], has_more=has_more)
 
         return json_response(await sync_to_async(page)())
 

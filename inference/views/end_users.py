@@ -17,6 +17,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from controlplane.access.principals import AccessError
 from controlplane.billing.money import amount_text, currency
 from controlplane.common.api_error import object_not_found
+from controlplane.common.cursor_pages import MAX_PAGE, page_object
 from controlplane.end_users import selectors
 from controlplane.end_users.models import MAX_NAME_LENGTH
 from controlplane.end_users.selectors import EndUserState
@@ -95,8 +96,8 @@ class EndUserListView(EndUserRoute):
         after, limit, ascending = page_params(
             request.GET, default_limit=_DEFAULT_LIMIT, default_order="asc"
         )
-        if not 1 <= limit <= 100:
-            raise invalid_request("limit must be between 1 and 100.", param="limit")
+        if not 1 <= limit <= MAX_PAGE:
+            raise invalid_request(f"limit must be between 1 and {MAX_PAGE}.", param="limit")
 
         def page() -> list[EndUserState]:
             tenant = tenant_get_by_pk(pk=principal.tenant_id)
@@ -105,16 +106,7 @@ class EndUserListView(EndUserRoute):
             )
 
         states = await sync_to_async(page)()
-        data = [end_user_object(s) for s in states[:limit]]
-        return json_response(
-            {
-                "object": "list",
-                "data": data,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
-                "has_more": len(states) > limit,
-            }
-        )
+        return json_response(page_object(states, limit=limit, render=end_user_object))
 
 
 class EndUserDetailView(EndUserRoute):

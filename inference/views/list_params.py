@@ -1,4 +1,5 @@
-"""Query parameters of OpenAI's cursor-paged lists (``after``, ``limit``, ``order``)."""
+"""Query parameters of OpenAI's cursor-paged lists (``after``, ``limit``, ``order``), and of
+Anthropic's (``after_id``, ``before_id``, ``limit``)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,27 @@ def item_page(
         ids = [item["id"] for item in items]
         items = items[ids.index(after) + 1 :] if after in ids else []
     return page_object(items, limit=limit, render=dict)
+
+
+ANTHROPIC_MAX_PAGE = 1000
+
+
+def anthropic_limit(query) -> int:
+    """Anthropic's ``limit``: 1 to 1,000, default 20; a 400 for anything else."""
+    try:
+        limit = int(query.get("limit", 20))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= ANTHROPIC_MAX_PAGE:
+        raise invalid_request(f"limit must be from 1 to {ANTHROPIC_MAX_PAGE}.", param="limit")
+    return limit
+
+
+def anthropic_page(data: list[dict], *, has_more: bool) -> dict[str, Any]:
+    """Anthropic's page object around ``data`` (each with an ``id``)."""
+    return {
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }

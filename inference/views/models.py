@@ -13,11 +13,10 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from inference import credentials
 from inference.catalog import ModelEntry, resolve_model, visible_models
-from inference.errors import error_response, invalid_request
+from inference.errors import error_response
 from inference.messages.errors import anthropic_error
 from inference.views.base import AsyncApiView, json_response
-
-ANTHROPIC_MAX_PAGE = 1000
+from inference.views.list_params import anthropic_limit, anthropic_page
 
 
 def _model(entry: ModelEntry) -> dict:
@@ -48,14 +47,8 @@ def _anthropic_model(entry: ModelEntry) -> dict:
 
 
 def _anthropic_page(models: list[dict], query) -> dict:
-    """Anthropic's page: ``limit`` (1 to 1,000, default 20) after ``after_id`` or before
-    ``before_id``."""
-    try:
-        limit = int(query.get("limit", 20))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= ANTHROPIC_MAX_PAGE:
-        raise invalid_request(f"limit must be from 1 to {ANTHROPIC_MAX_PAGE}.", param="limit")
+    """Anthropic's page: ``limit`` models after ``after_id`` or before ``before_id``."""
+    limit = anthropic_limit(query)
     ids = [model["id"] for model in models]
     after, before = query.get("after_id"), query.get("before_id")
     if before:
@@ -64,12 +57,7 @@ def _anthropic_page(models: list[dict], query) -> dict:
     else:
         start = ids.index(after) + 1 if after in ids else (len(ids) if after else 0)
         page, has_more = models[start : start + limit], start + limit < len(models)
-    return {
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": has_more,
-    }
+    return anthropic_page(page, has_more=has_more)
 
 
 class ModelsRoute(AsyncApiView):
