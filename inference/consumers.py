@@ -122,7 +122,7 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
             await self._cancel(content.get("id"))
         elif kind == "models":
             await self._models()
-        elif kind in PLANNERS:
+        elif isinstance(kind, str) and kind in PLANNERS:  # a list or object is no key
             await self._start(kind, content)
         else:
             await self._error(
@@ -312,6 +312,8 @@ class GenerationConsumer(AsyncJsonWebsocketConsumer):
     async def _error(self, gen_id, error: ApiError, *, anthropic: bool = False) -> None:
         """An error frame: OpenAI's ``error`` object, or Anthropic's for a Messages one."""
         body = anthropic_error(error) if anthropic else error.body()
+        # An id echoed back is one a generation could have had: a string, else null.
+        gen_id = gen_id if isinstance(gen_id, str) else None
         message = {**body, "type": "error", "id": gen_id, "status": error.status}
         try:
             await self.send_json(message)

@@ -152,9 +152,11 @@ def _scope_client_address(scope: dict) -> str | None:
     return str(client[0]) if client else None
 
 
-def key_credential(api_key: str, scope: dict) -> Credential:
+def key_credential(api_key: object, scope: dict) -> Credential:
     """A key sent in a WebSocket message (``{"type": "auth", "api_key": ...}``)."""
-    secret = _secret_from_header(f"Bearer {api_key or ''}")
+    if not isinstance(api_key, str) or not api_key.strip():
+        raise unauthorized('Send the API key as a string: {"type": "auth", "api_key": "sk-..."}.')
+    secret = _secret_from_header(f"Bearer {api_key}")
     return Credential(secret=secret, client_address=_scope_client_address(scope))
 
 

@@ -7,12 +7,13 @@ lines run. The file streams from storage; no line longer than the API's body cap
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 from django.conf import settings
+
+from controlplane.common.json_text import JsonTextError, loads_json
 
 MAX_CUSTOM_ID_CHARS = 512
 
@@ -49,10 +50,10 @@ def _raw_lines(handle: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes |
 
 
 def _check(number: int, raw: bytes, endpoint: str) -> InputLine | LineError:
-    try:
-        item = json.loads(raw)
-    except ValueError as exc:
-        return LineError(number, None, "invalid_json_line", f"This line is not valid JSON: {exc}.")
+    try:  # the rules of an API request's body: bounded nesting, valid Unicode
+        item = loads_json(raw)
+    except JsonTextError as exc:
+        return LineError(number, None, "invalid_json_line", f"This line is refused: {exc.message}")
     if not isinstance(item, dict):
         return LineError(number, None, "invalid_json_line", "Each line must be a JSON object.")
     custom_id = item.get("custom_id")

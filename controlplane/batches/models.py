@@ -91,6 +91,9 @@ class Batch(models.Model):
     completed = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     # Which worker runs it, until when: a worker that died stops renewing, and beat re-queues.
+    # Runs that ended on an unexpected error (not an outage, not a dead worker): a batch that
+    # keeps failing the same way is failed after BATCH_MAX_CRASHES, not sent again forever.
+    crashes = models.PositiveSmallIntegerField(default=0)
     lease_owner = models.CharField(max_length=64, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

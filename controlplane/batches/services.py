@@ -3,6 +3,7 @@ runner (inference/batches), through the ``batch_*`` lifecycle functions below.""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -26,6 +27,8 @@ COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}
 # A queued batch (no worker yet) is sent again if no worker took it in this long.
 QUEUED_GRACE = timedelta(minutes=10)
 Status = Batch.Status
+
+logger = logging.getLogger(__name__)
 
 
 # Files ----------------------------------------------------------------------------------------
@@ -282,6 +285,37 @@ def batch_fail(*, batch_id: str, owner: str, code: str, message: str) -> None:
         lease_owner="",
         lease_until=None,
     )
+
+
+# Runs ended by an unexpected error after which a batch is failed rather than run again.
+BATCH_MAX_CRASHES = 3
+
+
+def batch_crashed(*, batch_id: str, owner: str, error: str) -> bool:
+    """Count a run that ended on an unexpected error (``error``: its kind, for the user); at
+    BATCH_MAX_CRASHES, fail the batch (True), with the lines it finished in its output and
+    error files where those can still be written."""
+    with transaction.atomic():
+        batch = Batch.objects.select_for_update().filter(pk=batch_id, lease_owner=owner).first()
+        if batch is None:
+            return False
+        batch.crashes += 1
+        batch.save(update_fields=["crashes"])
+    if batch.crashes < BATCH_MAX_CRASHES:
+        return False
+    message = f"The batch stopped on a server error {batch.crashes} times ({error})."
+    try:
+        finished = batch_finish(batch_id=batch_id, owner=owner, status=Status.FAILED)
+    except Exception:  # writing the files is what fails: fail it without them
+        logger.exception("batch %s: could not write the files of a failed batch", batch_id)
+        finished = None
+    if finished is None:
+        batch_fail(batch_id=batch_id, owner=owner, code="server_error", message=message)
+        return True
+    message += " The requests it finished are in its output and error files."
+    error_entry = {"code": "server_error", "message": message, "param": None, "line": None}
+    Batch.objects.filter(pk=batch_id).update(errors=[error_entry])
+    return True
 
 
 def batch_requeue_stale() -> list[str]:

@@ -28,6 +28,7 @@ from controlplane.batches.input_lines import InputLine, LineError
 from controlplane.batches.models import Batch
 from controlplane.batches.result_lines import error_line, response_line
 from controlplane.common.api_error import ApiError
+from controlplane.common.outages import DATA_OUTAGE_ERRORS
 from inference.batches.input_reader import count_lines, input_lines
 from inference.batches.line_requests import LineAnswer, answer_line
 
@@ -55,6 +56,22 @@ class BatchRun:
         batch = await sync_to_async(services.batch_claim)(batch_id=self.batch_id, owner=self.owner)
         if batch is None:
             return "not claimed"  # finished, or a live worker runs it
+        try:
+            return await self._run(batch)
+        except DATA_OUTAGE_ERRORS:
+            raise  # the database or Redis is away: sent again once the lease runs out
+        except Exception as exc:
+            # A fault of this batch or of the code: counted, so that a batch that fails the
+            # same way every run is failed, not sent again every lease forever.
+            logger.exception("batch %s: the run stopped on an unexpected error", self.batch_id)
+            failed = await sync_to_async(services.batch_crashed)(
+                batch_id=self.batch_id, owner=self.owner, error=type(exc).__name__
+            )
+            if failed:
+                return Status.FAILED
+            raise
+
+    async def _run(self, batch: Batch) -> str:
         logger.info("batch %s: running as %s (status %s)", batch.id, self.owner, batch.status)
         if batch.status == Status.CANCELLING:
             return await self._finish(Status.CANCELLED)

@@ -77,7 +77,8 @@ def _text_blocks(value, where: str, fail) -> str:
     for block in value:
         if not isinstance(block, dict) or block.get("type") != "text":
             kind = block.get("type") if isinstance(block, dict) else None
-            fail(REFUSED_BLOCKS.get(kind) or f"{where} may hold only text blocks.")
+            refused = REFUSED_BLOCKS.get(kind) if isinstance(kind, str) else None
+            fail(refused or f"{where} may hold only text blocks.")
         texts.append(_text(block.get("text"), fail))
     return "".join(texts)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.common.json_text import is_valid_text
+
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Of a model or adapter name (those are at most 200 characters), a user or a cache salt.
@@ -19,17 +21,6 @@ MAX_NAME_LENGTH = 256
 
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def is_valid_text(text: str) -> bool:
-    """False for a string holding a lone UTF-16 surrogate, which cannot be encoded."""
-    if text.isascii():  # constant time: CPython keeps the flag
-        return True
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 INVALID_TEXT = "must be valid Unicode text (it holds a lone surrogate)."

@@ -2,78 +2,24 @@
 
 from __future__ import annotations
 
-import gc
-import json
-import re
 import threading
 from typing import Any
 
 from rest_framework import serializers
 
-from inference.errors import ApiError, invalid_request
-
-# Deeper than any request of the API needs (chat content parts sit at depth 5), and far from
-# the interpreter's recursion limit, which code walking the body (templates, tojson) would hit.
-MAX_JSON_DEPTH = 64
+from controlplane.common.json_text import JsonTextError, loads_json
+from inference.errors import invalid_request
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object; a 400 for anything else, nesting too deep included."""
+    """The body as a JSON object; a 400 for anything else (json_text.loads_json's rules)."""
     try:
-        body = _loads_without_gc(raw)
-    except RecursionError as exc:  # json's parser recurses once per level
-        raise _too_deep() from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid_request(f"We could not parse the JSON body of your request: {exc}") from exc
+        body = loads_json(raw)
+    except JsonTextError as exc:
+        raise invalid_request(exc.message, param=exc.param) from exc
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.")
-    if nested_deeper_than(raw, MAX_JSON_DEPTH):
-        raise _too_deep()
     return body
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _loads_without_gc(raw: bytes) -> Any:
-    """``json.loads`` with the cyclic GC paused: it would otherwise scan the growing result
-    again and again (5x slower on a body of a million small arrays). JSON holds no cycles."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _too_deep() -> ApiError:
-    return invalid_request(
-        f"The JSON body of your request is nested deeper than {MAX_JSON_DEPTH} levels."
-    )
-
-
-_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
-_STRING = re.compile(rb'"[^"]*"')
-
-
-def nested_deeper_than(raw: bytes, limit: int) -> bool:
-    """Whether the arrays and objects of valid JSON ``raw`` nest more than ``limit`` deep.
-
-    Byte operations only (a Python walk over a million parsed containers takes seconds):
-    drop escaped backslashes and escaped quotes, keep only brackets and quotes, drop strings
-    (adjacent quotes first: they close an empty string or join two strings with nothing
-    between); then each pass removes the innermost ``[]`` and ``{}`` pairs, one level (a
-    marker keeps a pass from also removing the pair it uncovers).
-    """
-    shape = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
-    shape = _STRING.sub(b"", shape.replace(b'""', b""))
-    for _ in range(limit):
-        if not shape:
-            return False
-        shape = shape.replace(b"[]", b"\0").replace(b"{}", b"\0").replace(b"\0", b"")
-    return bool(shape)
 
 
 def _first_error(errors, path: str = "") -> tuple[str, str]:

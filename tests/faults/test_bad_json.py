@@ -115,7 +115,7 @@ BAD = {
     "a lone surrogate in the prompt": (
         "/v1/completions",
         _completion(prompt=["ok", "\ud800"]),
-        "prompt",
+        "prompt[1]",
     ),
     "3,000 embedding inputs": (
         "/v1/embeddings",

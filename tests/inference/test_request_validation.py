@@ -10,17 +10,13 @@ import json
 
 import pytest
 
+from controlplane.common.json_text import MAX_JSON_DEPTH, nested_deeper_than
 from inference.errors import ApiError
 from inference.schemas.chat import MAX_MESSAGES, ChatCompletionRequestSerializer
 from inference.schemas.completions import CompletionRequestSerializer
 from inference.schemas.embeddings import EmbeddingRequestSerializer
 from inference.schemas.tokenize import DetokenizeRequestSerializer, TokenizeRequestSerializer
-from inference.schemas.validation import (
-    MAX_JSON_DEPTH,
-    nested_deeper_than,
-    parse_json_body,
-    validate_body,
-)
+from inference.schemas.validation import parse_json_body, validate_body
 
 USER = [{"role": "user", "content": "hi"}]
 INT64_MAX = 2**63 - 1
@@ -274,9 +270,9 @@ def test_detokenize_token_ids_are_bounded():
     ],
 )
 def test_text_with_a_lone_surrogate_is_refused(body, param):
-    # JSON can say "\ud800"; no tokenizer, hash or encoder can take what it decodes to.
-    parsed = parse_json_body(json.dumps(body).encode())
-    error = _error(ChatCompletionRequestSerializer, parsed)
+    # JSON can say "\ud800"; no tokenizer, hash or encoder can take what it decodes to. The
+    # HTTP body's parse refuses it first (below); a batch line's body comes here.
+    error = _error(ChatCompletionRequestSerializer, json.loads(json.dumps(body)))
     assert error.param == param
     assert "surrogate" in error.message
 
@@ -289,6 +285,27 @@ def test_a_lone_surrogate_in_a_prompt_is_refused_but_a_pair_is_text():
 
 
 # Parsing --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (rb'{"model": "m", "metadata": {"k": "\ud800"}}', "metadata.k"),
+        (rb'{"input": [{"content": ["ok", "x\udfff"]}]}', "input[0].content[1]"),
+        (rb'{"a": "\ude00\ud83d"}', "a"),  # a pair in the wrong order is two lone ones
+        (rb'{"a": {"\ud800": 1}}', "a"),  # a key: its object is named
+    ],
+)
+def test_a_lone_surrogate_anywhere_in_the_body_is_a_400_naming_the_field(raw, param):
+    with pytest.raises(ApiError) as refused:
+        parse_json_body(raw)
+    assert refused.value.status == 400 and refused.value.param == param
+    assert "lone UTF-16 surrogate" in refused.value.message
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_text():
+    body = parse_json_body(rb'{"a": "\ud83d\ude00", "b": "\\ud800", "c": "\u00e9"}')
+    assert body == {"a": "\U0001f600", "b": "\\ud800", "c": "\u00e9"}
 
 
 def _nested(depth: int) -> bytes:

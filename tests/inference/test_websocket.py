@@ -218,6 +218,24 @@ async def test_a_chat_key_chats_over_the_socket(key_for):
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_frames_of_the_wrong_shape_get_errors_and_the_socket_stays_open(key_for):
+    _, secret = await key_for(["websocket", "models"])
+    ws = await _connect(secret)
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
+    # A list or object where a string belongs: each answered, none ends the connection.
+    for frame in ({"type": []}, {"type": {"a": 1}, "id": ["x"]}, {"type": "cancel", "id": {}}):
+        await ws.send_json_to(frame)
+        error = await ws.receive_json_from(timeout=WAIT_S)
+        assert (error["type"], error["id"], error["status"]) == ("error", None, 400)
+    await ws.send_json_to({"type": "auth", "api_key": ["sk-x"]})
+    refused = await ws.receive_json_from(timeout=WAIT_S)
+    assert refused["status"] == 401 and '"api_key": "sk-..."' in refused["error"]["message"]
+    await ws.send_json_to({"type": "auth", "api_key": secret})
+    assert (await ws.receive_json_from(timeout=WAIT_S))["type"] == "auth.ok"
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_a_scoped_key_needs_the_websocket_scope_to_connect(key_for):
     _, secret = await key_for(["chat.completions"])
     ws = await _connect(secret)

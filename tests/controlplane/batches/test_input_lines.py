@@ -60,3 +60,20 @@ def test_a_line_longer_than_the_cap_is_an_error_and_reading_goes_on_after_it():
     items = _read(long_line + "\n" + _line("next"), max_line_bytes=200)
     assert isinstance(items[0], LineError) and items[0].code == "line_too_long"
     assert items[1] == InputLine(2, "next", {"model": "m", "messages": []})
+
+
+def test_lines_the_api_would_refuse_as_a_body_are_error_lines_not_a_stuck_batch():
+    # json.loads recurses once per level: 5,000 levels raised RecursionError, which failed
+    # the whole validation task (retried forever, the batch stuck in "validating").
+    deep = '{"custom_id": "deep", "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    lone = _line("lone\ud800")  # json.dumps escapes it as \ud800, which decodes back alone
+    emoji = _line("emoji\U0001f600")  # a pair: text
+    items = _read("\n".join([deep, lone, emoji]))
+    assert [(i.line, getattr(i, "code", "ok")) for i in items] == [
+        (1, "invalid_json_line"),
+        (2, "invalid_json_line"),
+        (3, "ok"),
+    ]
+    assert "nested deeper than 64" in items[0].message
+    assert "lone UTF-16 surrogate" in items[1].message and "`custom_id`" in items[1].message
+    assert items[2].custom_id == "emoji\U0001f600"

@@ -139,6 +139,22 @@ def test_named_tool_thinking_and_output_format():
         ),
         (body(tool_choice={"type": "tool", "name": "nope"}, tools=[TOOL]), "tool_choice", "nope"),
         (body(temperature=1.5), "temperature", "1"),
+        # A block's type as a list or object is an error, not a server error.
+        (body(system=[{"type": [], "text": "x"}]), "system", "only text blocks"),
+        (
+            body(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": {}}]}
+                        ],
+                    }
+                ]
+            ),
+            "messages[0].content[0]",
+            "only text blocks",
+        ),
     ],
     ids=[
         "max_tokens",
@@ -151,6 +167,8 @@ def test_named_tool_thinking_and_output_format():
         "budget",
         "tool-name",
         "temperature",
+        "system-block-type",
+        "tool-result-block-type",
     ],
 )
 def test_refusals_name_the_field(raw, param, words):
