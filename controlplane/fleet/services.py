@@ -14,6 +14,9 @@ from controlplane.deployments.selectors import served_model_get
 from controlplane.fleet.models import Deployment, Replica
 
 # Engine settings a deployment may set (the rest of Deployment is who and how many).
+# More engines than any fleet of one model here runs: a typo (10000 for 10) would otherwise
+# have the reconciler place replica after replica.
+MAX_REPLICAS = 1024
 SETTINGS = (
     "device",
     "dtype",
@@ -41,8 +44,8 @@ class DeploymentError(ValueError):
 
 
 def _replicas_checked(replicas: int) -> int:
-    if replicas < 0:
-        raise DeploymentError(f"replicas must be 0 or more, got {replicas}")
+    if not 0 <= replicas <= MAX_REPLICAS:
+        raise DeploymentError(f"replicas must be 0 to {MAX_REPLICAS}, got {replicas}")
     return replicas
 
 

@@ -8,7 +8,15 @@ from rest_framework import serializers
 
 from controlplane.fleet import selectors
 from controlplane.fleet.models import Deployment, Node, Replica
-from controlplane.fleet.services import SETTINGS, DeploymentError, deployment_validate
+from controlplane.fleet.services import (
+    MAX_REPLICAS,
+    SETTINGS,
+    DeploymentError,
+    deployment_validate,
+)
+
+# The deployment's integer columns (PositiveIntegerField) hold up to this on every database.
+COLUMN_MAX = 2**31 - 1
 
 
 class EngineSettingsSerializer(serializers.Serializer):
@@ -22,17 +30,23 @@ class EngineSettingsSerializer(serializers.Serializer):
     quantization = serializers.ChoiceField(
         ["", "int8", "int4"], required=False, help_text="'': the model's setting."
     )
-    max_model_len = serializers.IntegerField(min_value=1, allow_null=True, required=False)
-    max_num_seqs = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    max_model_len = serializers.IntegerField(
+        min_value=1, max_value=COLUMN_MAX, allow_null=True, required=False
+    )
+    max_num_seqs = serializers.IntegerField(
+        min_value=1, max_value=COLUMN_MAX, allow_null=True, required=False
+    )
     kv_cache_gb = serializers.FloatField(
         min_value=0.001, required=False, help_text="KV cache per engine, GiB."
     )
-    cpu_threads = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    cpu_threads = serializers.IntegerField(
+        min_value=1, max_value=COLUMN_MAX, allow_null=True, required=False
+    )
     node_selector = serializers.DictField(
         child=serializers.CharField(), required=False, help_text="Labels a node must carry."
     )
     scale_to_zero = serializers.BooleanField(required=False)
-    idle_timeout_s = serializers.IntegerField(min_value=0, required=False)
+    idle_timeout_s = serializers.IntegerField(min_value=0, max_value=COLUMN_MAX, required=False)
 
 
 class ReplicaSerializer(serializers.Serializer):
@@ -98,7 +112,7 @@ class DeploymentCreateSerializer(_RefusesUnknownFields):
     model = serializers.CharField(
         required=False, help_text="A registered served model; default: the deployment's name."
     )
-    replicas = serializers.IntegerField(min_value=0, default=1)
+    replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS, default=1)
 
     def validate(self, data):
         data = super().validate(data)
@@ -117,11 +131,13 @@ class DeploymentUpdateSerializer(_RefusesUnknownFields):
     a new ``replicas`` alone scales."""
 
     model = serializers.CharField(required=False)
-    replicas = serializers.IntegerField(min_value=0, required=False)
+    replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS, required=False)
 
 
 class ScaleSerializer(serializers.Serializer):
-    replicas = serializers.IntegerField(min_value=0, help_text="Engines wanted (0 stops all).")
+    replicas = serializers.IntegerField(
+        min_value=0, max_value=MAX_REPLICAS, help_text="Engines wanted (0 stops all)."
+    )
 
 
 class DeletedSerializer(serializers.Serializer):

@@ -9,12 +9,12 @@ from typing import Any
 from django.http import JsonResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.common.api_error import ApiError
+from controlplane.common.json_parser import StrictJSONParser
 from controlplane.fleet import selectors, services
 from controlplane.fleet.models import Deployment
 from controlplane.fleet.services import SETTINGS, DeploymentError
@@ -56,7 +56,7 @@ class ManagementView(APIView):
 
     authentication_classes: list = []
     permission_classes: list = []
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]  # automation's JSON, never DRF's browsable HTML page
 
     def initial(self, request, *args, **kwargs):

@@ -9,6 +9,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_PARSER_CLASSES": ["controlplane.common.json_parser.StrictJSONParser"],
 }
 
 SPECTACULAR_SETTINGS = {

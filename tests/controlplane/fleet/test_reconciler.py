@@ -50,7 +50,7 @@ def test_deploy_scale_undeploy_leave_audit_events_with_the_actor(model, redis_cl
 def test_bad_requests_are_refused(model):
     with pytest.raises(services.DeploymentError, match="no served model"):
         services.deployment_deploy(name="other", replicas=1)
-    with pytest.raises(services.DeploymentError, match="0 or more"):
+    with pytest.raises(services.DeploymentError, match="0 to 1024"):
         services.deployment_deploy(name="tiny", replicas=-1)
     with pytest.raises(services.DeploymentError, match="no deployment"):
         services.deployment_scale(name="nothing", replicas=1)

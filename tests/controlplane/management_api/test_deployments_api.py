@@ -141,6 +141,10 @@ def test_nodes_list_and_detail(api, model, redis_client):
         ("deployments", {"replicas": 1}, "name", "This field is required"),
         ("deployments/tiny/scale", {"replicas": -2}, "replicas", "greater than or equal"),
         ("deployments/tiny/scale", {}, "replicas", "This field is required"),
+        # Past the columns (a 500 from the database before) or past any fleet (a typo).
+        ("deployments", {"name": "tiny", "max_num_seqs": 2**63}, "max_num_seqs", "less than"),
+        ("deployments/tiny/scale", {"replicas": 2**63}, "replicas", "less than or equal to 1024"),
+        ("deployments/tiny/scale", {"replicas": 10_000}, "replicas", "less than or equal to 1024"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_parameter(api, model, path, body, param, message):
@@ -169,7 +173,15 @@ def test_a_body_that_is_not_json_is_a_400(client, admin_key, model):
         content_type="application/json",
         headers={"Authorization": f"Bearer {admin_key}"},
     )
-    assert "JSON parse error" in _error(response, 400)["message"]
+    assert "could not parse the JSON body" in _error(response, 400)["message"]
+    deep = '{"replicas": ' + "[" * 5000 + "]" * 5000 + "}"  # json's recursion: a 500 before
+    response = client.post(
+        "/api/deployments",
+        deep,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {admin_key}"},
+    )
+    assert "nested deeper than 64" in _error(response, 400)["message"]
 
 
 def test_no_key_401_a_tenant_key_403_and_a_key_of_no_longer_staff_403(
