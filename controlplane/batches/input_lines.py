@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from controlplane.common.json_text import JsonTextError, loads_json
+from controlplane.common.json_text import JsonTextError, is_valid_text, loads_json
 
 MAX_CUSTOM_ID_CHARS = 512
 
@@ -52,8 +52,12 @@ def _raw_lines(handle: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes |
 def _check(number: int, raw: bytes, endpoint: str) -> InputLine | LineError:
     try:  # the rules of an API request's body: bounded nesting, valid Unicode
         item = loads_json(raw)
-    except JsonTextError as exc:
-        return LineError(number, None, "invalid_json_line", f"This line is refused: {exc.message}")
+    except JsonTextError as exc:  # its custom_id, when the line parsed and that one is text
+        known = exc.parsed.get("custom_id") if isinstance(exc.parsed, dict) else None
+        custom_id = known if isinstance(known, str) and is_valid_text(known) else None
+        return LineError(
+            number, custom_id, "invalid_json_line", f"This line is refused: {exc.message}"
+        )
     if not isinstance(item, dict):
         return LineError(number, None, "invalid_json_line", "Each line must be a JSON object.")
     custom_id = item.get("custom_id")

@@ -22,11 +22,12 @@ _MAX_WALK = 100_000
 
 
 class JsonTextError(ValueError):
-    """Why the JSON is refused, in words for the client, and the field when one is to blame."""
+    """Why the JSON is refused, in words for the client, and the field when one is to blame;
+    ``parsed``: what it parsed to, when it did (the refusal is of a value in it)."""
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, parsed: Any = None) -> None:
         super().__init__(message)
-        self.message, self.param = message, param
+        self.message, self.param, self.parsed = message, param, parsed
 
 
 def loads_json(raw: bytes) -> Any:
@@ -46,6 +47,7 @@ def loads_json(raw: bytes) -> Any:
             f"{where} must be valid Unicode text: it holds a lone UTF-16 surrogate (a "
             "\\ud800-\\udfff escape without its pair).",
             param=path,
+            parsed=value,
         )
     return value
 

@@ -68,12 +68,16 @@ def test_lines_the_api_would_refuse_as_a_body_are_error_lines_not_a_stuck_batch(
     deep = '{"custom_id": "deep", "x": ' + "[" * 5000 + "]" * 5000 + "}"
     lone = _line("lone\ud800")  # json.dumps escapes it as \ud800, which decodes back alone
     emoji = _line("emoji\U0001f600")  # a pair: text
-    items = _read("\n".join([deep, lone, emoji]))
+    in_body = _line("named", body={"model": "m", "messages": [], "user": "\udc00"})
+    items = _read("\n".join([deep, lone, emoji, in_body]))
     assert [(i.line, getattr(i, "code", "ok")) for i in items] == [
         (1, "invalid_json_line"),
         (2, "invalid_json_line"),
         (3, "ok"),
+        (4, "invalid_json_line"),
     ]
+    assert [i.custom_id for i in items] == [None, None, "emoji\U0001f600", "named"]
+    assert "`body.user`" in items[3].message
     assert "nested deeper than 64" in items[0].message
     assert "lone UTF-16 surrogate" in items[1].message and "`custom_id`" in items[1].message
     assert items[2].custom_id == "emoji\U0001f600"
