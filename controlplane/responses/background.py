@@ -71,7 +71,7 @@ def background_get(*, tenant_id: int, response_id: str) -> StoredResponse:
             "finished; create it again.",
         )
         if background_finish(found.id, ended):
-            found.refresh_from_db()
+            return response_get(tenant_id=tenant_id, response_id=response_id)
     return found
 
 
@@ -94,5 +94,5 @@ def background_cancel(*, tenant_id: int, response_id: str) -> StoredResponse:
     StoredResponse.objects.filter(pk=found.pk, status__in=RUNNING).update(
         status="cancelled", response=cancelled
     )
-    found.refresh_from_db()
-    return found
+    # Read again, by the tenant: a 404, as for any deleted response, if a DELETE came between.
+    return response_get(tenant_id=tenant_id, response_id=response_id)

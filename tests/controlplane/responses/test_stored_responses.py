@@ -99,3 +99,22 @@ def test_only_a_running_background_response_can_be_cancelled(make_tenant):
     with pytest.raises(ApiError) as other:
         background_cancel(tenant_id=make_tenant().id, response_id="resp_bg")
     assert other.value.status == 404
+
+
+def test_a_cancel_racing_a_delete_is_a_404_not_a_server_error(make_tenant, monkeypatch):
+    from controlplane.responses import background
+
+    tenant = make_tenant()
+    _background(tenant, "resp_bg")
+    reads = []
+
+    def read_while_a_delete_lands(**kwargs):
+        reads.append(kwargs)
+        if len(reads) == 2:  # after the cancel's update, a DELETE from another request
+            response_delete(**kwargs)
+        return response_get(**kwargs)
+
+    monkeypatch.setattr(background, "response_get", read_while_a_delete_lands)
+    with pytest.raises(ApiError) as gone:
+        background_cancel(tenant_id=tenant.id, response_id="resp_bg")
+    assert gone.value.status == 404 and len(reads) == 2
