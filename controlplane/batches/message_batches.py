@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.utils import timezone
 
@@ -247,23 +248,37 @@ def _result(line: dict) -> dict:
     return {"type": "errored", "error": {"type": "error", "error": error}}
 
 
-def _requested_ids(batch: Batch) -> Iterator[str]:
-    if batch.input_file is None:
-        return
-    with file_open(batch.input_file) as handle:
-        for raw in handle:
-            if raw.strip():
-                yield json.loads(raw)["custom_id"]
+def _requested_ids(handle) -> Iterator[str]:
+    for raw in handle:
+        if raw.strip():
+            yield json.loads(raw)["custom_id"]
 
 
 def message_batch_results(batch: Batch) -> Iterator[str]:
     """An ended batch's results, a JSON line each: the answered requests in input order,
-    then the ones that failed, then the ones a cancel left unrun."""
+    then the ones that failed, then the ones a cancel left unrun.
+
+    The files are opened here, before the first line is read: a DELETE of the batch while
+    its results stream removes the rows and the files, and an open file stays readable. A
+    batch deleted already is a 404."""
+    opened: list = []
+    try:
+        for stored in (batch.output_file, batch.error_file):
+            if stored is not None:
+                opened.append(file_open(stored))
+        unrun = batch.status in (Status.CANCELLED, Status.FAILED) and batch.input_file
+        requested = file_open(batch.input_file) if unrun else None
+    except (ObjectDoesNotExist, OSError) as exc:
+        for handle in opened:
+            handle.close()
+        raise ApiError(f"No message batch found with id '{batch.id}'.", status=404) from exc
+    return _result_lines(batch.status, opened, requested)
+
+
+def _result_lines(status: str, results: list, requested) -> Iterator[str]:
     seen: set[str] = set()
-    for stored in (batch.output_file, batch.error_file):
-        if stored is None:
-            continue
-        with file_open(stored) as handle:
+    try:
+        for handle in results:
             for raw in handle:
                 if not raw.strip():
                     continue
@@ -271,12 +286,15 @@ def message_batch_results(batch: Batch) -> Iterator[str]:
                 seen.add(line.get("custom_id"))
                 result = {"custom_id": line.get("custom_id"), "result": _result(line)}
                 yield json.dumps(result, ensure_ascii=False) + "\n"
-    if batch.status in (Status.CANCELLED, Status.FAILED):
-        kind = "canceled" if batch.status == Status.CANCELLED else "errored"
-        for custom_id in _requested_ids(batch):
+        kind = "canceled" if status == Status.CANCELLED else "errored"
+        for custom_id in _requested_ids(requested) if requested is not None else ():
             if custom_id not in seen:
                 result = {"type": kind}
                 if kind == "errored":
                     error = {"type": "api_error", "message": "The batch could not be run."}
                     result["error"] = {"type": "error", "error": error}
                 yield json.dumps({"custom_id": custom_id, "result": result}) + "\n"
+    finally:
+        for handle in [*results, requested]:
+            if handle is not None:
+                handle.close()

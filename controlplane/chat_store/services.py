@@ -89,8 +89,10 @@ def completion_update(
 ) -> StoredChatCompletion:
     """Replace a stored completion's metadata (OpenAI's one modification)."""
     found = completion_get(tenant_id=tenant_id, completion_id=completion_id)
+    # An UPDATE by id rather than save(): a DELETE landing in between is a 404, not a 500.
+    if not StoredChatCompletion.objects.filter(pk=found.pk).update(metadata=metadata):
+        raise completion_not_found(completion_id)
     found.metadata = metadata
-    found.save(update_fields=["metadata"])
     return found
 
 

@@ -121,7 +121,13 @@ def _next_generation(deployment: Deployment) -> None:
 
 
 def _existing(name: str) -> Deployment:
-    deployment = Deployment.objects.filter(name=name).first()
+    """The deployment, its row locked to the end of the caller's transaction (where there is
+    one): a concurrent delete then waits, rather than leaving the caller's save nothing to
+    update (SQLite's IMMEDIATE transactions serialize writers anyway; PostgreSQL's do not)."""
+    found = Deployment.objects.filter(name=name)
+    if transaction.get_connection().in_atomic_block:
+        found = found.select_for_update()
+    deployment = found.first()
     if deployment is None:
         raise DeploymentError(f"no deployment named {name!r}")
     return deployment

@@ -54,8 +54,10 @@ def conversation_update(
     *, tenant_id: int, conversation_id: str, metadata: dict[str, str]
 ) -> Conversation:
     found = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
+    # An UPDATE by id rather than save(): a DELETE landing in between is a 404, not a 500.
+    if not Conversation.objects.filter(pk=found.pk).update(metadata=metadata):
+        raise conversation_not_found(conversation_id)
     found.metadata = metadata
-    found.save(update_fields=["metadata"])
     return found
 
 

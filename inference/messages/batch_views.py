@@ -159,5 +159,5 @@ class MessageBatchResultsView(AnthropicRoute):
             raise invalid_request(
                 f"Message batch {batch_id} has not ended yet; its results come when it has.",
             )
-        lines = batches.message_batch_results(batch)
+        lines = await sync_to_async(batches.message_batch_results)(batch)  # opens the files
         return StreamingHttpResponse(_result_chunks(lines), content_type="application/x-jsonl")

@@ -10,6 +10,7 @@ import pytest
 
 from controlplane.batches import message_batches, services
 from controlplane.batches.result_lines import error_line, response_line
+from controlplane.batches.storage import file_storage
 from controlplane.common.api_error import ApiError
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +40,9 @@ def test_a_batch_is_checked_whole_before_anything_is_kept(make_tenant, requests,
     assert not tenant.batches.exists() and not tenant.files.exists()
 
 
-def test_an_expired_batch_tells_expired_requests_from_failed_ones(make_tenant):
+def test_an_expired_batch_tells_expired_requests_from_failed_ones(
+    make_tenant, django_capture_on_commit_callbacks
+):
     tenant = make_tenant()
     batch = message_batches.message_batch_create(
         tenant_id=tenant.pk,
@@ -69,10 +72,12 @@ def test_an_expired_batch_tells_expired_requests_from_failed_ones(make_tenant):
         "canceled": 0,
         "expired": 1,
     }
-    results = {
-        line["custom_id"]: line["result"]
-        for line in map(json.loads, message_batches.message_batch_results(ended))
-    }
+    lines = message_batches.message_batch_results(ended)
+    # A DELETE landing as the results stream removes the rows and files: the lines still come.
+    with django_capture_on_commit_callbacks(execute=True):  # the files' removal from storage
+        message_batches.message_batch_delete(tenant_id=tenant.pk, batch_id=batch.id)
+    assert not file_storage().exists(ended.output_file.storage_name)
+    results = {line["custom_id"]: line["result"] for line in map(json.loads, lines)}
     assert results["ok"] == {"type": "succeeded", "message": message}
     assert results["bad"]["error"]["error"] == {
         "type": "invalid_request_error",

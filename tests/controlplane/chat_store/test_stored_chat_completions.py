@@ -138,3 +138,20 @@ def test_the_admin_lists_them_and_changes_nothing(client, make_tenant):
     assert client.get("/admin/chat_store/storedchatcompletion/add/").status_code == 403
     detail = client.get(f"/admin/chat_store/storedchatcompletion/{stored.pk}/change/")
     assert detail.status_code == 200 and b'name="_save"' not in detail.content
+
+
+def test_a_metadata_update_racing_a_delete_is_a_404_not_a_server_error(make_tenant, monkeypatch):
+    from controlplane.chat_store import services
+
+    tenant = make_tenant()
+    _store(tenant, "chatcmpl-1")
+
+    def read_then_a_delete_lands(**kwargs):
+        found = completion_get(**kwargs)
+        completion_delete(**kwargs)  # another request's DELETE, before the update writes
+        return found
+
+    monkeypatch.setattr(services, "completion_get", read_then_a_delete_lands)
+    with pytest.raises(ApiError) as gone:
+        completion_update(tenant_id=tenant.id, completion_id="chatcmpl-1", metadata={"a": "b"})
+    assert gone.value.status == 404

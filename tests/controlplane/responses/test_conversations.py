@@ -102,3 +102,23 @@ def test_appends_from_many_threads_each_land_whole(make_tenant):
     assert all(
         texts[i].endswith("-in") and texts[i + 1] == texts[i][:-3] + "-out" for i in range(0, 12, 2)
     )
+
+
+@pytest.mark.django_db
+def test_a_metadata_update_racing_a_delete_is_a_404_not_a_server_error(make_tenant, monkeypatch):
+    from controlplane.responses import conversations
+
+    tenant = make_tenant()
+    made = conversation_create(tenant_id=tenant.id, key_prefix="sk-abc", items=[], metadata={})
+
+    def read_then_a_delete_lands(**kwargs):
+        found = conversation_get(**kwargs)
+        conversation_delete(**kwargs)  # another request's DELETE, before the update writes
+        return found
+
+    monkeypatch.setattr(conversations, "conversation_get", read_then_a_delete_lands)
+    with pytest.raises(ApiError) as gone:
+        conversations.conversation_update(
+            tenant_id=tenant.id, conversation_id=made.id, metadata={"a": "b"}
+        )
+    assert gone.value.status == 404
