@@ -50,6 +50,9 @@ class AdapterAddForm(forms.ModelForm):
         base = self.fields["base_model"]
         base.queryset = base.queryset.filter(pk__in=generation_model_ids())
 
+    # The staff user adding it (AdapterAdmin.get_form), the audited actor.
+    actor = None
+
     def clean(self):
         data = super().clean()
         files = data.get("config_file"), data.get("weights_file")
@@ -69,7 +72,31 @@ class AdapterAddForm(forms.ModelForm):
                 services.adapter_registration_check(name=data["name"], base=data["base_model"])
             except ValidationError as exc:
                 self.add_error("name", exc)
+        if not self.errors:
+            self._register(data)
         return data
+
+    def _register(self, data: dict) -> None:
+        """Register it now, inside the admin's transaction: what the services refuse (a path
+        that is no directory, an unreadable zip, a missing file) becomes an error on the form.
+        In save_model it would be a server error page."""
+        common = dict(
+            name=data["name"],
+            base=data["base_model"],
+            tenants=list(data.get("tenants") or ()),
+            actor=self.actor,
+        )
+        path = (data.get("server_path") or "").strip()
+        try:
+            if path:
+                self.registered = services.adapter_register(path=path, **common)
+            elif data.get("archive"):
+                self.registered = services.adapter_upload(archive=data["archive"], **common)
+            else:
+                files = [data["config_file"], data["weights_file"]]
+                self.registered = services.adapter_upload(files=files, **common)
+        except ValidationError as exc:
+            self.add_error("server_path" if path else None, exc)
 
     def validate_unique(self):
         """An existing name is a re-registration (adapter_registration_check decides)."""
@@ -122,7 +149,10 @@ class AdapterAdmin(admin.ModelAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         kwargs["form"] = AdapterChangeForm if obj is not None else AdapterAddForm
-        return super().get_form(request, obj, change=change, **kwargs)
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is None:  # a class made for this request: the add form registers as this user
+            form.actor = request.user
+        return form
 
     def get_fields(self, request, obj=None):
         if obj is None:
@@ -143,22 +173,7 @@ class AdapterAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         if change:
             return  # only grants change, in save_related
-        data = form.cleaned_data
-        common = dict(
-            name=data["name"],
-            base=data["base_model"],
-            tenants=list(data.get("tenants") or ()),
-            actor=request.user,
-        )
-        if data.get("server_path"):
-            created = services.adapter_register(path=data["server_path"].strip(), **common)
-        elif data.get("archive"):
-            created = services.adapter_upload(archive=data["archive"], **common)
-        else:
-            created = services.adapter_upload(
-                files=[data["config_file"], data["weights_file"]], **common
-            )
-        adopt_created_row(obj, created)
+        adopt_created_row(obj, form.registered)  # registered by the form's clean
 
     def save_related(self, request, form, formsets, change):
         tenants = form.cleaned_data.get("tenants") or ()

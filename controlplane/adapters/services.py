@@ -138,8 +138,12 @@ def adapter_register(
     """Register an adapter directory the operator keeps on disk; its files are never moved.
     Registering a name again (on the same base) updates that adapter to these files."""
     adapter_registration_check(name=name, base=base)
-    directory = Path(path).expanduser().resolve()
-    if not directory.is_dir():
+    try:
+        directory = Path(path).expanduser().resolve()
+        is_dir = directory.is_dir()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise ValidationError(f"{str(path)[:200]!r} cannot be read as a directory: {exc}") from exc
+    if not is_dir:
         raise ValidationError(f"{directory} is not a directory")
     return _save(
         name=name,

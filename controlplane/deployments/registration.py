@@ -43,9 +43,12 @@ def model_name_check(name: str) -> str:
 def checkpoint_source_parse(source: str) -> Path | HubId:
     """A path that exists on the server, else a hub id; ModelRegistrationError for neither."""
     source = (source or "").strip()
-    path = Path(source).expanduser()
-    if source and path.exists():
-        return path
+    try:
+        path = Path(source).expanduser()
+        if source and path.exists():
+            return path
+    except (OSError, RuntimeError, ValueError):  # a name too long; "~nobody/": no such home
+        pass  # not a path this server can read: maybe a hub id
     hub_id = hub_id_parse(source)
     if hub_id is None:
         raise ModelRegistrationError(

@@ -115,6 +115,24 @@ def test_add_form_needs_exactly_one_source(staff_client, base_model, adapter_dir
     assert not adapter.stored_by_platform and Path(adapter.path) == Path(adapter_dir).resolve()
 
 
+def test_what_registration_refuses_is_an_error_on_the_form_not_a_server_error(
+    staff_client, base_model, tmp_path
+):
+    url = reverse("admin:adapters_adapter_add")
+    refused = {
+        "server_path": [str(tmp_path / "nowhere"), "9" * 400],  # no directory; a name too long
+        "archive": [SimpleUploadedFile("a.zip", b"not a zip")],
+    }
+    for field, values in refused.items():
+        for value in values:
+            body = {"name": "x", "base_model": base_model.pk, field: value}
+            response = staff_client.post(url, body)
+            assert response.status_code == 200, (field, value)
+            page = response.content.decode()
+            assert "errornote" in page and ("directory" in page or "zip" in page)
+    assert not Adapter.objects.exists()
+
+
 def test_the_list_shows_ready_only_when_a_live_engine_serves_it(
     staff_client, base_model, adapter_dir, redis_client, settings
 ):

@@ -36,9 +36,12 @@ def add_model(admin_client, django_capture_on_commit_callbacks):
 
 def test_adding_registers_the_checkpoint(admin_client, add_model, tiny_llama, tmp_path):
     url = reverse("admin:deployments_servedmodel_add")
-    response = admin_client.post(url, {"name": "broken", "path": str(tmp_path / "nothing")})
-    assert response.status_code == 200
-    assert "is not a file or folder on the server" in response.content.decode()
+    # Paths the server cannot even look at (a name too long, a home that does not exist) are
+    # the same form error, not a server error.
+    for path in (tmp_path / "nothing", "9" * 400, "~no-such-user-here/model"):
+        response = admin_client.post(url, {"name": "broken", "path": str(path)})
+        assert response.status_code == 200
+        assert "is not a file or folder on the server" in response.content.decode()
     assert not ServedModel.objects.exists()
 
     model = add_model("tiny", tiny_llama)
