@@ -12,18 +12,27 @@ from controlplane.metrics.recorder import record_refusal
 __all__ = ["Admission", "admit", "check_request_limits"]
 
 
-async def _counted(principal: Principal, model: str, refusal: AccessError) -> None:
+# Refusals of the request's end user (their block or budget): their param names the field
+# that named them, which only the API knows (``safety_identifier`` or ``user``).
+END_USER_REASONS = frozenset({"user_blocked", "user_spend"})
+
+
+async def _counted(principal: Principal, model: str, refusal: AccessError, param: str) -> None:
+    if refusal.limit_reason in END_USER_REASONS:
+        refusal.param = param
     if refusal.limit_reason:
         await record_refusal(model=model, tenant=principal.tenant_slug, reason=refusal.limit_reason)
 
 
-async def check_request_limits(principal: Principal, *, model: str, end_user: str = "") -> None:
+async def check_request_limits(
+    principal: Principal, *, model: str, end_user: str = "", end_user_param: str = "user"
+) -> None:
     """admission.check_request_limits; a refusal is counted with no model (not resolved yet:
     a client's model name is no label)."""
     try:
         await admission.check_request_limits(principal, model=model, end_user=end_user)
     except AccessError as refusal:
-        await _counted(principal, "", refusal)
+        await _counted(principal, "", refusal, end_user_param)
         raise
 
 
@@ -34,6 +43,7 @@ async def admit(
     prompt_tokens: int,
     max_tokens: int,
     end_user: str = "",
+    end_user_param: str = "user",
 ) -> Admission:
     """admission.admit (``model`` is a served model's name here); a refusal is counted."""
     try:
@@ -45,5 +55,5 @@ async def admit(
             end_user=end_user,
         )
     except AccessError as refusal:
-        await _counted(principal, model, refusal)
+        await _counted(principal, model, refusal, end_user_param)
         raise

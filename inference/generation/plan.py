@@ -43,8 +43,10 @@ class GenerationPlan:
     # Stop strings and how text shows: what the API applies to the engines' tokens.
     output: OutputOptions = field(default_factory=OutputOptions)
     priority: int = 0
-    # The request's ``user``: the client's end user, recorded with the usage.
+    # The request's ``user``: the client's end user, recorded with the usage; and the field
+    # that named it (``safety_identifier`` or ``user``), for the param of their refusals.
     end_user: str = ""
+    end_user_param: str = "user"
     # Fair share in the engines: the tenant's opaque id, weight and class (Principal).
     engine_tenant: str = ""
     share_weight: float = 1.0

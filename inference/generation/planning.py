@@ -27,7 +27,7 @@ from controlplane.catalog.cache import CatalogSnapshot, acatalog_snapshot
 from engine.text.tokenizer import ChatTokenizer, TokenizerError
 from inference.catalog import ModelEntry, resolve_model, tokenizer_for
 from inference.chat_store.context import store_context
-from inference.end_user import end_user_of
+from inference.end_user import end_user_of, end_user_param
 from inference.errors import invalid_request
 from inference.generation.off_loop import off_loop
 from inference.generation.plan import GenerationPlan
@@ -80,6 +80,7 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
         "service_class": "batch" if body.get("service_tier") == "flex" else principal.service_class,
         "priority": body.get("priority", 0),
         "end_user": end_user_of(body),
+        "end_user_param": end_user_param(body),
         "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),
         "continuous_usage": stream_options.get("continuous_usage_stats", False),
@@ -196,7 +197,12 @@ async def _validated(
     for a mere count), the model; the template and tokenizer run later, off the loop."""
     body = validate_body(SERIALIZERS[kind], raw_body)
     if count_request:
-        await check_request_limits(principal, model=body["model"], end_user=end_user_of(body))
+        await check_request_limits(
+            principal,
+            model=body["model"],
+            end_user=end_user_of(body),
+            end_user_param=end_user_param(body),
+        )
     entry, tokenizer = await load_generation_model(principal, body["model"])
     return body, entry, tokenizer
 

@@ -162,6 +162,7 @@ class Generation:
             prompt_tokens=plan.prompt_tokens,
             max_tokens=plan.sampling.max_tokens * plan.num_choices,
             end_user=plan.end_user,
+            end_user_param=plan.end_user_param,
         )
         return cls(plan, tokenizer, admission, started=started)
 

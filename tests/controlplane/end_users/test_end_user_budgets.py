@@ -134,6 +134,10 @@ async def test_a_blocked_end_user_is_refused_at_once_and_let_in_once_unblocked(
     assert response.status_code == 403
     error = response.json()["error"]
     assert error["code"] == "end_user_blocked" and "'mallory' is blocked" in error["message"]
+    assert error["param"] == "user"
+    # Named by safety_identifier (which overrides user), the refusal's param says so.
+    named = await _chat(async_client, secret, user="other", safety_identifier="mallory")
+    assert named.json()["error"]["param"] == "safety_identifier"
     embeddings = await async_client.post(
         "/v1/embeddings",
         data=json.dumps({"model": "tiny", "input": "hi", "user": "mallory"}),
