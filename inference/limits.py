@@ -18,6 +18,7 @@ END_USER_REASONS = frozenset({"user_blocked", "user_spend"})
 
 
 async def _counted(principal: Principal, model: str, refusal: AccessError, param: str) -> None:
+    """Count a limiter's refusal; an end user's names ``param``, the field that named them."""
     if refusal.limit_reason in END_USER_REASONS:
         refusal.param = param
     if refusal.limit_reason:
