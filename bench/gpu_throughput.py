@@ -15,6 +15,9 @@ checkpoints by this script (no download). Each system generates on the same GPU 
   outside the timed region);
 - engine_sync: the same with async scheduling off, each step queued after the last one's
   tokens are read (engine/async_steps.py), for the overlap's gain in the same run;
+- engine_p512: the same with the decode kernel's contexts always split into partitions of
+  512 tokens (its only choice before 2026-11-30) instead of ``decode_partitioning``'s choice
+  by the batch's shape, for that choice's gain in the same run;
 - generate_batch: transformers' continuous batching (the manager behind ``generate_batch``,
   which takes a per-request max_new_tokens, so it runs the identical workload);
 - generate: transformers ``generate`` on left-padded static batches, on the first
@@ -28,6 +31,8 @@ cache at the measured copy bandwidth (and prefill at the measured bf16 matmul ra
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gc
 import inspect
 import json
@@ -249,18 +254,22 @@ def run_engine(
     device: str = "cuda",
     profile: Path | None = None,
     async_scheduling: bool | None = None,
+    cuda_profile: list[tuple[int, int]] | None = None,
+    max_model_len: int = 4096,
 ) -> tuple[int, float]:
     """(output tokens, seconds) for the whole workload through engine.LLM. With ``profile``,
     the workload then runs a second time under cProfile (its time is not the one returned) and
     the stats go to that file, the top functions to stdout: where a step's time goes on the
-    host, and how long the host waits for the GPU (the synchronising calls)."""
+    host, and how long the host waits for the GPU (the synchronising calls). With
+    ``cuda_profile`` (windows of steps), it runs again with the CUDA profiler on in those
+    windows, and the GPU's time by kernel is printed (bench/cuda_kernel_time.py)."""
     from engine import LLM, SamplingParams
 
     llm = LLM(
         model=str(path),
         dtype="bfloat16" if device == "cuda" else "float32",
         device=device,
-        max_model_len=4096,
+        max_model_len=max_model_len,
         max_num_seqs=256,
         max_num_batched_tokens=16384,
         enable_prefix_caching=False,
@@ -288,9 +297,32 @@ def run_engine(
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     if profile is not None:
         _profile_generate(llm, prompts, params, profile)
+    if cuda_profile:
+        from bench.cuda_kernel_time import profile_windows
+
+        run = functools.partial(llm.generate, prompts, params)
+        for window in profile_windows(llm, run, cuda_profile):
+            print(window.report(), flush=True)
     del llm, outputs
     _release(device)
     return tokens, seconds
+
+
+ENGINE_SYSTEMS = ("engine", "engine_sync", "engine_p512")
+
+
+@contextlib.contextmanager
+def fixed_decode_partitions(size: int):
+    """The decode kernel splits every context longer than ``size`` into partitions of ``size``
+    tokens, whatever the batch's shape, while the block runs."""
+    from kernels import decode_attention
+
+    chosen = decode_attention.decode_partitioning
+    decode_attention.decode_partitioning = lambda num_seqs, num_kv_heads, device: size
+    try:
+        yield
+    finally:
+        decode_attention.decode_partitioning = chosen
 
 
 def _profile_generate(llm, prompts, params, out: Path) -> None:
@@ -493,14 +525,33 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="after the timed engine run, run it again under cProfile"
     )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=4096,
+        help="the engine's max_model_len (the bound a CUDA graph's decode attention is sized by)",
+    )
+    parser.add_argument(
+        "--cuda-profile",
+        default="",
+        help="after the timed engine run, run it again with the CUDA profiler on in these "
+        "windows of steps (FIRST:STEPS,...; e.g. 50:40,600:40) and print the GPU's time by kernel",
+    )
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     systems = [s for s in args.systems.split(",") if s]
     unknown = [m for m in models if m not in MODEL_SHAPES] + [
-        s for s in systems if s not in ("engine", "engine_sync", "generate_batch", "generate")
+        s for s in systems if s not in (*ENGINE_SYSTEMS, "generate_batch", "generate")
     ]
     if unknown:
         parser.error(f"unknown model(s) or system(s): {', '.join(unknown)}")
+    try:
+        windows = [
+            (int(first), int(steps))
+            for first, steps in (w.split(":") for w in args.cuda_profile.split(",") if w)
+        ]
+    except ValueError:
+        parser.error(f"--cuda-profile takes FIRST:STEPS,...; got {args.cuda_profile!r}")
     require_cuda()
     import torch
 
@@ -513,6 +564,7 @@ def main() -> None:
         flush=True,
     )
     workload = nano_vllm_workload(args.num_seqs)
+    lengths = {"max_model_len": args.max_model_len}
     results: list[Result] = []
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for model_name in models:
@@ -524,9 +576,14 @@ def main() -> None:
                 try:
                     if system == "engine":
                         profile = args.profile and args.profile.with_suffix(f".{model_name}.prof")
-                        tokens, seconds = run_engine(path, used, profile=profile)
+                        tokens, seconds = run_engine(
+                            path, used, profile=profile, cuda_profile=windows, **lengths
+                        )
                     elif system == "engine_sync":
-                        tokens, seconds = run_engine(path, used, async_scheduling=False)
+                        tokens, seconds = run_engine(path, used, async_scheduling=False, **lengths)
+                    elif system == "engine_p512":
+                        with fixed_decode_partitions(512):
+                            tokens, seconds = run_engine(path, used, **lengths)
                     elif system == "generate_batch":
                         tokens, seconds = run_generate_batch(path, used)
                     else:

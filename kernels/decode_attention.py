@@ -9,6 +9,8 @@ single partition the first kernel writes the final output and the reduce is skip
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -22,7 +24,7 @@ from kernels.validation import (
     next_power_of_two,
 )
 
-__all__ = ["paged_decode_attention"]
+__all__ = ["decode_partitioning", "paged_decode_attention"]
 
 _LOG2E = 1.4426950408889634
 
@@ -60,6 +62,10 @@ def _decode_partition_kernel(
     partition = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     start = partition * PARTITION_SIZE
+    if start >= seq_len:
+        # Past the context (the grid covers max_seq_len, under a CUDA graph the model's whole
+        # length): the reduce reads no partition past cdiv(seq_len, PARTITION_SIZE).
+        return
     end = tl.minimum(start + PARTITION_SIZE, seq_len)
 
     group = tl.arange(0, BLOCK_GROUP)
@@ -103,7 +109,6 @@ def _decode_partition_kernel(
         )
         running_max = new_max
 
-    # An empty partition (past the sequence's end) leaves a zero sum; the reduce skips it.
     out = acc / tl.where(running_sum > 0, running_sum, 1.0)[:, None]
     out_mask = head_mask[:, None] & dim_mask[None, :]
     if SINGLE_PARTITION:
@@ -165,6 +170,49 @@ def _decode_reduce_kernel(
     )
 
 
+# A program per (sequence, KV head) is enough work for the GPU at this many programs per
+# multiprocessor: splitting contexts then only adds the partials' writes and the reduce. The
+# sweep of bench/kernels.py on an H200 (132 multiprocessors, docs/kernels.md): one partition
+# read 91% of copy bandwidth at batch 64 x 8 KV heads (3.9 programs per multiprocessor) and
+# context 2048, where partitions of 512 read 83%.
+SINGLE_PARTITION_PROGRAMS_PER_SM = 3
+# At or below this share of a program per multiprocessor, partitions of 256 tokens (twice as
+# many programs as 512) keep more of them busy: one sequence of 8,192 tokens decoded in
+# 24-37 us there against 53-63 us with 512.
+SMALL_PARTITION_PROGRAMS_PER_SM = 1 / 8
+DEFAULT_PARTITION_SIZE = 512
+# "One partition" is one of this many tokens, so that one compiled variant serves every
+# context up to it. ptxas spills registers on sm_90 from 65,536 up (the loop's bound is
+# start + PARTITION_SIZE; tests/kernels/test_compile_for_hopper.py); longer contexts split.
+WHOLE_CONTEXT_PARTITION = 32768
+# What a device without multiprocessors to count (the CPU under TRITON_INTERPRET=1) is taken
+# to have, so an interpreted run makes the choice an H100 or H200 would for the same shapes.
+HOPPER_SM_COUNT = 132
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return HOPPER_SM_COUNT
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def decode_partitioning(num_seqs: int, num_kv_heads: int, device: torch.device) -> int:
+    """The partition size for a decode batch when the caller names none.
+
+    With programs enough per multiprocessor, one partition per (sequence, KV head) reads the
+    whole context (up to WHOLE_CONTEXT_PARTITION tokens) and no reduce runs, however large the
+    bound ``max_seq_len`` (a captured CUDA graph's is the model's whole length). With fewer,
+    contexts split so that more programs share the work. Three sizes in all, so Triton compiles
+    no new variant as contexts grow."""
+    programs_per_sm = num_seqs * num_kv_heads / _sm_count(device)
+    if programs_per_sm >= SINGLE_PARTITION_PROGRAMS_PER_SM:
+        return WHOLE_CONTEXT_PARTITION
+    if programs_per_sm <= SMALL_PARTITION_PROGRAMS_PER_SM:
+        return 256
+    return DEFAULT_PARTITION_SIZE
+
+
 def _tile_tokens(partition_size: int, dtype: torch.dtype) -> int:
     """Tokens per loop iteration. 64 keeps enough bytes in flight for 16-bit caches without
     register spills on sm_90 (4 warps); float32 spills there, so it takes 32 tokens and 8
@@ -180,19 +228,24 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,  # [num_seqs] int32, context length incl. the new token
     scale: float,
     max_seq_len: int,  # host-side upper bound on seq_lens: sizes the grid without a sync
-    partition_size: int = 512,
+    partition_size: int | None = None,
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
-    """Decode attention over the paged cache. See kernels.reference.attention."""
+    """Decode attention over the paged cache. See kernels.reference.attention.
+
+    ``partition_size`` None: chosen by ``decode_partitioning`` from the batch's shape and the
+    device; a number splits every context longer than it into partitions of that size."""
     check_paged_attention_args(query, key_cache, value_cache, block_tables, seq_lens, scale)
     if query.shape[0] != seq_lens.shape[0]:
         raise ValueError(
             f"query has {query.shape[0]} sequences but seq_lens has {seq_lens.shape[0]}"
         )
+    if max_seq_len <= 0:
+        raise ValueError(f"max_seq_len must be positive; got {max_seq_len}")
+    if partition_size is None:
+        partition_size = decode_partitioning(query.shape[0], key_cache.shape[2], query.device)
     check_power_of_two("partition_size", partition_size)
     if partition_size < 16:
         raise ValueError(f"partition_size must be at least 16; got {partition_size}")
-    if max_seq_len <= 0:
-        raise ValueError(f"max_seq_len must be positive; got {max_seq_len}")
     check_launchable(query)
     return _launch(
         query,

@@ -74,7 +74,7 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,
     scale: float,
     max_seq_len: int,
-    partition_size: int = 512,
+    partition_size: int | None = None,
 ) -> torch.Tensor:
     """One new token per sequence attending to its whole cached context.
 
@@ -83,7 +83,8 @@ def paged_decode_attention(
     block_tables:           [num_seqs, max_blocks_per_seq] int32
     seq_lens:               [num_seqs] int32, context length including the new token
     max_seq_len:            an upper bound on seq_lens (sizes the Triton grid)
-    partition_size:         tokens per partition in the Triton kernel (no effect here)
+    partition_size:         tokens per partition in the Triton kernel, None: its choice
+                            (no effect here)
     returns                 [num_seqs, num_heads, head_dim] in query's dtype
     """
     del partition_size

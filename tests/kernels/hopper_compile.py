@@ -147,6 +147,12 @@ def _example_launches() -> list[Launch]:
                 query = q[:2, :num_heads]
                 decode_attention.paged_decode_attention(query, kv, kv, tables, seq_lens, 0.1, 128)
                 decode_attention.paged_decode_attention(query, kv, kv, tables, seq_lens, 0.1, 2048)
+            # a batch large enough for one partition per sequence (decode_partitioning)
+            many = 64
+            decode_attention.paged_decode_attention(
+                q[:1].repeat(many, 1, 1), kv, kv, tables[:1].repeat(many, 1),
+                seq_lens[:1].repeat(many), 0.1, 4096,
+            )  # fmt: skip
         launches += recorded
         with recorded_launches(prefill_attention) as recorded:
             qsl = torch.tensor([0, 3, 8], dtype=torch.int32)

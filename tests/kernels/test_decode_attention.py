@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -35,6 +37,33 @@ def test_decode_matches_reference(
     torch.testing.assert_close(
         out, ref.paged_decode_attention(*args, 96, partition_size), **tolerance(dtype)
     )
+
+
+@pytest.mark.parametrize(("device", "dtype"), CASES)
+def test_decode_in_one_partition_reads_contexts_past_the_partition_size(
+    triton_ops, device, dtype, monkeypatch
+):
+    # A batch with programs enough for one partition each (here: a GPU taken to have one
+    # multiprocessor), bounded by a model length far past its contexts, as under a CUDA graph.
+    module = importlib.import_module("kernels.decode_attention")
+    monkeypatch.setattr(module, "_sm_count", lambda device: 1)
+    lens = [1, 512, 513, 700, 1100]
+    batch = make_paged_batch(
+        lens, num_kv_heads=2, head_dim=32, block_size=16, dtype=dtype, device=device
+    )
+    query = torch.randn(len(lens), 4, 32).to(dtype).to(device)
+    args = (query, batch.key_cache, batch.value_cache, batch.block_tables, batch.seq_lens, 0.2)
+    assert triton_ops.decode_partitioning(len(lens), 2, query.device) == 32768
+    out = triton_ops.paged_decode_attention(*args, 4096)
+    torch.testing.assert_close(out, ref.paged_decode_attention(*args, 4096), **tolerance(dtype))
+
+
+def test_decode_partitions_by_the_programs_a_multiprocessor_gets(triton_ops):
+    # Without a GPU the choice is a Hopper's (132 multiprocessors).
+    choose, cpu = triton_ops.decode_partitioning, torch.device("cpu")
+    assert choose(64, 8, cpu) == 32768  # 3.9 programs each: one partition, whole contexts
+    assert choose(8, 8, cpu) == 512
+    assert choose(1, 8, cpu) == 256  # one sequence: smaller partitions, more programs
 
 
 @pytest.mark.parametrize(("device", "dtype"), CASES)
