@@ -1,8 +1,10 @@
 """The sampler on a CPU, before and after, side by side in one process: the random draw by
-inverse transform sampling (engine/sample/sampler.py, one uniform number a row) against the
-Gumbel-max draw it replaced (``argmax(probs / q)`` with ``q ~ Exponential(1)`` for every token
-of the vocabulary); and top-p from each row's best tokens (``best_candidates``) against a sort
-of the whole row (``sorted_whole``, every device's path before).
+inverse transform sampling (engine/sample/sampler.py, one uniform number a row), its running
+sum searched over block sums (``search_running_sum``) against one scan of the whole row
+(``cumsum``, its search until 2026-11-30; the Gumbel-max draw before that, ``argmax(probs / q)``
+with ``q ~ Exponential(1)`` for every token, cost 10-35x the scan: docs/benchmarks.md); and
+top-p from each row's best tokens (``best_candidates``) against a sort of the whole row
+(``sorted_whole``, every device's path before).
 
 1. The draw alone, per shape (rows x vocabulary): the median of ``--rounds`` timings of each,
    alternating.
@@ -37,15 +39,17 @@ SHAPES = [(256, 1024), (1, 49152), (16, 49152), (64, 49152), (1, 151936), (64, 1
 NEW = sampler.inverse_transform
 
 
-def gumbel_max(probs, generators, default=None):
-    """The draw before: a vocabulary-sized row of exponentials per row."""
-    q = torch.empty_like(probs)
+def whole_row_scan(probs, generators, default=None):
+    """The draw before: the same uniform numbers, searched in one running sum of each row."""
+    u = torch.empty(probs.shape[0], 1, dtype=torch.float32)
     own = [i for i, g in enumerate(generators) if g is not None]
     if len(own) < len(generators):
-        q.exponential_(generator=default)
+        u.uniform_(generator=default)
     for i in own:
-        q[i].exponential_(generator=generators[i])
-    return probs.div_(q).argmax(dim=-1)
+        u[i].uniform_(generator=generators[i])
+    cdf = probs.cumsum(dim=-1, dtype=torch.float32)
+    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+    return token.clamp_(max=probs.shape[1] - 1)
 
 
 def ms_per_call(call, repeats: int) -> float:
@@ -77,10 +81,7 @@ def per_shape(
 
 def draw_calls(rows: int, vocab: int):
     probs = torch.softmax(torch.randn(rows, vocab) * 3, dim=-1)
-    # The old draw divides its probabilities in place: each method draws from its own copy
-    # (the cost does not depend on the values).
-    old = probs.clone()
-    return (lambda: gumbel_max(old, [None] * rows), lambda: NEW(probs, [None] * rows))
+    return (lambda: whole_row_scan(probs, [None] * rows), lambda: NEW(probs, [None] * rows))
 
 
 def top_p_calls(rows: int, vocab: int):
@@ -106,7 +107,7 @@ def end_to_end(rounds: int) -> list[str]:
     lines = ["| sampling | sequences | before, tok/s | after, tok/s | ratio |"]
     lines.append("|---|---|---|---|---|")
     methods = {
-        "old": (gumbel_max, sampler.sorted_whole),
+        "old": (whole_row_scan, sampler.apply_top_k_top_p),
         "new": (NEW, sampler.apply_top_k_top_p),
     }
     for label, top_p in (("temperature 0.8", 1.0), ("temperature 0.8, top-p 0.95", 0.95)):
@@ -141,7 +142,7 @@ def main() -> None:
     machine = machine_line()
     print(machine)
     lines = [
-        *per_shape(("Gumbel-max", "inverse transform"), draw_calls, args.rounds),
+        *per_shape(("whole-row scan", "block search"), draw_calls, args.rounds),
         "",
         *per_shape(("whole sort", "best candidates"), top_p_calls, args.rounds),
     ]

@@ -9,6 +9,7 @@ import torch
 
 from engine.request import Request
 from engine.sample import Sampler, SamplingBatch
+from engine.sample.sampler import search_running_sum
 from engine.sampling_params import SamplingParams
 
 VOCAB = 8
@@ -225,3 +226,41 @@ def test_a_nucleus_past_the_candidates_is_left_to_the_whole_sort():
     kept = (apply_top_k_top_p(flat, None, p) > float("-inf")).sum(dim=-1)
     assert kept.tolist() == [8 * NUCLEUS_CANDIDATES + 1, 16 * NUCLEUS_CANDIDATES]
     assert torch.equal(apply_top_k_top_p(flat, None, p), sorted_whole(flat, None, p))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [1000, 10_000], ids=["whole-row", "blocks"])
+def test_the_search_finds_the_token_a_whole_row_scan_finds(dtype, vocab):
+    # Small integer weights add up exactly in any order, so the block sums' search must land
+    # on the very token of one cumulative sum over the row; neither size is a whole number of
+    # 256-token blocks, so the last block is short.
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.randint(0, 8, (64, vocab), generator=generator).to(dtype)
+    weights[:8, 200:] = 0  # mass in the first block only
+    weights[8:16, : vocab - 10] = 0  # mass in the last block only
+    u = torch.rand(64, 1, generator=generator)
+    u[:4] = 0.0
+    u[4:8] = 1 - 2**-24
+    running = weights.float().cumsum(dim=-1)
+    expected = torch.searchsorted(running, u * running[:, -1:], right=True).squeeze(1)
+    assert torch.equal(search_running_sum(weights, u), expected)
+
+
+def test_the_block_search_never_draws_a_token_of_probability_zero():
+    # Softmax rows with most tokens masked, and draws at the very top of [0, 1), where the
+    # block sums and the running sum inside a block, added in different orders, can disagree.
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(512, 151_936, generator=generator) * 4
+    kept = torch.rand(512, 151_936, generator=generator) < 0.01
+    kept[:, -1] = False  # the last token (the end of the tail block) always masked
+    probs = torch.softmax(logits.masked_fill(~kept, float("-inf")), dim=-1)
+    u = torch.rand(512, 1, generator=generator)
+    u[::2] = 1 - torch.rand(256, 1, generator=generator) * 2**-20
+    # A block whose small entries vanish when added one by one after a large one (the running
+    # sum inside the block) but not when summed in lanes (the block's sum): the target can
+    # fall past the end of the first.
+    probs[0] = 0.0
+    probs[0, 0], probs[0, 1:256] = 1.0, 1e-8
+    u[0] = 1 - 1e-7
+    tokens = search_running_sum(probs, u)
+    assert bool((probs.gather(1, tokens[:, None]) > 0).all())
