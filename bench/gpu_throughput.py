@@ -36,6 +36,7 @@ import functools
 import gc
 import inspect
 import json
+import os
 import random
 import shutil
 import sys
@@ -279,21 +280,28 @@ def run_engine(
     )
     # Warm-up, untimed: Triton compiles a kernel variant the first time it meets it, so run
     # the step shapes the workload makes (whole-prompt prefills, then decodes mixed with
-    # prefill chunks, short and long contexts) before the clock starts.
+    # prefill chunks, short and long contexts) before the clock starts, sampled as the
+    # workload is (the sampler's kernels load on their first call too).
     warm = workload.head(64)
     llm.generate(
         [{"prompt_token_ids": p} for p in warm.prompts],
-        [SamplingParams(max_tokens=8, ignore_eos=True)] * len(warm.prompts),
+        [SamplingParams(temperature=0.6, max_tokens=8, ignore_eos=True)] * len(warm.prompts),
     )
     prompts = [{"prompt_token_ids": p} for p in workload.prompts]
     params = [
         SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n) for n in workload.output_lens
     ]
+    compiled_before = triton_cache_entries()
     _synchronize(device)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
     _synchronize(device)
     seconds = time.perf_counter() - start
+    compiled = triton_cache_entries() - compiled_before
+    if compiled:
+        # A fresh machine's first run read 5-15% slower than later ones (docs/benchmarks.md,
+        # "Fifth run"): say whether Triton compiled inside the timed region.
+        print(f"  Triton compiled {compiled} kernel variant(s) inside the timed run", flush=True)
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     if profile is not None:
         _profile_generate(llm, prompts, params, profile)
@@ -323,6 +331,18 @@ def fixed_decode_partitions(size: int):
         yield
     finally:
         decode_attention.decode_partitioning = chosen
+
+
+def triton_cache_entries() -> int:
+    """How many compiled kernels Triton's on-disk cache holds (one folder each); 0 without
+    one. A count that grows across a timed run means Triton compiled inside it."""
+    try:
+        from triton import knobs
+
+        root = Path(knobs.cache.dir)
+    except (ImportError, AttributeError):  # triton before 3.4, or none
+        root = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    return sum(1 for _ in root.iterdir()) if root.is_dir() else 0
 
 
 def _profile_generate(llm, prompts, params, out: Path) -> None:
