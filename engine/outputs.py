@@ -67,6 +67,7 @@ class RequestOutputDelta:
     num_cached_tokens: int
     timestamps: RequestTimestamps | None  # the engine's timings: on the last delta only
     error: str = ""  # set when the engine ended the request itself (a grammar that failed)
+    error_code: str = ""  # with ``error``, when it was the request's own doing (Request)
     # Tokens of this sample delivered so far, this delta's included (resumed ones excepted).
     num_sent_tokens: int = 0
     # Speculative decoding of this sample so far: draft tokens verified, and accepted.
@@ -90,6 +91,7 @@ class RequestOutputDelta:
             num_prompt_tokens=self.num_prompt_tokens,
             num_cached_tokens=self.num_cached_tokens,
             error=self.error,
+            error_code=self.error_code,
             num_output_tokens=self.num_sent_tokens,
             num_draft_tokens=self.num_draft_tokens,
             num_accepted_tokens=self.num_accepted_tokens,
@@ -216,6 +218,7 @@ def take_delta(request: Request) -> RequestOutputDelta:
         num_cached_tokens=max(request.num_cached_tokens, 0),
         timestamps=request.timestamps.copy() if finished else None,
         error=request.error,
+        error_code=request.error_code,
         num_sent_tokens=num_delivered - request.num_resumed_tokens,
         num_draft_tokens=spec.num_draft_tokens if spec is not None else 0,
         num_accepted_tokens=spec.num_accepted_tokens if spec is not None else 0,

@@ -203,6 +203,9 @@ class RequestDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     error: str = ""
+    # With ``error``, when the request itself caused it (its constraints allow no token): the
+    # OpenAI error code the frontend answers with as the client's error (a 400).
+    error_code: str = ""
     # On the final delta: intervals measured on the engine's own clock (vLLM's definitions:
     # queued -> scheduled, scheduled -> first token, first token -> last token).
     queue_time: float | None = None

@@ -53,6 +53,7 @@ class Request:
         "block_hashes",
         "cache_salt",
         "error",
+        "error_code",
         "external_id",
         "grammar",
         "index",
@@ -152,6 +153,9 @@ class Request:
         # Structured outputs: the sample's grammar state (engine/structured/), None if free.
         self.grammar: GrammarState | None = None
         self.error = ""  # why the engine ended the request, reported with its last delta
+        # Set when that was the request's own doing (its constraints allow no token): the
+        # OpenAI error code the API answers with, as the client's error rather than a failure.
+        self.error_code = ""
         # Speculative decoding (engine/spec_decode/): drafts, backoff and counts; None: off.
         self.spec: SpecState | None = None
         now = time.monotonic()

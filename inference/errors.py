@@ -82,6 +82,8 @@ def error_from_exception(exc: BaseException) -> ApiError:
             type="server_error",
             code="engine_timeout",
         )
+    if isinstance(exc, ec.EngineRefusal):
+        return ApiError(str(exc), status=400, type="invalid_request_error", code=exc.code)
     if isinstance(exc, ec.EngineError):
         return ApiError(
             str(exc) or "The engine failed while generating.",

@@ -50,6 +50,11 @@ class SchedulerOutput:
         )
 
 
+# A sampled token id saying that the request's constraints allowed no token at all this step
+# (engine/core/output_tokens.py ends the request with the client's error).
+NO_TOKEN = -1
+
+
 @dataclass(slots=True)
 class ModelRunnerOutput:
     """Per request that reached the end of its known tokens: the sampled token and logprobs.

@@ -50,6 +50,9 @@ class SamplingBatch:
     # [N])); every other token of those rows is masked. None when no row restricts.
     allowed_tokens: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     num_logprobs: list[int | None] = field(default_factory=list)  # per row, None: no logprobs
+    # Whether some row's masks (a grammar, allowed tokens, stop tokens held back by
+    # min_tokens) could leave it no token at all: the sampler then says which rows they did.
+    may_mask_all: bool = False
 
     def add_pending_tokens(self, in_flight: InFlightTokens) -> None:
         """Take, for each row with a penalty whose request waits for a token of the step in
@@ -127,6 +130,11 @@ class SamplingBatch:
                 batch.min_p = to_device([p.min_p for p in params], torch.float32, device)
         batch.logit_bias = _logit_bias(params, device)
         batch.allowed_tokens = _allowed_tokens(params, device)
+        batch.may_mask_all = (
+            bool(banned)
+            or batch.allowed_tokens is not None
+            or any(r.grammar is not None for r in requests)
+        )
         if any(p.has_penalties for p in params):
             batch.presence_penalty = to_device(
                 [p.presence_penalty for p in params], torch.float32, device

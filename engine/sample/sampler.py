@@ -30,6 +30,9 @@ from engine.sample.penalties import apply_penalties
 class SamplerOutput:
     token_ids: list[int]
     logprobs: list[TokenLogprobs | None]
+    # Rows whose every token was masked (their constraints together allow none): their token
+    # is a placeholder, in the vocabulary, never to be emitted.
+    empty_rows: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -44,21 +47,26 @@ class Draw:
     ranks: torch.Tensor | None
     top: tuple[torch.Tensor, torch.Tensor] | None
     num_logprobs: list[int | None]
+    # [B] bool, rows with no token left unmasked; None when no row could have none.
+    empty: torch.Tensor | None = None
 
     def tensors(self) -> list[torch.Tensor]:
         """What ``read`` reads, in its order (LaunchedStep copies them to the host early)."""
-        found = [self.token_ids, self.chosen, self.ranks, *(self.top or ())]
+        found = [self.token_ids, self.empty, self.chosen, self.ranks, *(self.top or ())]
         return [t for t in found if t is not None]
 
     def read(self, host: list[torch.Tensor] | None = None) -> SamplerOutput:
         """The tokens and logprobs as Python values; waits for the device, unless ``host``
         holds copies of ``tensors()`` already made."""
         values = [t.tolist() for t in (host if host is not None else self.tensors())]
-        token_ids = values[0]
+        token_ids = values.pop(0)
+        empty_rows = frozenset()
+        if self.empty is not None:
+            empty_rows = frozenset(row for row, empty in enumerate(values.pop(0)) if empty)
         if self.chosen is None:
-            return SamplerOutput(token_ids, [None] * len(token_ids))
-        chosen, ranks = values[1], values[2]
-        top_lp, top_ids = values[3:] if self.top is not None else (None, None)
+            return SamplerOutput(token_ids, [None] * len(token_ids), empty_rows)
+        chosen, ranks = values[0], values[1]
+        top_lp, top_ids = values[2:] if self.top is not None else (None, None)
         records: list[TokenLogprobs | None] = []
         for row, n in enumerate(self.num_logprobs):
             if n is None:
@@ -66,7 +74,7 @@ class Draw:
                 continue
             top = list(zip(top_ids[row][:n], top_lp[row][:n], strict=True)) if n else []
             records.append(TokenLogprobs(token_ids[row], chosen[row], ranks[row], top))
-        return SamplerOutput(token_ids, records)
+        return SamplerOutput(token_ids, records, empty_rows)
 
 
 class Sampler:
@@ -92,6 +100,9 @@ class Sampler:
             logits.index_put_((rows, token_ids), biases, accumulate=True)
         if batch.repetition_penalty is not None:
             apply_penalties(logits, batch)
+        empty = None
+        if batch.may_mask_all:  # the draw below still gives such a row a token in range
+            empty = logits.amax(dim=-1) == float("-inf")
         if batch.all_greedy:
             sampled = logits.argmax(dim=-1)
         else:
@@ -99,14 +110,19 @@ class Sampler:
             if batch.any_greedy:
                 sampled = torch.where(batch.greedy, logits.argmax(dim=-1), sampled)
         if logprobs is None:
-            return Draw(sampled, None, None, None, batch.num_logprobs)
+            return Draw(sampled, None, None, None, batch.num_logprobs, empty)
         # Per row: the sampled token's logprob and rank, and the row's top-k alternatives.
         k = max(n for n in batch.num_logprobs if n is not None)
         chosen = logprobs.gather(1, sampled[:, None])  # [B, 1]
         ranks = (logprobs > chosen).sum(dim=-1) + 1
         top = logprobs.topk(k, dim=-1) if k > 0 else None
         return Draw(
-            sampled, chosen.squeeze(1), ranks, tuple(top) if top else None, batch.num_logprobs
+            sampled,
+            chosen.squeeze(1),
+            ranks,
+            tuple(top) if top else None,
+            batch.num_logprobs,
+            empty,
         )
 
     def _sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -169,7 +185,8 @@ def search_running_sum(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     if vocab <= WHOLE_ROW_SEARCH:
         running = probs.cumsum(dim=-1, dtype=torch.float32)
         target = _held_below_total(u * running[:, -1:], running)
-        return torch.searchsorted(running, target, right=True).squeeze(1)
+        token = torch.searchsorted(running, target, right=True).squeeze(1)
+        return token.clamp_(max=vocab - 1)
     whole = vocab - vocab % SEARCH_BLOCK
     sums = probs[:, :whole].reshape(rows, -1, SEARCH_BLOCK).sum(dim=-1, dtype=torch.float32)
     if whole < vocab:
@@ -188,7 +205,9 @@ def search_running_sum(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     offset = torch.searchsorted(
         inside_running, _held_below_total(target - before, inside_running), right=True
     )
-    return (block * SEARCH_BLOCK + offset).squeeze(1)
+    # The clamp only matters for a row with no probability at all (every token masked: NaN
+    # after the softmax), whose token must still be one the next step can embed.
+    return (block * SEARCH_BLOCK + offset).squeeze(1).clamp_(max=vocab - 1)
 
 
 def _held_below_total(target: torch.Tensor, running: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from engine.attention import AttentionMetadata, get_attention_backend
 from engine.config import EngineConfig
-from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from engine.core.scheduler_output import NO_TOKEN, ModelRunnerOutput, SchedulerOutput
 from engine.device_copy import to_device
 from engine.model_config import ModelConfig
 from engine.models import load_model
@@ -195,13 +195,15 @@ class ModelRunner:
         verifier = DraftVerifier(self.generators)
         verifier.save_generators(inputs.sample_requests, will_draw=not batch.all_greedy)
         sampled = self.sampler(logits, batch)
-        for r, token, lp in zip(
-            inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True
+        for row, (r, token, lp) in enumerate(
+            zip(inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True)
         ):
             if isinstance(r, DraftRow):
                 verifier.add(r, token, lp)
                 continue
-            result.sampled_token_ids[r.request_id] = token
+            result.sampled_token_ids[r.request_id] = (
+                NO_TOKEN if row in sampled.empty_rows else token
+            )
             if lp is not None:
                 result.logprobs[r.request_id] = lp
         for rid, (token, lp, outcome) in verifier.settle().items():

@@ -13,7 +13,12 @@ from inference.transport.engine_capacity import (
     EngineOverloaded,
     EngineUnavailable,
 )
-from inference.transport.engine_client import EngineClient, EngineError, EngineTimeout
+from inference.transport.engine_client import (
+    EngineClient,
+    EngineError,
+    EngineRefusal,
+    EngineTimeout,
+)
 from inference.transport.engine_request import EngineRequest, OutputOptions
 from inference.transport.output_processor import GenerationChunk, TokenLogprob
 
@@ -24,6 +29,7 @@ __all__ = [
     "EngineClient",
     "EngineError",
     "EngineOverloaded",
+    "EngineRefusal",
     "EngineRequest",
     "EngineTimeout",
     "EngineUnavailable",

@@ -58,6 +58,15 @@ class EngineError(Exception):
     """The engine failed or died while running the request (a stream error event)."""
 
 
+class EngineRefusal(EngineError):
+    """The engine ended the request for something the request itself asked for (its
+    constraints allow no token): the client's error, with its OpenAI error ``code``."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class EngineTimeout(EngineError):
     """The engine stayed silent longer than ENGINE_SILENCE_TIMEOUT."""
 
@@ -209,6 +218,8 @@ class EngineClient:
                     if delta.engine_lost and await failover.resume(lost, outputs, queue):
                         continue
                     engine_finished.update(range(sampling.n))
+                    if delta.error_code:
+                        raise EngineRefusal(delta.error, delta.error_code)
                     raise EngineError(delta.error)
                 if not 0 <= delta.index < sampling.n:
                     logger.warning("delta for %s has bad index %d", request_id, delta.index)

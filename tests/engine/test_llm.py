@@ -139,3 +139,28 @@ def test_a_bias_for_a_token_past_the_vocabulary_is_refused(llm):
     vocab = llm.llm_engine.model_config.vocab_size
     with pytest.raises(ValueError, match=f"token id {vocab} .* outside the vocabulary"):
         llm.generate("The", SamplingParams(logit_bias={vocab: 1.0}))
+
+
+def test_constraints_that_allow_no_token_end_only_that_request_with_the_clients_error(llm):
+    # allowed_token_ids holds only EOS, which min_tokens holds back: no token is left. The
+    # request ends with an error the API answers as a 400 (error_code); its neighbour in the
+    # same steps, sampled or greedy, runs to its end.
+    engine = llm.llm_engine
+    eos = min(engine.scheduler.eos_token_ids)
+    prompt = [5, 6, 7]
+    contradictory = dict(max_tokens=4, allowed_token_ids=[eos], min_tokens=3)
+    engine.add_request("greedy", prompt, SamplingParams(temperature=0, **contradictory))
+    engine.add_request("sampled", prompt, SamplingParams(temperature=1.0, **contradictory))
+    engine.add_request("free", prompt, SamplingParams(max_tokens=4, ignore_eos=True))
+    last = {}
+    while engine.has_unfinished_requests():
+        for delta in engine.step():
+            last[delta.request_id] = delta
+    for rid in ("greedy", "sampled"):
+        assert last[rid].error_code == "no_token_allowed"
+        assert last[rid].error == (
+            "No token can be generated at output position 0: allowed_token_ids and min_tokens "
+            "(which holds back the stop tokens) together allow none; loosen one of them."
+        )
+        assert last[rid].new_token_ids == []
+    assert not last["free"].error and last["free"].finish_reason == "length"

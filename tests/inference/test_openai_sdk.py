@@ -305,6 +305,17 @@ def test_logit_bias_and_allowed_token_ids_through_the_sdk(platform):
         with pytest.raises(openai.BadRequestError) as refused:
             client.completions.create(prompt="The list", extra_body={field: value}, **common)
         assert refused.value.body["param"] == field
+    # Constraints that leave no token at all: the client's error (a 400 naming them), not a
+    # server error with the grammar's internals (found by fuzzing 2026-11-30).
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            messages=USER,
+            response_format={"type": "json_object"},
+            extra_body={"allowed_token_ids": allowed},
+            **common,
+        )
+    assert refused.value.code == "no_token_allowed"
+    assert "allowed_token_ids and the grammar of the response format" in refused.value.message
 
 
 def test_echo_with_logprobs_scores_the_prompt_as_eval_harnesses_ask(platform):
