@@ -178,7 +178,7 @@ def search_running_sum(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     A scan of a whole row of a large vocabulary (``cumsum``) was the draw's largest cost: on an
     H200 its kernel took 0.31 ms of a 7.3 ms step at 256 rows of Qwen3's 151,936 tokens, and
-    0.2 ms at 23 rows; on a CPU 13 ms for 64 such rows, against 1.3 ms by blocks
+    0.2 ms at 23 rows; on a CPU 13 ms for 64 such rows, against about 1 ms by blocks
     (bench/sampler_draw.py). Sums are float32 even for bfloat16 probabilities, whose 8-bit
     mantissa would lose the tail."""
     rows, vocab = probs.shape
