@@ -198,12 +198,12 @@ class ModelRunner:
         for row, (r, token, lp) in enumerate(
             zip(inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True)
         ):
+            if row in sampled.empty_rows:
+                token = NO_TOKEN  # matches no draft: the drafts before it may still be accepted
             if isinstance(r, DraftRow):
                 verifier.add(r, token, lp)
                 continue
-            result.sampled_token_ids[r.request_id] = (
-                NO_TOKEN if row in sampled.empty_rows else token
-            )
+            result.sampled_token_ids[r.request_id] = token
             if lp is not None:
                 result.logprobs[r.request_id] = lp
         for rid, (token, lp, outcome) in verifier.settle().items():

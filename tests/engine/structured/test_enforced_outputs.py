@@ -200,3 +200,27 @@ def test_a_resumed_request_continues_its_grammar(engine, tokenizer, temperature)
     rest = results["resumed"]
     assert whole[:cut] + rest == whole
     check(tokenizer.decode(whole[:cut] + rest))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_a_grammar_and_allowed_tokens_that_part_ways_end_with_the_clients_error(
+    engine, tokenizer, temperature
+):
+    # The grammar wants "aab"; only "a" is allowed: they agree on the first token, then leave
+    # no token at all. The request ends there with an error the API answers as a 400, what
+    # it generated delivered; before, a 500 carried the grammar's refusal of whatever was drawn.
+    a = tokenizer.encode("a", add_special_tokens=False)
+    assert len(a) == 1
+    params = SamplingParams(
+        temperature=temperature,
+        seed=1,
+        max_tokens=10,
+        allowed_token_ids=a,
+        structured=StructuredOutput(kind="regex", spec="aab"),
+    )
+    result = run(engine, {"parting": (PROMPTS[0], params)})[("parting", 0)]
+    tokens = result["tokens"]
+    assert tokens and set(tokens) == set(a)
+    last = result["deltas"][-1]
+    assert last.error_code == "no_token_allowed"
+    assert f"output position {len(tokens)}: allowed_token_ids and the grammar" in last.error
