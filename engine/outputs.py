@@ -103,7 +103,7 @@ class RequestOutputDelta:
 
 def _wire(lp: TokenLogprobs) -> protocol.TokenLogprob:
     return protocol.TokenLogprob(
-        lp.token_id, lp.logprob, [t for t, _ in lp.top], [v for _, v in lp.top]
+        lp.token_id, lp.logprob, [t for t, _ in lp.top], [v for _, v in lp.top], lp.rank
     )
 
 

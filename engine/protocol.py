@@ -184,6 +184,7 @@ class TokenLogprob(msgspec.Struct, array_like=True):
     logprob: float
     top_ids: list[int] = msgspec.field(default_factory=list)
     top_logprobs: list[float] = msgspec.field(default_factory=list)
+    rank: int = 0  # of token_id in the distribution, 1 the most likely; 0: not sent
 
 
 class RequestDelta(msgspec.Struct, kw_only=True, omit_defaults=True):

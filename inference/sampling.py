@@ -28,6 +28,7 @@ PASSED_THROUGH = (
     "speculative_decoding",
     "logit_bias",
     "allowed_token_ids",
+    "prompt_logprobs",
 )
 
 

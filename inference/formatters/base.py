@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.formatters.prompt_logprobs import prompt_logprobs_entries
 from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.reasoning.split import split_reasoning
 from inference.transport import GenerationChunk, TokenLogprob
@@ -130,6 +131,13 @@ class ChoiceFormatter(ResponseFormatter):
 
     async def collect(self, items: AsyncIterator[EngineItem]) -> dict[str, Any]:
         return await _whole_response(self, items)
+
+    def add_prompt_logprobs(
+        self, body: dict[str, Any], outputs: list[ChoiceOutput], alternatives: int
+    ) -> None:
+        """vLLM's ``prompt_logprobs``, at the response's top level: one prompt for all choices
+        (chat; completions put each prompt's in its choices)."""
+        body["prompt_logprobs"] = prompt_logprobs_entries(outputs[0].prompt_logprobs, alternatives)
 
     # The shape of a choice -------------------------------------------------------------------
 
@@ -249,4 +257,8 @@ async def _whole_response(
 
 
 def _whole(formatter: ChoiceFormatter, outputs: list[ChoiceOutput]) -> dict[str, Any]:
-    return formatter.response([formatter.whole_choice(i, o) for i, o in enumerate(outputs)])
+    body = formatter.response([formatter.whole_choice(i, o) for i, o in enumerate(outputs)])
+    alternatives = formatter.plan.prompt_logprobs_field
+    if alternatives is not None:
+        formatter.add_prompt_logprobs(body, outputs, alternatives)
+    return body

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from inference.formatters.base import ChoiceFormatter, ChoiceOutput
+from inference.formatters.prompt_logprobs import prompt_logprobs_entries, with_alternatives
 from inference.generation.plan import GenerationPlan, GenerationStats
 from inference.transport import GenerationChunk, TokenLogprob
 
@@ -92,15 +93,27 @@ class CompletionFormatter(ChoiceFormatter):
     def finish_choice(self, choice: int, chunk: GenerationChunk) -> dict:
         return _choice(choice, "", finish_reason=chunk.finish_reason, stop_reason=chunk.stop_reason)
 
+    def add_prompt_logprobs(
+        self, body: dict[str, Any], outputs: list[ChoiceOutput], alternatives: int
+    ) -> None:
+        n = self.plan.n
+        for index, choice in enumerate(body["choices"]):
+            # The choices of one prompt share its logprobs, whichever sample carried them.
+            first = index - index % n
+            group = outputs[first : first + n]
+            prompt = next((o.prompt_logprobs for o in group if o.prompt_logprobs), [])
+            choice["prompt_logprobs"] = prompt_logprobs_entries(prompt, alternatives)
+
     def whole_choice(self, choice: int, output: ChoiceOutput) -> dict:
         prefix = self._prompt_text(choice)
         text = "" if self.plan.echo_only else output.text
         logprobs = None
         if self.plan.logprobs:
+            prompt = output.prompt_logprobs if self.plan.prompt_logprobs else []
             logprobs = completion_logprobs(
                 [] if self.plan.echo_only else output.logprobs,
                 text_offset=len(prefix),
-                prompt=output.prompt_logprobs if self.plan.prompt_logprobs else [],
+                prompt=with_alternatives(prompt, self.plan.sampling.logprobs or 0),
             )
         return _choice(
             choice,

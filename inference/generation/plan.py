@@ -59,6 +59,9 @@ class GenerationPlan:
     # to get there left out of the answer and its usage.
     prompt_logprobs: bool = False
     echo_only: bool = False
+    # vLLM's prompt_logprobs field: how many alternatives each prompt token's entry of the
+    # answer's ``prompt_logprobs`` lists; None: not asked.
+    prompt_logprobs_field: int | None = None
     stream: bool = False
     include_usage: bool = False
     continuous_usage: bool = False

@@ -84,6 +84,7 @@ def _common(body: dict[str, Any], principal: Principal) -> dict[str, Any]:
         "stream": body.get("stream", False),
         "include_usage": stream_options.get("include_usage", False),
         "continuous_usage": stream_options.get("continuous_usage_stats", False),
+        "prompt_logprobs_field": body.get("prompt_logprobs"),
     }
 
 
@@ -172,8 +173,9 @@ def plan_completion(
         body, max_tokens=max_tokens, logprobs=logprobs, structured=structured_output_for(body)
     )
     prompt_logprobs = body.get("echo", False) and logprobs is not None
-    if prompt_logprobs:  # as many alternatives per prompt token as per generated one
-        sampling = msgspec.structs.replace(sampling, prompt_logprobs=logprobs)
+    if prompt_logprobs:  # as many alternatives per prompt token as per generated one (or more
+        wanted = max(logprobs, sampling.prompt_logprobs or 0)  # for vLLM's prompt_logprobs)
+        sampling = msgspec.structs.replace(sampling, prompt_logprobs=wanted)
     return GenerationPlan(
         kind="completion",
         model=entry.name,

@@ -115,6 +115,10 @@ class SamplingRequestSerializer(StructuredRequestFields, SamplingFields):
     )
     skip_special_tokens = StrictBooleanField(required=False, default=True)
     include_stop_str_in_output = StrictBooleanField(required=False, default=False)
+    # vLLM's: the logprob of every prompt token and its top alternatives, in the answer.
+    prompt_logprobs = StrictIntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_TOP_LOGPROBS
+    )
 
     def validate_logit_bias(self, value):
         """OpenAI's shape ({"50256": -100}) as the engine takes it: {50256: -100.0}."""
@@ -150,6 +154,10 @@ class SamplingRequestSerializer(StructuredRequestFields, SamplingFields):
         if attrs.get("stream_options") and not attrs.get("stream"):
             raise serializers.ValidationError(
                 {"stream_options": "stream_options is only allowed when stream is true."}
+            )
+        if attrs.get("prompt_logprobs") is not None and attrs.get("stream"):
+            raise serializers.ValidationError(
+                {"prompt_logprobs": "prompt_logprobs is not available when stream is true."}
             )
         n, num_prompts = attrs.get("n", 1), self.num_prompts(attrs)
         limit = settings.API_MAX_SEQUENCES_PER_REQUEST

@@ -29,6 +29,7 @@ class TokenLogprob:
     token: str
     logprob: float | None  # None only for a prompt's first token, which nothing predicts
     top: list[tuple[int, str, float]] = field(default_factory=list)
+    rank: int | None = None  # 1 for the most likely token; None where the engine sent none
 
 
 @dataclass(slots=True)
@@ -77,7 +78,7 @@ class TokenTexts:
 
     def logprob(self, lp: protocol.TokenLogprob) -> TokenLogprob:
         top = [(t, self(t), v) for t, v in zip(lp.top_ids, lp.top_logprobs, strict=False)]
-        return TokenLogprob(lp.token_id, self(lp.token_id), lp.logprob, top)
+        return TokenLogprob(lp.token_id, self(lp.token_id), lp.logprob, top, lp.rank or None)
 
 
 class _SampleOutput:

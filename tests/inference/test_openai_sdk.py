@@ -363,3 +363,38 @@ def test_echo_with_logprobs_scores_the_prompt_as_eval_harnesses_ask(platform):
     with pytest.raises(openai.BadRequestError) as refused:
         client.completions.create(**common, max_tokens=0)  # nothing to give without echo
     assert refused.value.body["param"] == "max_tokens"
+
+
+def test_vllms_prompt_logprobs_score_the_prompt_with_ranks(platform):
+    """vLLM's prompt_logprobs (extra body; RL and eval pipelines written for vLLM send it):
+    per prompt token, null first, then {token id: logprob, rank, decoded_token} for the
+    prompt's own token and its top alternatives, the numbers echo with logprobs gives; on
+    every choice of completions, at the top of a chat completion; refused with stream."""
+    client = platform.sdk()
+    tokenizer = ChatTokenizer(platform.checkpoint)
+    prompt = "The list of things"
+    ids = tokenizer.encode(prompt)
+    common = dict(model=platform.chat_model, prompt=prompt, temperature=0, max_tokens=1)
+    echo = client.completions.create(**common, echo=True, logprobs=2).choices[0].logprobs
+    answer = client.completions.create(**common, n=2, extra_body={"prompt_logprobs": 2})
+    for choice in answer.choices:
+        entries = choice.model_extra["prompt_logprobs"]
+        assert len(entries) == len(ids) and entries[0] is None
+        for i, entry in enumerate(entries[1:], start=1):
+            own = entry[str(ids[i])]
+            assert own["logprob"] == pytest.approx(echo.token_logprobs[i], abs=1e-4)
+            assert own["decoded_token"] == echo.tokens[i] and own["rank"] >= 1
+            others = {v["decoded_token"]: v["logprob"] for v in entry.values()}
+            for text, logprob in echo.top_logprobs[i].items():
+                assert others[text] == pytest.approx(logprob, abs=1e-4)
+            ranks = sorted(v["rank"] for k, v in entry.items() if k != str(ids[i]))
+            assert ranks in ([1, 2], [1], [2])  # the own token may be one of the two
+    chat = client.chat.completions.create(
+        model=platform.chat_model, messages=USER, max_tokens=1, extra_body={"prompt_logprobs": 0}
+    )
+    entries = chat.model_extra["prompt_logprobs"]
+    assert len(entries) == chat.usage.prompt_tokens and entries[0] is None
+    assert all(len(entry) == 1 for entry in entries[1:])  # the prompt's own token alone
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(**common, stream=True, extra_body={"prompt_logprobs": 1})
+    assert refused.value.body["param"] == "prompt_logprobs"
