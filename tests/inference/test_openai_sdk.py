@@ -389,6 +389,12 @@ def test_vllms_prompt_logprobs_score_the_prompt_with_ranks(platform):
                 assert others[text] == pytest.approx(logprob, abs=1e-4)
             ranks = sorted(v["rank"] for k, v in entry.items() if k != str(ids[i]))
             assert ranks in ([1, 2], [1], [2])  # the own token may be one of the two
+    # Both ways in one request: each answers with its own number of alternatives.
+    both = client.completions.create(
+        **common, echo=True, logprobs=1, extra_body={"prompt_logprobs": 2}
+    ).choices[0]
+    assert all(len(top) == 1 for top in both.logprobs.top_logprobs[1 : len(ids)])
+    assert all(len(entry) >= 2 for entry in both.model_extra["prompt_logprobs"][1:])
     chat = client.chat.completions.create(
         model=platform.chat_model, messages=USER, max_tokens=1, extra_body={"prompt_logprobs": 0}
     )
