@@ -13,7 +13,7 @@ import torch
 
 from engine.request import Request
 from engine.sample import Sampler, SamplingBatch
-from engine.sample.sampler import inverse_transform
+from engine.sample.sampler import inverse_transform, search_running_sum
 from engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.gpu
@@ -45,6 +45,30 @@ def test_the_draw_follows_the_distribution_on_cuda(dtype):
     shares = torch.bincount(tokens, minlength=4).float().cpu() / rows
     assert shares[2] == 0
     assert torch.allclose(shares, probs.float().cpu(), atol=0.015)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_block_search_draws_from_a_large_vocabulary_on_cuda(dtype):
+    """Rows of Qwen3's 151,936 tokens (256-token blocks, a short last one) with the mass in
+    three blocks, the vocabulary's last token included: each token's share within 0.025 of its
+    probability, no other token drawn; and on integer weights, the very tokens of one running
+    sum over the row (search_running_sum, which the draw uses beyond 8,192 tokens)."""
+    vocab, rows = 151_936, 4096
+    probs = torch.zeros(vocab, device=CUDA, dtype=dtype)
+    chosen = torch.tensor([3, 70_000, 70_001, vocab - 1], device=CUDA)
+    probs[chosen] = torch.tensor([0.1, 0.3, 0.3, 0.3], device=CUDA, dtype=dtype)
+    generator = torch.Generator(device=CUDA).manual_seed(0)
+    tokens = inverse_transform(probs.expand(rows, -1).contiguous(), [None] * rows, generator)
+    assert bool(torch.isin(tokens, chosen).all())
+    shares = (tokens[:, None] == chosen).float().mean(dim=0).cpu()
+    assert torch.allclose(shares, probs[chosen].float().cpu(), atol=0.025)
+
+    weights = torch.randint(0, 8, (64, 10_000), generator=torch.Generator().manual_seed(0))
+    u = torch.rand(64, 1, generator=torch.Generator().manual_seed(1))
+    running = weights.float().cumsum(dim=-1)
+    expected = torch.searchsorted(running, u * running[:, -1:], right=True).squeeze(1)
+    found = search_running_sum(weights.to(CUDA, dtype), u.to(CUDA))
+    assert torch.equal(found.cpu(), expected)
 
 
 def test_seeded_rows_repeat_alone_or_batched_on_cuda():
