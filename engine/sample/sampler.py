@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.core.scheduler_output import NO_TOKEN
 from engine.device_copy import to_device
 from engine.outputs import TokenLogprobs
 from engine.sample.metadata import SamplingBatch
@@ -28,11 +29,9 @@ from engine.sample.penalties import apply_penalties
 
 @dataclass(slots=True)
 class SamplerOutput:
+    # NO_TOKEN for a row whose every token was masked (its constraints together allow none).
     token_ids: list[int]
     logprobs: list[TokenLogprobs | None]
-    # Rows whose every token was masked (their constraints together allow none): their token
-    # is a placeholder, in the vocabulary, never to be emitted.
-    empty_rows: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True)
@@ -60,11 +59,12 @@ class Draw:
         holds copies of ``tensors()`` already made."""
         values = [t.tolist() for t in (host if host is not None else self.tensors())]
         token_ids = values.pop(0)
-        empty_rows = frozenset()
         if self.empty is not None:
-            empty_rows = frozenset(row for row, empty in enumerate(values.pop(0)) if empty)
+            # The device keeps a placeholder in the vocabulary (a next step may embed it).
+            empty = values.pop(0)
+            token_ids = [NO_TOKEN if e else t for t, e in zip(token_ids, empty, strict=True)]
         if self.chosen is None:
-            return SamplerOutput(token_ids, [None] * len(token_ids), empty_rows)
+            return SamplerOutput(token_ids, [None] * len(token_ids))
         chosen, ranks = values[0], values[1]
         top_lp, top_ids = values[2:] if self.top is not None else (None, None)
         records: list[TokenLogprobs | None] = []
@@ -74,7 +74,7 @@ class Draw:
                 continue
             top = list(zip(top_ids[row][:n], top_lp[row][:n], strict=True)) if n else []
             records.append(TokenLogprobs(token_ids[row], chosen[row], ranks[row], top))
-        return SamplerOutput(token_ids, records, empty_rows)
+        return SamplerOutput(token_ids, records)
 
 
 class Sampler:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.core.scheduler_output import NO_TOKEN, ModelRunnerOutput, SchedulerOutput
+from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from engine.request import Request
 from engine.sample.sampler import Draw
 
@@ -53,10 +53,8 @@ class LaunchedStep:
             self._ready.synchronize()
         sampled = self.draw.read(self._host)
         rows = zip(self.sample_requests, sampled.token_ids, sampled.logprobs, strict=True)
-        for row, (r, token, lp) in enumerate(rows):
-            result.sampled_token_ids[r.request_id] = (
-                NO_TOKEN if row in sampled.empty_rows else token
-            )
+        for r, token, lp in rows:
+            result.sampled_token_ids[r.request_id] = token
             if lp is not None:
                 result.logprobs[r.request_id] = lp
         return result

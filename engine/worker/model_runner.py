@@ -22,7 +22,7 @@ import torch
 
 from engine.attention import AttentionMetadata, get_attention_backend
 from engine.config import EngineConfig
-from engine.core.scheduler_output import NO_TOKEN, ModelRunnerOutput, SchedulerOutput
+from engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from engine.device_copy import to_device
 from engine.model_config import ModelConfig
 from engine.models import load_model
@@ -195,12 +195,10 @@ class ModelRunner:
         verifier = DraftVerifier(self.generators)
         verifier.save_generators(inputs.sample_requests, will_draw=not batch.all_greedy)
         sampled = self.sampler(logits, batch)
-        for row, (r, token, lp) in enumerate(
-            zip(inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True)
+        for r, token, lp in zip(
+            inputs.sample_requests, sampled.token_ids, sampled.logprobs, strict=True
         ):
-            if row in sampled.empty_rows:
-                token = NO_TOKEN  # matches no draft: the drafts before it may still be accepted
-            if isinstance(r, DraftRow):
+            if isinstance(r, DraftRow):  # NO_TOKEN matches no draft: those before it may count
                 verifier.add(r, token, lp)
                 continue
             result.sampled_token_ids[r.request_id] = token
